@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages meganeura needs to build, test and run (idempotent; needs root or sudo).
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config
+  libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
+  libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
+  libshaderc-dev glslang-dev spirv-tools
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  python3-torch python3-numpy python3-onnx libopenblas0-pthread
+  dataset-fashion-mnist
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all packages present"

@@ -1,0 +1,185 @@
+// CPU reference executor: liveness-free, op-by-op evaluation of the needed nodes in graph order.
+#include "backend/cpu/executor.h"
+
+#include <cmath>
+
+namespace mgn::cpu {
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int i = int(s.size()) - 2; i >= 0; --i) st[size_t(i)] = st[size_t(i) + 1] * s[size_t(i) + 1];
+  return st;
+}
+
+BroadcastIndex::BroadcastIndex(const Shape& in, const Shape& out) : out_dims_(out), identity_(in == out) {
+  std::vector<int64_t> ist = strides_of(in);
+  in_strides_.assign(out.size(), 0);
+  size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1) in_strides_[i + off] = ist[i];
+}
+
+int64_t BroadcastIndex::operator()(int64_t flat) const {
+  if (identity_) return flat;
+  int64_t idx = 0;
+  for (int i = int(out_dims_.size()) - 1; i >= 0; --i) {
+    int64_t d = out_dims_[size_t(i)];
+    idx += (flat % d) * in_strides_[size_t(i)];
+    flat /= d;
+  }
+  return idx;
+}
+
+AxisSplit split_at(const Shape& s, int axis) {
+  AxisSplit r{1, s[size_t(axis)], 1};
+  for (int i = 0; i < axis; ++i) r.outer *= s[size_t(i)];
+  for (size_t i = size_t(axis) + 1; i < s.size(); ++i) r.inner *= s[i];
+  return r;
+}
+
+void round_to_dtype(Buffer& b) {
+  switch (b.dtype) {
+    case DType::F32:
+      for (double& x : b.v) x = double(float(x));
+      break;
+    case DType::F16:
+      for (double& x : b.v) x = double(half_to_float(float_to_half(float(x))));
+      break;
+    case DType::BF16:
+      for (double& x : b.v) x = double(bf16_to_float(float_to_bf16(float(x))));
+      break;
+    case DType::I32:
+    case DType::Bool:
+      break;
+  }
+}
+
+Executor::Executor(const ir::Graph& g, ExecutorOptions opt) : g_(g), opt_(opt) {
+  ir::verify(g_);
+  for (int id : g_.parameters()) {
+    const ir::Node& n = g_.node(id);
+    std::vector<float> init = materialize(n.init, n.shape, n.name);
+    std::vector<double> v(init.begin(), init.end());
+    Buffer b{n.shape, n.dtype, std::move(v)};
+    if (!opt_.float64) round_to_dtype(b);
+    state_[n.name] = std::move(b.v);
+  }
+}
+
+void Executor::set_input(const std::string& name, std::vector<double> values) {
+  auto id = g_.find_named(name);
+  if (!id || g_.node(*id).op != ir::Op::Input) throw Error("set_input: the graph has no input named '" + name + "'");
+  const ir::Node& n = g_.node(*id);
+  if (int64_t(values.size()) != numel(n.shape))
+    throw Error("set_input '" + name + "': got " + std::to_string(values.size()) + " values, shape " +
+                shape_str(n.shape) + " needs " + std::to_string(numel(n.shape)));
+  if (n.dtype == DType::I32 || n.dtype == DType::Bool)
+    for (double x : values)
+      if (x != std::floor(x)) throw Error("set_input '" + name + "': non-integer value for an integer input");
+  inputs_[name] = std::move(values);
+}
+void Executor::set_input(const std::string& name, const std::vector<float>& values) {
+  set_input(name, std::vector<double>(values.begin(), values.end()));
+}
+void Executor::set_input(const std::string& name, const std::vector<int32_t>& values) {
+  set_input(name, std::vector<double>(values.begin(), values.end()));
+}
+
+const std::vector<double>& Executor::state(const std::string& name) const {
+  auto it = state_.find(name);
+  if (it == state_.end()) throw Error("the graph has no parameter or state named '" + name + "'");
+  return it->second;
+}
+
+void Executor::set_state(const std::string& name, std::vector<double> values) {
+  auto it = state_.find(name);
+  if (it == state_.end()) throw Error("the graph has no parameter or state named '" + name + "'");
+  if (values.size() != it->second.size())
+    throw Error("set_state '" + name + "': got " + std::to_string(values.size()) + " values, expected " +
+                std::to_string(it->second.size()));
+  it->second = std::move(values);
+}
+
+std::vector<std::string> Executor::state_names() const {
+  std::vector<std::string> r;
+  for (int id : g_.parameters()) r.push_back(g_.node(id).name);
+  return r;
+}
+
+void Executor::run() {
+  int n = g_.size();
+  // Which nodes are needed: everything reachable backwards from outputs and assigns.
+  std::vector<bool> need(size_t(n), false);
+  for (auto& [name, id] : g_.outputs()) need[size_t(id)] = true;
+  for (int id : g_.assigns()) need[size_t(id)] = true;
+  for (int i = n - 1; i >= 0; --i)
+    if (need[size_t(i)])
+      for (int in : g_.node(i).inputs) need[size_t(in)] = true;
+  // Last use of each node, so intermediates can be released early unless keep_all.
+  std::vector<int> last_use(size_t(n), -1);
+  for (int i = 0; i < n; ++i)
+    if (need[size_t(i)])
+      for (int in : g_.node(i).inputs) last_use[size_t(in)] = i;
+  std::vector<bool> pinned(size_t(n), false);
+  for (auto& [name, id] : g_.outputs()) pinned[size_t(id)] = true;
+
+  values_.assign(size_t(n), Buffer{});
+  have_.assign(size_t(n), false);
+  for (int i = 0; i < n; ++i) {
+    if (!need[size_t(i)]) continue;
+    const ir::Node& node = g_.node(i);
+    Buffer& out = values_[size_t(i)];
+    out.shape = node.shape;
+    out.dtype = node.dtype;
+    if (node.op == ir::Op::Input) {
+      auto it = inputs_.find(node.name);
+      if (it == inputs_.end()) throw Error("run: input '" + node.name + "' was not set");
+      out.v = it->second;
+      if (!opt_.float64) round_to_dtype(out);
+    } else if (node.op == ir::Op::Parameter) {
+      out.v = state_.at(node.name);
+    } else {
+      Inputs ins;
+      for (int in : node.inputs) ins.push_back(&values_[size_t(in)]);
+      out.v.assign(size_t(numel(node.shape)), 0.0);
+      switch (node.op) {
+#define X(E, name, mn, mx, arch, diff, rule, attrs) \
+  case ir::Op::E: k_##E(node, ins, out); break;
+#include "ir/ops.def"
+#undef X
+      }
+      if (int64_t(out.v.size()) != numel(node.shape))
+        throw Error("internal: CPU kernel for " + g_.describe(i) + " produced the wrong number of values");
+      if (!opt_.float64) round_to_dtype(out);
+    }
+    have_[size_t(i)] = true;
+    if (!opt_.keep_all)
+      for (int in : node.inputs)
+        if (last_use[size_t(in)] == i && !pinned[size_t(in)]) {
+          values_[size_t(in)].v.clear();
+          values_[size_t(in)].v.shrink_to_fit();
+          have_[size_t(in)] = false;
+        }
+  }
+  outputs_.clear();
+  for (auto& [name, id] : g_.outputs()) outputs_[name] = values_[size_t(id)];
+  // Commit state updates after every read of the old values.
+  for (int id : g_.assigns()) {
+    const ir::Node& a = g_.node(id);
+    state_[g_.node(a.inputs[0]).name] = values_[size_t(id)].v;
+  }
+}
+
+const Buffer& Executor::output(const std::string& name) const {
+  auto it = outputs_.find(name);
+  if (it == outputs_.end()) throw Error("output '" + name + "' does not exist or the graph has not run");
+  return it->second;
+}
+
+const Buffer& Executor::value(int id) const {
+  if (id < 0 || id >= int(have_.size()) || !have_[size_t(id)])
+    throw Error("value of " + g_.describe(id) + " is not available (run with keep_all)");
+  return values_[size_t(id)];
+}
+
+}  // namespace mgn::cpu

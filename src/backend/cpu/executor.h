@@ -1,0 +1,55 @@
+// The CPU reference executor: runs any graph op by op in plain loops with double accumulation. It is the
+// oracle for every other backend and lets every graph run without a GPU.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "ir/graph.h"
+
+namespace mgn::cpu {
+
+struct ExecutorOptions {
+  // float64: keep every intermediate in double (gradient checking); otherwise round each result to its
+  // storage dtype (f32, f16, bf16) like a real backend.
+  bool float64 = false;
+  // Keep every intermediate value after run() (for debugging and tests); otherwise only what is needed.
+  bool keep_all = false;
+};
+
+class Executor {
+ public:
+  explicit Executor(const ir::Graph& g, ExecutorOptions opt = {});
+
+  // Inputs are fed as row-major values; the count must match the input's shape.
+  void set_input(const std::string& name, std::vector<double> values);
+  void set_input(const std::string& name, const std::vector<float>& values);
+  void set_input(const std::string& name, const std::vector<int32_t>& values);
+  // Parameters and state start from their initializers; these read or replace their current values.
+  const std::vector<double>& state(const std::string& name) const;
+  void set_state(const std::string& name, std::vector<double> values);
+  std::vector<std::string> state_names() const;
+
+  // Evaluates every node the outputs and assigns need, then commits the assigns.
+  void run();
+
+  const Buffer& output(const std::string& name) const;
+  const Buffer& value(int node) const;  // needs keep_all, or an output/input/parameter node
+  const ir::Graph& graph() const { return g_; }
+
+ private:
+  const ir::Graph& g_;
+  ExecutorOptions opt_;
+  std::vector<Buffer> values_;
+  std::vector<bool> have_;
+  std::map<std::string, std::vector<double>> state_;
+  std::map<std::string, std::vector<double>> inputs_;
+  std::map<std::string, Buffer> outputs_;
+};
+
+// Rounds every value of a buffer to its dtype's precision (f32/f16/bf16; ints are left as they are).
+void round_to_dtype(Buffer& b);
+
+}  // namespace mgn::cpu

@@ -1,0 +1,178 @@
+// Vulkan instance, device choice, feature table and device limits: the root object of the Vulkan backend.
+// Everything else in src/backend/vulkan/ borrows a Context and must not outlive it.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mgn::vk {
+
+// Device capabilities the backend cares about. Order must match kFeatureTable (checked at compile time).
+enum class Feature : uint8_t {
+  Vulkan12,                  // core 1.2 API on the device
+  ComputeQueue,              // a queue family with VK_QUEUE_COMPUTE_BIT
+  StorageBuffer16BitAccess,  // f16 loads/stores in storage buffers
+  ShaderFloat16,             // f16 arithmetic
+  ShaderInt64,               // 64-bit integer arithmetic
+  SubgroupArithmetic,        // subgroupAdd/Max... in compute shaders
+  SubgroupSizeControl,       // pin the subgroup size a kernel was tuned for
+  ScalarBlockLayout,         // C-like packing of storage-buffer structs
+  Maintenance4,              // LocalSizeId, relaxed buffer size rules
+  CooperativeMatrixKHR,      // VK_KHR_cooperative_matrix
+  CooperativeMatrixNV,       // VK_NV_cooperative_matrix
+  Timestamps,                // timestamp queries on the compute queue
+  MemoryBudget,              // VK_EXT_memory_budget
+  kCount
+};
+
+struct FeatureInfo {
+  Feature feature;
+  const char* name;          // as Vulkan spells it
+  bool required;             // missing → Context construction throws mgn::Error naming it
+  const char* when_missing;  // what the backend does instead
+};
+
+// The one place that says what we need from a device and how we degrade.
+inline constexpr std::array<FeatureInfo, static_cast<size_t>(Feature::kCount)> kFeatureTable = {{
+    {Feature::Vulkan12, "Vulkan 1.2", true, "cannot run: the backend uses 1.2 core features"},
+    {Feature::ComputeQueue, "compute queue", true, "cannot run"},
+    {Feature::StorageBuffer16BitAccess, "storageBuffer16BitAccess", false,
+     "f16 tensors are stored as f32; Accelerated precision behaves like Strict"},
+    {Feature::ShaderFloat16, "shaderFloat16", false, "f16 values are converted to f32 for arithmetic"},
+    {Feature::ShaderInt64, "shaderInt64", false, "index math stays 32-bit; tensors above 2^31 elements fail"},
+    {Feature::SubgroupArithmetic, "subgroup arithmetic (compute)", false,
+     "reductions use shared memory trees only"},
+    {Feature::SubgroupSizeControl, "subgroupSizeControl", false,
+     "kernels run with the driver's default subgroup size"},
+    {Feature::ScalarBlockLayout, "scalarBlockLayout", false, "kernels use std430 layout only"},
+    {Feature::Maintenance4, "maintenance4", false, "workgroup sizes are literal constants in the GLSL"},
+    {Feature::CooperativeMatrixKHR, "VK_KHR_cooperative_matrix", false,
+     "matmuls use SIMT tiles (glslang 12 cannot emit KHR coopmat anyway)"},
+    {Feature::CooperativeMatrixNV, "VK_NV_cooperative_matrix", false, "matmuls use SIMT tiles"},
+    {Feature::Timestamps, "timestamp queries", false, "per-dispatch timings are reported as unavailable"},
+    {Feature::MemoryBudget, "VK_EXT_memory_budget", false,
+     "out-of-memory messages report heap sizes instead of the live budget"},
+}};
+
+constexpr bool feature_table_in_order() {
+  for (size_t i = 0; i < kFeatureTable.size(); ++i)
+    if (static_cast<size_t>(kFeatureTable[i].feature) != i) return false;
+  return true;
+}
+static_assert(feature_table_in_order(), "kFeatureTable rows must follow the Feature enum order");
+
+const FeatureInfo& feature_info(Feature f);
+
+// Limits the code generator and memory planner must respect.
+struct DeviceLimits {
+  uint32_t subgroup_size = 0;  // default; min/max differ only with subgroup size control
+  uint32_t min_subgroup_size = 0;
+  uint32_t max_subgroup_size = 0;
+  uint32_t max_shared_memory = 0;  // maxComputeSharedMemorySize, bytes per workgroup
+  std::array<uint32_t, 3> max_workgroup_count{};
+  std::array<uint32_t, 3> max_workgroup_size{};
+  uint32_t max_workgroup_invocations = 0;
+  uint32_t max_push_constants_size = 0;
+  uint32_t max_storage_buffers_per_stage = 0;
+  uint64_t max_storage_buffer_range = 0;  // the largest range one binding can see
+  uint64_t max_memory_allocation_size = 0;
+  uint64_t max_buffer_size = 0;  // maintenance4; equals max_memory_allocation_size without it
+  uint64_t min_storage_buffer_offset_alignment = 0;
+  uint64_t non_coherent_atom_size = 0;
+  float timestamp_period_ns = 0;  // nanoseconds per timestamp tick
+  uint32_t timestamp_valid_bits = 0;
+  bool unified_memory = false;  // integrated GPU or CPU: device memory is host-visible, no staging needed
+};
+
+struct DeviceInfo {
+  uint32_t index = 0;  // in vkEnumeratePhysicalDevices order, as MGN_DEVICE counts
+  std::string name;
+  VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
+  uint32_t api_version = 0;
+  uint32_t vendor_id = 0;
+  uint32_t device_id = 0;
+  std::string driver;  // driverName + driverInfo
+  std::array<uint8_t, VK_UUID_SIZE> pipeline_cache_uuid{};
+};
+
+const char* device_type_name(VkPhysicalDeviceType t);
+
+struct ContextOptions {
+  // nullopt: follow env MGN_VALIDATION=1. Validation needs the vulkan-validationlayers package.
+  std::optional<bool> validation;
+  // Index or case-insensitive name substring; empty: env MGN_DEVICE, else discrete > integrated > virtual > CPU.
+  std::string device;
+};
+
+class Context {
+ public:
+  explicit Context(const ContextOptions& options = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  VkInstance instance() const { return instance_; }
+  VkPhysicalDevice physical_device() const { return physical_; }
+  VkDevice device() const { return device_; }
+  VkQueue queue() const { return queue_; }
+  uint32_t queue_family() const { return queue_family_; }
+
+  const DeviceInfo& info() const { return info_; }
+  const DeviceLimits& limits() const { return limits_; }
+  const VkPhysicalDeviceMemoryProperties& memory_properties() const { return memory_properties_; }
+  // Every physical device the loader reported, selected or not.
+  const std::vector<DeviceInfo>& devices() const { return devices_; }
+
+  bool has(Feature f) const { return present_[static_cast<size_t>(f)]; }
+  // One line per row of kFeatureTable: present or what we do without it.
+  std::string feature_report() const;
+
+  // Queues are externally synchronized in Vulkan; every submission in the backend goes through here.
+  void submit(const VkSubmitInfo& info, VkFence fence);
+
+  bool validation_enabled() const { return validation_; }
+  // Warnings and errors from the validation layer (and loader) since creation or the last clear.
+  size_t validation_message_count() const;
+  std::vector<std::string> validation_messages() const;
+  void clear_validation_messages();
+
+ private:
+  static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                         VkDebugUtilsMessageTypeFlagsEXT types,
+                                                         const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                                         void* user);
+  void create_instance(bool validation);
+  void choose_device(const std::string& selector);
+  void create_device();
+  void destroy();
+
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  bool validation_ = false;
+
+  DeviceInfo info_;
+  DeviceLimits limits_;
+  VkPhysicalDeviceMemoryProperties memory_properties_{};
+  std::vector<DeviceInfo> devices_;
+  std::vector<VkPhysicalDevice> physical_devices_;
+  std::array<bool, static_cast<size_t>(Feature::kCount)> present_{};
+
+  std::mutex queue_mutex_;
+  mutable std::mutex messages_mutex_;
+  std::vector<std::string> messages_;
+};
+
+// Throws mgn::Error naming the call and the VkResult; for Vulkan failures a user can hit (OOM, lost device).
+void check(VkResult r, const char* what);
+
+}  // namespace mgn::vk

@@ -1,0 +1,207 @@
+// GLSL → SPIR-V with shaderc (glslang + spirv-opt), validated by SPIRV-Tools, cached in memory and on disk.
+// Cache files hold the full key text, so a hash collision can never hand back the wrong kernel.
+#include "codegen/shader_compiler.h"
+
+#include <glslang/build_info.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <shaderc/shaderc.hpp>
+#include <spirv-tools/libspirv.hpp>
+#include <sstream>
+
+#include "mgn/types.h"
+
+namespace mgn::codegen {
+namespace {
+
+// Bump when the cache file layout or the meaning of an option changes.
+constexpr uint32_t kCacheFormat = 1;
+constexpr char kCacheMagic[8] = {'M', 'G', 'N', 'S', 'P', 'V', '1', '\0'};
+
+// The exact input of a compile, as text: version, options, source.
+std::string cache_key(const std::string& glsl, const ShaderOptions& o) {
+  std::ostringstream k;
+  k << ShaderCompiler::compiler_version() << "\nopt=" << o.optimize << " dbg=" << o.debug_info
+    << " scalar=" << o.scalar_block_layout << " name=" << o.name << "\n";
+  for (const auto& [name, value] : o.defines) k << "-D" << name << "=" << value << "\n";
+  k << "--\n" << glsl;
+  return k.str();
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::filesystem::path cache_path(const std::string& dir, const std::string& key) {
+  // Two independent 64-bit hashes: file names collide only at 2^64 kernels, and content is checked anyway.
+  const uint64_t a = fnv1a64(key.data(), key.size());
+  const uint64_t b = fnv1a64(key.data(), key.size(), 0x84222325cbf29ce4ull);
+  return std::filesystem::path(dir) / "spirv" / (hex(a) + hex(b) + ".spv");
+}
+
+bool load_cached(const std::filesystem::path& path, const std::string& key, std::vector<uint32_t>* words) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  char magic[8];
+  uint64_t key_len = 0, n_words = 0;
+  if (!in.read(magic, 8) || std::memcmp(magic, kCacheMagic, 8) != 0) return false;
+  if (!in.read(reinterpret_cast<char*>(&key_len), 8) || key_len != key.size()) return false;
+  std::string stored(key_len, '\0');
+  if (!in.read(stored.data(), static_cast<std::streamsize>(key_len)) || stored != key) return false;
+  if (!in.read(reinterpret_cast<char*>(&n_words), 8) || n_words == 0 || n_words > (1u << 28)) return false;
+  words->resize(n_words);
+  return static_cast<bool>(in.read(reinterpret_cast<char*>(words->data()), static_cast<std::streamsize>(n_words * 4)));
+}
+
+// Best effort: a read-only or full cache directory only costs a recompile next time.
+void store_cached(const std::filesystem::path& path, const std::string& key, const std::vector<uint32_t>& words) {
+  static std::atomic<uint64_t> counter{0};
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) return;
+  // Temp file + rename so a concurrent reader never sees half a file.
+  const auto tmp = path.string() + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return;
+    const uint64_t key_len = key.size(), n_words = words.size();
+    out.write(kCacheMagic, 8);
+    out.write(reinterpret_cast<const char*>(&key_len), 8);
+    out.write(key.data(), static_cast<std::streamsize>(key.size()));
+    out.write(reinterpret_cast<const char*>(&n_words), 8);
+    out.write(reinterpret_cast<const char*>(words.data()), static_cast<std::streamsize>(words.size() * 4));
+    if (!out) {
+      out.close();
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+[[noreturn]] void fail(const char* what, const ShaderOptions& o, const std::string& glsl, const std::string& msg) {
+  std::ostringstream e;
+  e << what << " for kernel '" << o.name << "':\n" << msg;
+  if (!msg.empty() && msg.back() != '\n') e << "\n";
+  if (!o.defines.empty()) {
+    e << "defines:";
+    for (const auto& [n, v] : o.defines) e << " " << n << "=" << v;
+    e << "\n";
+  }
+  e << "--- source ---\n" << number_lines(glsl);
+  throw Error(e.str());
+}
+
+void validate(const std::vector<uint32_t>& words, const ShaderOptions& o, const std::string& glsl) {
+  spvtools::SpirvTools tools(SPV_ENV_VULKAN_1_2);
+  std::string messages;
+  tools.SetMessageConsumer([&](spv_message_level_t, const char*, const spv_position_t& pos, const char* m) {
+    messages += "spirv-val: word " + std::to_string(pos.index) + ": " + m + "\n";
+  });
+  spvtools::ValidatorOptions vo;
+  vo.SetScalarBlockLayout(o.scalar_block_layout);
+  if (!tools.Validate(words.data(), words.size(), vo)) {
+    // The disassembly points at the instruction; the GLSL alone often does not explain a validator error.
+    std::string disasm;
+    if (tools.Disassemble(words, &disasm, SPV_BINARY_TO_TEXT_OPTION_FRIENDLY_NAMES)) messages += disasm;
+    fail("SPIR-V validation failed", o, glsl, messages);
+  }
+}
+
+}  // namespace
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = seed;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("MGN_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/meganeura";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/meganeura";
+  return "";  // nowhere sensible: no disk cache
+}
+
+std::string number_lines(const std::string& source) {
+  std::ostringstream out;
+  std::istringstream in(source);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    char num[16];
+    std::snprintf(num, sizeof num, "%4d | ", n);
+    out << num << line << "\n";
+  }
+  return out.str();
+}
+
+std::string ShaderCompiler::compiler_version() {
+  unsigned spv_version = 0, spv_revision = 0;
+  shaderc_get_spv_version(&spv_version, &spv_revision);
+  std::ostringstream v;
+  v << "mgn-cache" << kCacheFormat << " shaderc-spv" << spv_version << "." << spv_revision << " glslang"
+    << GLSLANG_VERSION_MAJOR << "." << GLSLANG_VERSION_MINOR << "." << GLSLANG_VERSION_PATCH
+    << " spirv-tools:" << spvSoftwareVersionDetailsString() << " env=vk1.2/spv1.5";
+  return v.str();
+}
+
+ShaderCompiler::ShaderCompiler(std::string cache_dir) : cache_dir_(std::move(cache_dir)) {}
+
+ShaderCompiler::Stats ShaderCompiler::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+SpirV ShaderCompiler::compile(const std::string& glsl, const ShaderOptions& options) {
+  const std::string key = cache_key(glsl, options);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = memory_.find(key); it != memory_.end()) {
+      ++stats_.memory_hits;
+      return it->second;
+    }
+  }
+
+  SpirV result;
+  bool from_disk = false;
+  std::filesystem::path path;
+  if (!cache_dir_.empty()) {
+    path = cache_path(cache_dir_, key);
+    from_disk = load_cached(path, key, &result.words);
+  }
+  if (!from_disk) {
+    // Compiled outside the lock: glslang takes milliseconds per kernel and sessions compile many.
+    shaderc::Compiler compiler;
+    shaderc::CompileOptions co;
+    co.SetSourceLanguage(shaderc_source_language_glsl);
+    co.SetTargetEnvironment(shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
+    co.SetTargetSpirv(shaderc_spirv_version_1_5);
+    co.SetOptimizationLevel(options.optimize ? shaderc_optimization_level_performance
+                                             : shaderc_optimization_level_zero);
+    if (options.debug_info) co.SetGenerateDebugInfo();
+    for (const auto& [name, value] : options.defines) co.AddMacroDefinition(name, value);
+    const auto r = compiler.CompileGlslToSpv(glsl, shaderc_compute_shader, options.name.c_str(), "main", co);
+    if (r.GetCompilationStatus() != shaderc_compilation_status_success)
+      fail("GLSL compile failed", options, glsl, r.GetErrorMessage());
+    result.words.assign(r.cbegin(), r.cend());
+    validate(result.words, options, glsl);
+    if (!cache_dir_.empty()) store_cached(path, key, result.words);
+  }
+  result.hash = fnv1a64(result.words.data(), result.words.size() * 4);
+
+  std::lock_guard lock(mutex_);
+  ++(from_disk ? stats_.disk_hits : stats_.compiled);
+  memory_.emplace(key, result);
+  return result;
+}
+
+}  // namespace mgn::codegen
