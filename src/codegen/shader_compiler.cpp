@@ -57,11 +57,13 @@ bool load_cached(const std::filesystem::path& path, const std::string& key, std:
   if (!in.read(stored.data(), static_cast<std::streamsize>(key_len)) || stored != key) return false;
   if (!in.read(reinterpret_cast<char*>(&n_words), 8) || n_words == 0 || n_words > (1u << 28)) return false;
   words->resize(n_words);
-  return static_cast<bool>(in.read(reinterpret_cast<char*>(words->data()), static_cast<std::streamsize>(n_words * 4)));
+  return static_cast<bool>(
+      in.read(reinterpret_cast<char*>(words->data()), static_cast<std::streamsize>(n_words * 4)));
 }
 
 // Best effort: a read-only or full cache directory only costs a recompile next time.
-void store_cached(const std::filesystem::path& path, const std::string& key, const std::vector<uint32_t>& words) {
+void store_cached(const std::filesystem::path& path, const std::string& key,
+                  const std::vector<uint32_t>& words) {
   static std::atomic<uint64_t> counter{0};
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
@@ -87,7 +89,8 @@ void store_cached(const std::filesystem::path& path, const std::string& key, con
   if (ec) std::filesystem::remove(tmp, ec);
 }
 
-[[noreturn]] void fail(const char* what, const ShaderOptions& o, const std::string& glsl, const std::string& msg) {
+[[noreturn]] void fail(const char* what, const ShaderOptions& o, const std::string& glsl,
+                       const std::string& msg) {
   std::ostringstream e;
   e << what << " for kernel '" << o.name << "':\n" << msg;
   if (!msg.empty() && msg.back() != '\n') e << "\n";

@@ -14,8 +14,8 @@ namespace mgn::codegen {
 struct ShaderOptions {
   std::string name = "kernel";  // shown in errors and used as the file name glslang reports
   std::vector<std::pair<std::string, std::string>> defines;
-  bool optimize = true;             // spirv-opt performance passes (shaderc's -O)
-  bool debug_info = false;          // keep OpName/OpLine, for RenderDoc-style tools
+  bool optimize = true;              // spirv-opt performance passes (shaderc's -O)
+  bool debug_info = false;           // keep OpName/OpLine, for RenderDoc-style tools
   bool scalar_block_layout = false;  // set when the kernel uses GL_EXT_scalar_block_layout
 };
 

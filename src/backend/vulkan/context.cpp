@@ -15,11 +15,14 @@ namespace {
 
 constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
 
-// VK_KHR_cooperative_matrix arrived in header 1.3.255; Debian ships 1.3.239. The binary built here must still
-// enable it on newer drivers, so the two values it needs are spelled out.
+// VK_KHR_cooperative_matrix arrived in header 1.3.255; Debian ships 1.3.239. A build with older headers
+// leaves it off: its validation layer rejects the unknown feature struct, and glslang of that era cannot emit
+// KHR cooperative-matrix SPIR-V anyway, so nothing could use it.
 #ifdef VK_KHR_cooperative_matrix
 using CoopMatrixFeaturesKHR = VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
-constexpr VkStructureType kCoopMatrixFeaturesKHRType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR;
+constexpr VkStructureType kCoopMatrixFeaturesKHRType =
+    VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR;
+constexpr bool kHeadersKnowCoopMatrixKHR = true;
 #else
 struct CoopMatrixFeaturesKHR {
   VkStructureType sType;
@@ -28,6 +31,7 @@ struct CoopMatrixFeaturesKHR {
   VkBool32 cooperativeMatrixRobustBufferAccess;
 };
 constexpr VkStructureType kCoopMatrixFeaturesKHRType = static_cast<VkStructureType>(1000506000);
+constexpr bool kHeadersKnowCoopMatrixKHR = false;
 #endif
 constexpr const char* kCoopMatrixKHRExtension = "VK_KHR_cooperative_matrix";
 
@@ -43,11 +47,16 @@ std::string lower(std::string s) {
 
 int type_rank(VkPhysicalDeviceType t) {
   switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
-    default: return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return 3;
+    default:
+      return 4;
   }
 }
 
@@ -71,15 +80,22 @@ bool has_extension(const std::vector<VkExtensionProperties>& exts, const char* n
 
 }  // namespace
 
-const FeatureInfo& feature_info(Feature f) { return kFeatureTable[static_cast<size_t>(f)]; }
+const FeatureInfo& feature_info(Feature f) {
+  return kFeatureTable[static_cast<size_t>(f)];
+}
 
 const char* device_type_name(VkPhysicalDeviceType t) {
   switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
-    default: return "other";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "CPU";
+    default:
+      return "other";
   }
 }
 
@@ -87,21 +103,47 @@ void check(VkResult r, const char* what) {
   if (r == VK_SUCCESS) return;
   const char* name = "unknown VkResult";
   switch (r) {
-    case VK_ERROR_OUT_OF_HOST_MEMORY: name = "VK_ERROR_OUT_OF_HOST_MEMORY"; break;
-    case VK_ERROR_OUT_OF_DEVICE_MEMORY: name = "VK_ERROR_OUT_OF_DEVICE_MEMORY"; break;
-    case VK_ERROR_INITIALIZATION_FAILED: name = "VK_ERROR_INITIALIZATION_FAILED"; break;
-    case VK_ERROR_DEVICE_LOST: name = "VK_ERROR_DEVICE_LOST"; break;
-    case VK_ERROR_LAYER_NOT_PRESENT: name = "VK_ERROR_LAYER_NOT_PRESENT"; break;
-    case VK_ERROR_EXTENSION_NOT_PRESENT: name = "VK_ERROR_EXTENSION_NOT_PRESENT"; break;
-    case VK_ERROR_FEATURE_NOT_PRESENT: name = "VK_ERROR_FEATURE_NOT_PRESENT"; break;
-    case VK_ERROR_INCOMPATIBLE_DRIVER: name = "VK_ERROR_INCOMPATIBLE_DRIVER"; break;
-    case VK_ERROR_TOO_MANY_OBJECTS: name = "VK_ERROR_TOO_MANY_OBJECTS"; break;
-    case VK_ERROR_FRAGMENTED_POOL: name = "VK_ERROR_FRAGMENTED_POOL"; break;
-    case VK_ERROR_OUT_OF_POOL_MEMORY: name = "VK_ERROR_OUT_OF_POOL_MEMORY"; break;
-    case VK_TIMEOUT: name = "VK_TIMEOUT"; break;
-    default: break;
+    case VK_ERROR_OUT_OF_HOST_MEMORY:
+      name = "VK_ERROR_OUT_OF_HOST_MEMORY";
+      break;
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+      name = "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+      break;
+    case VK_ERROR_INITIALIZATION_FAILED:
+      name = "VK_ERROR_INITIALIZATION_FAILED";
+      break;
+    case VK_ERROR_DEVICE_LOST:
+      name = "VK_ERROR_DEVICE_LOST";
+      break;
+    case VK_ERROR_LAYER_NOT_PRESENT:
+      name = "VK_ERROR_LAYER_NOT_PRESENT";
+      break;
+    case VK_ERROR_EXTENSION_NOT_PRESENT:
+      name = "VK_ERROR_EXTENSION_NOT_PRESENT";
+      break;
+    case VK_ERROR_FEATURE_NOT_PRESENT:
+      name = "VK_ERROR_FEATURE_NOT_PRESENT";
+      break;
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      name = "VK_ERROR_INCOMPATIBLE_DRIVER";
+      break;
+    case VK_ERROR_TOO_MANY_OBJECTS:
+      name = "VK_ERROR_TOO_MANY_OBJECTS";
+      break;
+    case VK_ERROR_FRAGMENTED_POOL:
+      name = "VK_ERROR_FRAGMENTED_POOL";
+      break;
+    case VK_ERROR_OUT_OF_POOL_MEMORY:
+      name = "VK_ERROR_OUT_OF_POOL_MEMORY";
+      break;
+    case VK_TIMEOUT:
+      name = "VK_TIMEOUT";
+      break;
+    default:
+      break;
   }
-  throw Error(std::string("Vulkan call failed: ") + what + " returned " + name + " (" + std::to_string(r) + ")");
+  throw Error(std::string("Vulkan call failed: ") + what + " returned " + name + " (" + std::to_string(r) +
+              ")");
 }
 
 VKAPI_ATTR VkBool32 VKAPI_CALL Context::on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
@@ -134,7 +176,9 @@ Context::Context(const ContextOptions& options) {
   }
 }
 
-Context::~Context() { destroy(); }
+Context::~Context() {
+  destroy();
+}
 
 void Context::destroy() {
   if (device_) {
@@ -158,7 +202,8 @@ void Context::create_instance(bool validation) {
   uint32_t loader_version = VK_API_VERSION_1_0;
   vkEnumerateInstanceVersion(&loader_version);
   if (loader_version < VK_API_VERSION_1_2)
-    throw Error("the Vulkan loader is version " + version_str(loader_version) + "; meganeura needs 1.2 or newer");
+    throw Error("the Vulkan loader is version " + version_str(loader_version) +
+                "; meganeura needs 1.2 or newer");
 
   uint32_t n = 0;
   vkEnumerateInstanceLayerProperties(&n, nullptr);
@@ -188,12 +233,13 @@ void Context::create_instance(bool validation) {
     flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
   }
 
-  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  auto app = make<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
   app.pApplicationName = "meganeura";
   app.pEngineName = "meganeura";
   app.apiVersion = VK_API_VERSION_1_3;  // the highest we use; 1.2 devices still work through this instance
 
-  VkDebugUtilsMessengerCreateInfoEXT messenger_info{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+  auto messenger_info =
+      make<VkDebugUtilsMessengerCreateInfoEXT>(VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT);
   messenger_info.messageSeverity =
       VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
   messenger_info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
@@ -202,7 +248,7 @@ void Context::create_instance(bool validation) {
   messenger_info.pfnUserCallback = &Context::on_debug_message;
   messenger_info.pUserData = this;
 
-  VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  auto ci = make<VkInstanceCreateInfo>(VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
   ci.flags = flags;
   ci.pApplicationInfo = &app;
   ci.enabledLayerCount = static_cast<uint32_t>(enabled_layers.size());
@@ -227,7 +273,8 @@ void Context::choose_device(const std::string& selector) {
   physical_devices_.resize(n);
   check(vkEnumeratePhysicalDevices(instance_, &n, physical_devices_.data()), "vkEnumeratePhysicalDevices");
   if (n == 0)
-    throw Error("no Vulkan device found (on a machine without a GPU install mesa-vulkan-drivers for lavapipe)");
+    throw Error(
+        "no Vulkan device found (on a machine without a GPU install mesa-vulkan-drivers for lavapipe)");
 
   for (uint32_t i = 0; i < n; ++i) {
     VkPhysicalDeviceProperties p;
@@ -241,8 +288,9 @@ void Context::choose_device(const std::string& selector) {
     d.device_id = p.deviceID;
     std::copy(std::begin(p.pipelineCacheUUID), std::end(p.pipelineCacheUUID), d.pipeline_cache_uuid.begin());
     if (p.apiVersion >= VK_API_VERSION_1_2) {
-      VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
-      VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &driver};
+      auto driver =
+          make<VkPhysicalDeviceDriverProperties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES);
+      auto p2 = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &driver);
       vkGetPhysicalDeviceProperties2(physical_devices_[i], &p2);
       d.driver = std::string(driver.driverName) + " " + driver.driverInfo;
     }
@@ -264,10 +312,12 @@ void Context::choose_device(const std::string& selector) {
         break;
       }
     if (!chosen) chosen = order[0];  // fails below with the 1.2 message, naming the device
-  } else if (std::all_of(selector.begin(), selector.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  } else if (std::all_of(selector.begin(), selector.end(),
+                         [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
     const unsigned long idx = std::strtoul(selector.c_str(), nullptr, 10);
     if (idx >= n)
-      throw Error("MGN_DEVICE/device index " + selector + " is out of range; devices:" + device_list(devices_));
+      throw Error("MGN_DEVICE/device index " + selector +
+                  " is out of range; devices:" + device_list(devices_));
     chosen = static_cast<uint32_t>(idx);
   } else {
     const std::string want = lower(selector);
@@ -277,8 +327,8 @@ void Context::choose_device(const std::string& selector) {
         break;
       }
     if (!chosen)
-      throw Error("no Vulkan device name contains '" + selector + "' (MGN_DEVICE/device option); devices:" +
-                  device_list(devices_));
+      throw Error("no Vulkan device name contains '" + selector +
+                  "' (MGN_DEVICE/device option); devices:" + device_list(devices_));
   }
   physical_ = physical_devices_[*chosen];
   info_ = devices_[*chosen];
@@ -301,19 +351,22 @@ void Context::create_device() {
   std::optional<uint32_t> family;
   for (uint32_t i = 0; i < n; ++i) {
     if (!(families[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) continue;
-    if (!family || (families[*family].timestampValidBits == 0 && families[i].timestampValidBits > 0)) family = i;
+    if (!family || (families[*family].timestampValidBits == 0 && families[i].timestampValidBits > 0))
+      family = i;
   }
   mark(Feature::ComputeQueue, family.has_value());
 
   // Feature query chain. 1.3 structs may only be chained on 1.3 devices.
-  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
-  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
-  VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_nv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  auto f11 = make<VkPhysicalDeviceVulkan11Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES);
+  auto f12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+  auto f13 = make<VkPhysicalDeviceVulkan13Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES);
+  auto coop_nv = make<VkPhysicalDeviceCooperativeMatrixFeaturesNV>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV);
   CoopMatrixFeaturesKHR coop_khr{kCoopMatrixFeaturesKHRType, nullptr, VK_FALSE, VK_FALSE};
-  VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  auto f2 = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
   const bool has_coop_nv_ext = has_extension(exts, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-  const bool has_coop_khr_ext = has_extension(exts, kCoopMatrixKHRExtension);
+  coop_matrix_khr_driver_only_ = has_extension(exts, kCoopMatrixKHRExtension) && !kHeadersKnowCoopMatrixKHR;
+  const bool has_coop_khr_ext = has_extension(exts, kCoopMatrixKHRExtension) && kHeadersKnowCoopMatrixKHR;
   const bool has_budget_ext = has_extension(exts, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   if (has(Feature::Vulkan12)) {
     void** tail = &f2.pNext;
@@ -330,9 +383,11 @@ void Context::create_device() {
   }
 
   // Properties chain.
-  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
-  VkPhysicalDeviceVulkan13Properties p13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_PROPERTIES};
-  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &subgroup};
+  auto subgroup =
+      make<VkPhysicalDeviceSubgroupProperties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES);
+  auto p13 =
+      make<VkPhysicalDeviceVulkan13Properties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_PROPERTIES);
+  auto p2 = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &subgroup);
   if (is13) subgroup.pNext = &p13;
   vkGetPhysicalDeviceProperties2(physical_, &p2);
   const VkPhysicalDeviceLimits& L = p2.properties.limits;
@@ -359,8 +414,9 @@ void Context::create_device() {
 
   // Limits.
   vkGetPhysicalDeviceMemoryProperties(physical_, &memory_properties_);
-  VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
-  VkPhysicalDeviceProperties2 p2b{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3};
+  auto m3 = make<VkPhysicalDeviceMaintenance3Properties>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
+  auto p2b = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3);
   vkGetPhysicalDeviceProperties2(physical_, &p2b);
   limits_.subgroup_size = subgroup.subgroupSize;
   limits_.min_subgroup_size = has(Feature::SubgroupSizeControl) ? p13.minSubgroupSize : subgroup.subgroupSize;
@@ -389,16 +445,18 @@ void Context::create_device() {
       host_visible_device_local = true;
   // Discrete GPUs with resizable BAR also have such a type, but host reads through it cross PCIe uncached:
   // staging stays the faster path there.
-  limits_.unified_memory = host_visible_device_local && (info_.type == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU ||
-                                                         info_.type == VK_PHYSICAL_DEVICE_TYPE_CPU);
+  limits_.unified_memory =
+      host_visible_device_local &&
+      (info_.type == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || info_.type == VK_PHYSICAL_DEVICE_TYPE_CPU);
 
   // Enable exactly what the table found; everything else stays off so a kernel that needs more fails loudly.
-  VkPhysicalDeviceVulkan11Features e11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
-  VkPhysicalDeviceVulkan12Features e12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  VkPhysicalDeviceVulkan13Features e13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
-  VkPhysicalDeviceCooperativeMatrixFeaturesNV e_nv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  auto e11 = make<VkPhysicalDeviceVulkan11Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES);
+  auto e12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+  auto e13 = make<VkPhysicalDeviceVulkan13Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES);
+  auto e_nv = make<VkPhysicalDeviceCooperativeMatrixFeaturesNV>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV);
   CoopMatrixFeaturesKHR e_khr{kCoopMatrixFeaturesKHRType, nullptr, VK_FALSE, VK_FALSE};
-  VkPhysicalDeviceFeatures2 e2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  auto e2 = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
   void** tail = &e2.pNext;
   auto chain = [&tail](auto& s) {
     *tail = &s;
@@ -434,11 +492,11 @@ void Context::create_device() {
   if (has(Feature::MemoryBudget)) enabled_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
 
   const float priority = 1.0f;
-  VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  auto qci = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
   qci.queueFamilyIndex = *family;
   qci.queueCount = 1;
   qci.pQueuePriorities = &priority;
-  VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &e2};
+  auto dci = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &e2);
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
   dci.enabledExtensionCount = static_cast<uint32_t>(enabled_exts.size());
@@ -455,12 +513,14 @@ std::string Context::feature_report() const {
   for (const auto& row : kFeatureTable) {
     s << "  " << (has(row.feature) ? "[x] " : "[ ] ") << row.name << (row.required ? " (required)" : "");
     if (!has(row.feature)) s << ": " << row.when_missing;
+    if (row.feature == Feature::CooperativeMatrixKHR && coop_matrix_khr_driver_only_)
+      s << " [the driver has it; this build's Vulkan headers predate it]";
     s << "\n";
   }
   s << "  subgroup " << limits_.subgroup_size << " (" << limits_.min_subgroup_size << ".."
     << limits_.max_subgroup_size << "), shared memory " << limits_.max_shared_memory << " B, storage range "
-    << limits_.max_storage_buffer_range << " B, max allocation " << limits_.max_memory_allocation_size << " B, "
-    << (limits_.unified_memory ? "unified memory" : "discrete memory (staging)") << "\n";
+    << limits_.max_storage_buffer_range << " B, max allocation " << limits_.max_memory_allocation_size
+    << " B, " << (limits_.unified_memory ? "unified memory" : "discrete memory (staging)") << "\n";
   return s.str();
 }
 

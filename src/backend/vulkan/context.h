@@ -106,7 +106,8 @@ const char* device_type_name(VkPhysicalDeviceType t);
 struct ContextOptions {
   // nullopt: follow env MGN_VALIDATION=1. Validation needs the vulkan-validationlayers package.
   std::optional<bool> validation;
-  // Index or case-insensitive name substring; empty: env MGN_DEVICE, else discrete > integrated > virtual > CPU.
+  // Index or case-insensitive name substring; empty: env MGN_DEVICE, else discrete > integrated > virtual >
+  // CPU.
   std::string device;
 };
 
@@ -159,6 +160,7 @@ class Context {
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   bool validation_ = false;
+  bool coop_matrix_khr_driver_only_ = false;
 
   DeviceInfo info_;
   DeviceLimits limits_;
@@ -171,6 +173,16 @@ class Context {
   mutable std::mutex messages_mutex_;
   std::vector<std::string> messages_;
 };
+
+// A Vulkan info struct, zeroed, with sType (and pNext) set. `T x{TYPE}` would trip
+// -Wmissing-field-initializers.
+template <class T>
+T make(VkStructureType type, void* next = nullptr) {
+  T s{};
+  s.sType = type;
+  s.pNext = next;
+  return s;
+}
 
 // Throws mgn::Error naming the call and the VkResult; for Vulkan failures a user can hit (OOM, lost device).
 void check(VkResult r, const char* what);

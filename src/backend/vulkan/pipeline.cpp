@@ -1,0 +1,254 @@
+// Pipeline creation, deduplication and the on-disk VkPipelineCache.
+#include "backend/vulkan/pipeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "codegen/shader_compiler.h"
+#include "mgn/types.h"
+
+namespace mgn::vk {
+namespace {
+
+uint64_t desc_hash(const PipelineDesc& d) {
+  uint64_t h = codegen::fnv1a64(d.spirv.data(), d.spirv.size() * sizeof(uint32_t));
+  const uint32_t layout[3] = {d.num_buffers, d.push_constant_bytes, d.required_subgroup_size};
+  return codegen::fnv1a64(layout, sizeof layout, h);
+}
+
+bool same_pipeline(const PipelineDesc& a, const PipelineDesc& b) {
+  return a.num_buffers == b.num_buffers && a.push_constant_bytes == b.push_constant_bytes &&
+         a.required_subgroup_size == b.required_subgroup_size && a.spirv == b.spirv;
+}
+
+std::string hex_bytes(const uint8_t* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += digits[p[i] >> 4], s += digits[p[i] & 15];
+  return s;
+}
+
+// The header Vulkan puts in front of cache data (VkPipelineCacheHeaderVersionOne).
+bool header_matches(const std::vector<char>& data, const DeviceInfo& info) {
+  if (data.size() < 32) return false;
+  uint32_t words[4];
+  std::memcpy(words, data.data(), 16);
+  return words[0] >= 32 && words[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE && words[2] == info.vendor_id &&
+         words[3] == info.device_id &&
+         std::memcmp(data.data() + 16, info.pipeline_cache_uuid.data(), 16) == 0;
+}
+
+}  // namespace
+
+PipelineCache::PipelineCache(Context& ctx, std::string cache_dir) : ctx_(ctx) {
+  std::vector<char> initial;
+  if (!cache_dir.empty()) {
+    const auto& i = ctx.info();
+    // One file per driver build: the UUID changes with the driver, and a stale file would only be ignored.
+    cache_file_ =
+        (std::filesystem::path(cache_dir) /
+         ("pipelines-" + hex_bytes(i.pipeline_cache_uuid.data(), i.pipeline_cache_uuid.size()) + ".bin"))
+            .string();
+    std::ifstream in(cache_file_, std::ios::binary);
+    if (in) initial.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!header_matches(initial, i)) initial.clear();
+    loaded_from_disk_ = !initial.empty();
+  }
+  auto ci = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
+  ci.initialDataSize = initial.size();
+  ci.pInitialData = initial.empty() ? nullptr : initial.data();
+  check(vkCreatePipelineCache(ctx.device(), &ci, nullptr, &cache_), "vkCreatePipelineCache");
+}
+
+PipelineCache::~PipelineCache() {
+  VkDevice dev = ctx_.device();
+  save();
+  for (auto& [hash, list] : entries_)
+    for (auto& e : list)
+      if (e->pipeline.pipeline) vkDestroyPipeline(dev, e->pipeline.pipeline, nullptr);
+  for (auto& [key, layout] : pipeline_layouts_) vkDestroyPipelineLayout(dev, layout, nullptr);
+  for (auto& [n, layout] : set_layouts_) vkDestroyDescriptorSetLayout(dev, layout, nullptr);
+  vkDestroyPipelineCache(dev, cache_, nullptr);
+}
+
+void PipelineCache::save() const {
+  if (cache_file_.empty()) return;
+  size_t size = 0;
+  if (vkGetPipelineCacheData(ctx_.device(), cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
+  std::vector<char> data(size);
+  if (vkGetPipelineCacheData(ctx_.device(), cache_, &size, data.data()) != VK_SUCCESS) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(cache_file_).parent_path(), ec);
+  const std::string tmp = cache_file_ + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out.write(data.data(), std::streamsize(size))) {
+      out.close();
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, cache_file_, ec);  // atomic: readers see the old or the new file
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+PipelineCache::Stats PipelineCache::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void PipelineCache::check_desc(const PipelineDesc& d) const {
+  const DeviceLimits& L = ctx_.limits();
+  const std::string who = "pipeline '" + d.name + "'";
+  if (d.spirv.empty() || d.spirv[0] != 0x07230203u)
+    throw Error(who + ": the SPIR-V is empty or lacks its magic number");
+  if (d.num_buffers > L.max_storage_buffers_per_stage)
+    throw Error(who + " binds " + std::to_string(d.num_buffers) + " storage buffers; the device allows " +
+                std::to_string(L.max_storage_buffers_per_stage) + " per stage");
+  if (d.push_constant_bytes % 4 || d.push_constant_bytes > L.max_push_constants_size)
+    throw Error(who + " has " + std::to_string(d.push_constant_bytes) +
+                " bytes of push constants; need a multiple of 4 and at most " +
+                std::to_string(L.max_push_constants_size));
+  if (d.required_subgroup_size) {
+    if (!ctx_.has(Feature::SubgroupSizeControl))
+      throw Error(who + " requires subgroup size " + std::to_string(d.required_subgroup_size) +
+                  " but the device lacks subgroupSizeControl");
+    if (!std::has_single_bit(d.required_subgroup_size) || d.required_subgroup_size < L.min_subgroup_size ||
+        d.required_subgroup_size > L.max_subgroup_size)
+      throw Error(who + " requires subgroup size " + std::to_string(d.required_subgroup_size) +
+                  "; the device supports " + std::to_string(L.min_subgroup_size) + ".." +
+                  std::to_string(L.max_subgroup_size));
+  }
+}
+
+VkDescriptorSetLayout PipelineCache::set_layout(uint32_t num_buffers) {
+  // Caller holds mutex_.
+  if (auto it = set_layouts_.find(num_buffers); it != set_layouts_.end()) return it->second;
+  std::vector<VkDescriptorSetLayoutBinding> bindings(num_buffers);
+  for (uint32_t i = 0; i < num_buffers; ++i)
+    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  auto ci = make<VkDescriptorSetLayoutCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO);
+  ci.bindingCount = num_buffers;
+  ci.pBindings = bindings.data();
+  VkDescriptorSetLayout layout;
+  check(vkCreateDescriptorSetLayout(ctx_.device(), &ci, nullptr, &layout), "vkCreateDescriptorSetLayout");
+  return set_layouts_[num_buffers] = layout;
+}
+
+VkPipelineLayout PipelineCache::pipeline_layout(uint32_t num_buffers, uint32_t push_bytes) {
+  // Caller holds mutex_.
+  const auto key = std::make_pair(num_buffers, push_bytes);
+  if (auto it = pipeline_layouts_.find(key); it != pipeline_layouts_.end()) return it->second;
+  VkDescriptorSetLayout sl = set_layout(num_buffers);
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+  auto ci = make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
+  ci.setLayoutCount = 1;
+  ci.pSetLayouts = &sl;
+  ci.pushConstantRangeCount = push_bytes ? 1 : 0;
+  ci.pPushConstantRanges = push_bytes ? &range : nullptr;
+  VkPipelineLayout layout;
+  check(vkCreatePipelineLayout(ctx_.device(), &ci, nullptr, &layout), "vkCreatePipelineLayout");
+  return pipeline_layouts_[key] = layout;
+}
+
+PipelineCache::Entry* PipelineCache::find_or_claim(const PipelineDesc& desc, bool* claimed) {
+  check_desc(desc);
+  const uint64_t h = desc_hash(desc);
+  std::lock_guard lock(mutex_);
+  auto& list = entries_[h];
+  for (auto& e : list)
+    if (same_pipeline(e->desc, desc)) {
+      ++stats_.reused;
+      *claimed = false;
+      return e.get();
+    }
+  auto e = std::make_unique<Entry>();
+  e->desc = desc;
+  e->ready = e->promise.get_future().share();
+  e->pipeline.num_buffers = desc.num_buffers;
+  e->pipeline.push_constant_bytes = desc.push_constant_bytes;
+  e->pipeline.spirv_hash = codegen::fnv1a64(desc.spirv.data(), desc.spirv.size() * sizeof(uint32_t));
+  e->pipeline.name = desc.name;
+  e->pipeline.layout = pipeline_layout(desc.num_buffers, desc.push_constant_bytes);
+  e->pipeline.set_layout = set_layout(desc.num_buffers);
+  ++stats_.created;
+  *claimed = true;
+  list.push_back(std::move(e));
+  return list.back().get();
+}
+
+void PipelineCache::build(Entry& e) {
+  VkDevice dev = ctx_.device();
+  VkShaderModule module = VK_NULL_HANDLE;
+  try {
+    auto mci = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+    mci.codeSize = e.desc.spirv.size() * sizeof(uint32_t);
+    mci.pCode = e.desc.spirv.data();
+    check(vkCreateShaderModule(dev, &mci, nullptr, &module), "vkCreateShaderModule");
+
+    auto subgroup = make<VkPipelineShaderStageRequiredSubgroupSizeCreateInfo>(
+        VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO);
+    subgroup.requiredSubgroupSize = e.desc.required_subgroup_size;
+    auto ci = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
+    ci.stage = make<VkPipelineShaderStageCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
+    ci.stage.pNext = e.desc.required_subgroup_size ? &subgroup : nullptr;
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = module;
+    ci.stage.pName = "main";
+    ci.layout = e.pipeline.layout;
+    // The VkPipelineCache is internally synchronized, so workers share it.
+    const VkResult r = vkCreateComputePipelines(dev, cache_, 1, &ci, nullptr, &e.pipeline.pipeline);
+    if (r != VK_SUCCESS) e.pipeline.pipeline = VK_NULL_HANDLE;
+    check(r, ("vkCreateComputePipelines for '" + e.desc.name + "'").c_str());
+    vkDestroyShaderModule(dev, module, nullptr);
+    e.promise.set_value();
+  } catch (...) {
+    if (module) vkDestroyShaderModule(dev, module, nullptr);
+    e.promise.set_exception(std::current_exception());
+  }
+}
+
+const Pipeline& PipelineCache::get(const PipelineDesc& desc) {
+  bool claimed = false;
+  Entry* e = find_or_claim(desc, &claimed);
+  if (claimed) build(*e);
+  e->ready.get();  // waits if another thread builds it; rethrows its failure
+  return e->pipeline;
+}
+
+std::vector<const Pipeline*> PipelineCache::get_all(const std::vector<PipelineDesc>& descs,
+                                                    unsigned threads) {
+  std::vector<Entry*> entries(descs.size());
+  std::vector<Entry*> to_build;
+  for (size_t i = 0; i < descs.size(); ++i) {
+    bool claimed = false;
+    entries[i] = find_or_claim(descs[i], &claimed);
+    if (claimed) to_build.push_back(entries[i]);
+  }
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = unsigned(std::min<size_t>(threads, to_build.size()));
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < to_build.size();) build(*to_build[i]);  // build() never throws
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();  // this thread works too
+  for (auto& t : pool) t.join();
+
+  std::vector<const Pipeline*> out(descs.size());
+  for (size_t i = 0; i < descs.size(); ++i) {
+    entries[i]->ready.get();
+    out[i] = &entries[i]->pipeline;
+  }
+  return out;
+}
+
+}  // namespace mgn::vk
