@@ -15,7 +15,7 @@ def write_safetensors(path, tensors, metadata):
     header = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
     blobs, off = [], 0
     for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.array(arr, order="C", copy=True)  # (ascontiguousarray would turn rank 0 into rank 1)
         raw = arr.tobytes()
         header[name] = {"dtype": _TAGS[arr.dtype], "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)

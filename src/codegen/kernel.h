@@ -1,0 +1,82 @@
+// The codegen contract: every IR node lowers to a short list of compute kernels (usually one), each with
+// readable GLSL specialized to the node's shapes and to the device, and the buffers it binds. The Vulkan
+// backend compiles, dedups and dispatches them in order with a barrier between consecutive kernels of one
+// node; scratch buffers live only for the node's kernels.
+//
+// Storage convention on the GPU (all backends' kernels agree on it): every tensor is a tightly packed
+// row-major array of 32-bit words — f32 as float, i32 as int, bool as uint 0/1. (f16/bf16 storage is a
+// later extension; such nodes compute and store f32 and round values to their dtype in the epilogue.)
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace mgn::codegen {
+
+// What generators may specialize on.
+struct DeviceCaps {
+  uint32_t subgroup_size = 32;
+  uint32_t max_shared_bytes = 32768;
+  uint32_t max_workgroup_invocations = 1024;
+  std::array<uint32_t, 3> max_workgroup_count = {65535, 65535, 65535};
+  uint64_t max_storage_buffer_range = 128ull << 20;
+  bool cooperative_matrix_nv = false;  // GL_NV_cooperative_matrix usable (f16 x f16 -> f32)
+};
+
+enum class BindingKind : uint8_t {
+  Input,    // index: which input of the node
+  Output,   // the node's result
+  Scratch,  // index: into Lowering::scratch_words
+};
+
+struct Binding {
+  BindingKind kind = BindingKind::Input;
+  int index = 0;
+  bool written = false;  // the kernel writes it (for barriers and aliasing decisions)
+};
+
+struct Kernel {
+  std::string name;                  // e.g. "matmul_64x64_t0_1"; shown in dumps and timings
+  std::string glsl;                  // complete "#version 450" compute shader; bindings at set 0, 0..N-1
+  std::vector<Binding> bindings;     // binding i of the shader is bindings[i]
+  std::array<uint32_t, 3> groups{};  // vkCmdDispatch counts (each within max_workgroup_count)
+  uint32_t required_subgroup_size = 0;
+  bool scalar_block_layout = false;  // uses GL_EXT_scalar_block_layout
+};
+
+struct Lowering {
+  std::vector<Kernel> kernels;              // run in order; barrier between consecutive ones
+  std::vector<uint64_t> scratch_words;      // sizes of the node's scratch buffers (32-bit words)
+  bool output_zero_filled = false;          // the backend must zero the output before kernel 0
+};
+
+// Everything a generator reads about one node.
+struct LowerContext {
+  const ir::Graph& graph;
+  const ir::Node& node;
+  const DeviceCaps& caps;
+  const ir::Node& input(int i) const { return graph.node(node.inputs[static_cast<size_t>(i)]); }
+};
+
+// Dispatches on the node's op (exhaustive switch in lower.cpp). Throws mgn::Error for source/state ops,
+// which own memory but have no kernel.
+Lowering lower_node(const LowerContext& ctx);
+
+// One generator per archetype family; each handles every op of its family (lower.cpp routes by op).
+Lowering lower_pointwise(const LowerContext& ctx);  // unary/binary/ternary/compare/cast/grad helpers/rope
+Lowering lower_reduction(const LowerContext& ctx);  // reduce_*, argmax, softmax, log_softmax, logsumexp
+Lowering lower_matmul(const LowerContext& ctx);     // matmul (batched, broadcast, transposes)
+Lowering lower_norm(const LowerContext& ctx);       // layer/rms/group/batch norm and their *_grad
+Lowering lower_conv(const LowerContext& ctx);       // conv2d (+grads), pools (+grads), upsample (+grad)
+Lowering lower_attention(const LowerContext& ctx);  // attention, attention_lse, attention_grad_{q,k,v}
+Lowering lower_data(const LowerContext& ctx);       // reshape/permute/slice/concat/pad/expand/gather/one_hot
+Lowering lower_loss(const LowerContext& ctx);       // cross_entropy, cross_entropy_grad
+
+// Ceil division for workgroup counts.
+constexpr uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace mgn::codegen
