@@ -42,3 +42,44 @@ std::vector<double> random_uniform(size_t n, uint64_t seed, double lo, double hi
 }
 
 }  // namespace mgn::test
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace mgn::test {
+
+std::string make_temp_dir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  namespace fs = std::filesystem;
+  fs::path p = fs::temp_directory_path() /
+               ("mgn-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::map<std::string, StoredTensor> run_torch(const std::string& script, const std::vector<StoredTensor>& inputs) {
+  std::string dir = make_temp_dir("torch");
+  std::string in = dir + "/in.safetensors", out = dir + "/out.safetensors", log = dir + "/log.txt";
+  write_safetensors(in, inputs);
+  std::string cmd = std::string(MGN_TORCH_PYTHON) + " " + MGN_SOURCE_DIR + "/" + script + " " + in + " " + out + " > " +
+                    log + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    throw Error("run_torch: '" + cmd + "' failed (status " + std::to_string(rc) + "):\n" + ss.str());
+  }
+  SafetensorsFile file = SafetensorsFile::read(out);
+  std::map<std::string, StoredTensor> result;
+  for (const std::string& n : file.names()) result.emplace(n, file.get(n));
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+}  // namespace mgn::test

@@ -14,3 +14,19 @@ std::vector<double> random_normal(size_t n, uint64_t seed, double scale = 1.0);
 std::vector<double> random_uniform(size_t n, uint64_t seed, double lo, double hi);
 
 }  // namespace mgn::test
+
+#include <map>
+
+#include "mgn/safetensors.h"
+
+namespace mgn::test {
+
+// Runs `/usr/bin/python3 <MGN_SOURCE_DIR>/<script> in.safetensors out.safetensors` in a fresh temporary
+// directory with `inputs` written to in.safetensors, and returns the tensors of out.safetensors by name.
+// Throws mgn::Error with the script's output when it fails. This is how tests reach PyTorch.
+std::map<std::string, StoredTensor> run_torch(const std::string& script, const std::vector<StoredTensor>& inputs);
+
+// A fresh empty directory under the system temp dir (removed by the caller if it wants).
+std::string make_temp_dir(const std::string& tag);
+
+}  // namespace mgn::test
