@@ -1,0 +1,102 @@
+// A compiled graph bound to a backend: feed inputs, step (train) or run (infer), read outputs and state.
+//
+//   auto session = mgn::compile(g, {.mode = mgn::Mode::Train, .optimizer = mgn::AdamW{.lr = 1e-3}});
+//   session.set_input("x", images);          // host span, shape-checked
+//   session.set_input("labels", labels);
+//   session.step();                          // forward + backward + update, one run of the engine
+//   float l = session.read_scalar("loss");
+//   session.save_checkpoint("cnn.safetensors");
+//
+//   auto infer = mgn::compile(g_infer, {.mode = mgn::Mode::Infer});
+//   infer.load_checkpoint("cnn.safetensors");  // parameters by name; optimizer state is ignored
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mgn/graph.h"
+#include "mgn/optim.h"
+
+namespace mgn {
+
+enum class Mode : uint8_t { Train, Infer };
+// Auto: a GPU engine when one is available, else the CPU reference executor.
+enum class Backend : uint8_t { Auto, Cpu, Vulkan };
+const char* backend_name(Backend b);
+Backend backend_from_name(const std::string& s);  // "auto", "cpu", "vulkan"
+
+struct CompileOptions {
+  Mode mode = Mode::Infer;
+  Optimizer optimizer = AdamW{};
+  UpdateOptions update;  // gradient clipping, per-parameter lr multipliers
+  Schedule schedule;     // on top of the optimizer's lr
+  Backend backend = Backend::Auto;
+  std::string loss = "loss";  // Train: the output differentiated
+  // Train: gradients already in the graph (parameter name -> gradient); empty = run mgn::backward on `loss`.
+  std::map<std::string, Tensor> gradients;
+};
+
+struct LoadOptions {
+  // A training session may start from parameters alone (fine-tuning): missing "optim.*" state then
+  // keeps its initial value and the step count restarts at 0.
+  bool require_optimizer_state = true;
+};
+
+class Session {
+ public:
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+
+  Mode mode() const;
+  const char* backend() const;  // "cpu", "vulkan"
+
+  // Host values for a graph input; the count and dtype must match (throws naming the input otherwise).
+  void set_input(const std::string& name, std::span<const float> values);
+  void set_input(const std::string& name, std::span<const int32_t> values);
+  void set_input(const std::string& name, const std::vector<float>& values) {
+    set_input(name, std::span<const float>(values));
+  }
+  void set_input(const std::string& name, const std::vector<int32_t>& values) {
+    set_input(name, std::span<const int32_t>(values));
+  }
+
+  void step();  // Train: forward + backward + update; the lr comes from the schedule
+  void run();   // evaluate the outputs without training (Infer; in Train mode it throws)
+
+  // An output (after run/step), or a parameter / state tensor by name.
+  std::vector<float> read(const std::string& name);
+  float read_scalar(const std::string& name);
+  void write_parameter(const std::string& name, std::span<const float> values);
+  Shape shape_of(const std::string& name) const;  // of an output, input, parameter or state
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  std::vector<std::string> state_names() const;  // parameters, then state, in graph order
+
+  // Learning rate: set_lr replaces the base lr the schedule scales; lr() is the one the next step uses.
+  void set_lr(double base);
+  double lr() const;
+  int64_t step_count() const;
+
+  void save_checkpoint(const std::string& path);
+  void load_checkpoint(const std::string& path, const LoadOptions& opt = {});
+
+  const UpdatePlan* update_plan() const;  // Train only
+
+  struct Impl;
+
+ private:
+  explicit Session(std::unique_ptr<Impl> impl);
+  friend Session compile(Graph& g, const CompileOptions& opt);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Compiles `g` for a backend. In Train mode the backward pass (unless opt.gradients is given) and the
+// optimizer update are appended to `g` itself, so compile a training graph once.
+Session compile(Graph& g, const CompileOptions& opt = {});
+
+}  // namespace mgn

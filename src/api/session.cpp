@@ -1,0 +1,278 @@
+// Session: compiles a graph (appending backward + optimizer in Train mode), binds it to an engine, checks
+// every host transfer against the graph, and saves/loads checkpoints by parameter name.
+#include "mgn/session.h"
+
+#include <cmath>
+#include <set>
+
+#include "api/engine.h"
+#include "ir/graph.h"
+#include "mgn/checkpoint.h"
+
+#if __has_include("mgn/autodiff.h")
+#include "mgn/autodiff.h"
+#define MGN_SESSION_HAS_AUTODIFF 1
+#endif
+
+namespace mgn {
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::Auto:
+      return "auto";
+    case Backend::Cpu:
+      return "cpu";
+    case Backend::Vulkan:
+      return "vulkan";
+  }
+  return "?";
+}
+
+Backend backend_from_name(const std::string& s) {
+  if (s == "auto") return Backend::Auto;
+  if (s == "cpu") return Backend::Cpu;
+  if (s == "vulkan") return Backend::Vulkan;
+  throw Error("unknown backend '" + s + "' (expected auto, cpu or vulkan)");
+}
+
+struct Session::Impl {
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<detail::Engine> engine;
+  Mode mode = Mode::Infer;
+  std::optional<UpdatePlan> plan;
+  Schedule schedule;
+  double base_lr = 0;
+  int64_t steps = 0;
+  bool ran = false;
+  std::set<std::string> plan_inputs;
+
+  const ir::Node* named(const std::string& name) const {
+    auto id = graph->find_named(name);
+    return id ? &graph->node(*id) : nullptr;
+  }
+  const ir::Node& input_node(const std::string& name, DType given) const {
+    const ir::Node* n = named(name);
+    if (!n || n->op != ir::Op::Input) throw Error("set_input: the graph has no input named '" + name + "'");
+    if (plan_inputs.count(name))
+      throw Error("set_input: '" + name + "' is fed by the session itself (use set_lr for the learning rate)");
+    bool int_input = n->dtype == DType::I32 || n->dtype == DType::Bool;
+    if (int_input != (given == DType::I32))
+      throw Error("set_input '" + name + "': the input has dtype " + dtype_name(n->dtype) + ", got " +
+                  (given == DType::I32 ? "int32" : "float") + " values");
+    return *n;
+  }
+  void check_count(const ir::Node& n, size_t count) const {
+    if (int64_t(count) != numel(n.shape))
+      throw Error("set_input '" + n.name + "': got " + std::to_string(count) + " values, shape " +
+                  shape_str(n.shape) + " needs " + std::to_string(numel(n.shape)));
+  }
+  bool is_output(const std::string& name) const { return graph->find_output(name).has_value(); }
+  bool is_state(const std::string& name) const {
+    const ir::Node* n = named(name);
+    return n && n->op == ir::Op::Parameter;
+  }
+};
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+Mode Session::mode() const { return impl_->mode; }
+const char* Session::backend() const { return impl_->engine->name(); }
+
+void Session::set_input(const std::string& name, std::span<const float> values) {
+  const ir::Node& n = impl_->input_node(name, DType::F32);
+  impl_->check_count(n, values.size());
+  impl_->engine->set_input(name, std::vector<float>(values.begin(), values.end()));
+}
+
+void Session::set_input(const std::string& name, std::span<const int32_t> values) {
+  const ir::Node& n = impl_->input_node(name, DType::I32);
+  impl_->check_count(n, values.size());
+  if (n.dtype == DType::Bool)
+    for (int32_t v : values)
+      if (v != 0 && v != 1) throw Error("set_input '" + name + "': a bool input takes only 0 or 1, got " + std::to_string(v));
+  impl_->engine->set_input(name, std::vector<int32_t>(values.begin(), values.end()));
+}
+
+void Session::step() {
+  Impl& s = *impl_;
+  if (s.mode != Mode::Train) throw Error("step(): this session was compiled for inference (use run())");
+  std::vector<float> scalars = s.plan->scalar_inputs(lr(), s.steps);
+  for (size_t i = 0; i < scalars.size(); ++i) s.engine->set_input(s.plan->inputs[i], std::vector<float>{scalars[i]});
+  s.engine->run();
+  s.ran = true;
+  ++s.steps;
+}
+
+void Session::run() {
+  if (impl_->mode != Mode::Infer)
+    throw Error("run(): this session was compiled for training (use step(); build an inference graph to evaluate)");
+  impl_->engine->run();
+  impl_->ran = true;
+}
+
+std::vector<float> Session::read(const std::string& name) {
+  Impl& s = *impl_;
+  if (s.is_output(name)) {
+    if (!s.ran) throw Error("read '" + name + "': the session has not run yet");
+    return s.engine->read_output(name);
+  }
+  if (s.is_state(name)) return s.engine->read_state(name);
+  throw Error("read: the graph has no output, parameter or state named '" + name + "'");
+}
+
+float Session::read_scalar(const std::string& name) {
+  std::vector<float> v = read(name);
+  if (v.size() != 1) throw Error("read_scalar '" + name + "': it has " + std::to_string(v.size()) + " values");
+  return v[0];
+}
+
+void Session::write_parameter(const std::string& name, std::span<const float> values) {
+  const ir::Node* n = impl_->named(name);
+  if (!n || n->op != ir::Op::Parameter)
+    throw Error("write_parameter: the graph has no parameter or state named '" + name + "'");
+  if (int64_t(values.size()) != numel(n->shape))
+    throw Error("write_parameter '" + name + "': got " + std::to_string(values.size()) + " values, shape " +
+                shape_str(n->shape) + " needs " + std::to_string(numel(n->shape)));
+  impl_->engine->write_state(name, std::vector<float>(values.begin(), values.end()));
+}
+
+Shape Session::shape_of(const std::string& name) const {
+  if (auto o = impl_->graph->find_output(name)) return impl_->graph->node(*o).shape;
+  if (const ir::Node* n = impl_->named(name)) return n->shape;
+  throw Error("shape_of: the graph has no tensor named '" + name + "'");
+}
+
+std::vector<std::string> Session::input_names() const {
+  std::vector<std::string> r;
+  for (int id : impl_->graph->inputs())
+    if (!impl_->plan_inputs.count(impl_->graph->node(id).name)) r.push_back(impl_->graph->node(id).name);
+  return r;
+}
+
+std::vector<std::string> Session::output_names() const {
+  std::vector<std::string> r;
+  for (auto& [name, id] : impl_->graph->outputs()) r.push_back(name);
+  return r;
+}
+
+std::vector<std::string> Session::state_names() const {
+  std::vector<std::string> r;
+  for (int id : impl_->graph->parameters()) r.push_back(impl_->graph->node(id).name);
+  return r;
+}
+
+void Session::set_lr(double base) {
+  if (!(base >= 0) || !std::isfinite(base)) throw Error("set_lr: the learning rate must be finite and >= 0");
+  impl_->base_lr = base;
+}
+
+double Session::lr() const { return impl_->schedule.lr(impl_->base_lr, impl_->steps); }
+int64_t Session::step_count() const { return impl_->steps; }
+const UpdatePlan* Session::update_plan() const { return impl_->plan ? &*impl_->plan : nullptr; }
+
+void Session::save_checkpoint(const std::string& path) {
+  Impl& s = *impl_;
+  std::vector<StoredTensor> tensors;
+  for (int id : s.graph->parameters()) {
+    const ir::Node& n = s.graph->node(id);
+    std::vector<float> v = s.engine->read_state(n.name);
+    if (is_float(n.dtype)) {
+      tensors.push_back(StoredTensor::from_f32(n.name, n.shape, v, n.dtype));
+    } else {
+      std::vector<int32_t> iv(v.begin(), v.end());
+      tensors.push_back(StoredTensor::from_i32(n.name, n.shape, iv));
+    }
+  }
+  std::map<std::string, std::string> meta;
+  if (s.plan) meta["mgn.optimizer"] = optimizer_name(s.plan->optimizer);
+  write_checkpoint(path, tensors, s.steps, meta);
+}
+
+void Session::load_checkpoint(const std::string& path, const LoadOptions& opt) {
+  Impl& s = *impl_;
+  TensorSet ts = read_tensor_set(path);
+  // Check everything before writing anything, so a bad file leaves the session as it was.
+  std::vector<std::pair<std::string, std::vector<float>>> values;
+  bool have_step = false;
+  for (int id : s.graph->parameters()) {
+    const ir::Node& n = s.graph->node(id);
+    if (!ts.find(n.name) && !opt.require_optimizer_state && n.name.rfind("optim.", 0) == 0) continue;
+    if (!ts.find(n.name))
+      throw Error("checkpoint '" + path + "' has no tensor '" + n.name + "' (the graph expects shape " +
+                  shape_str(n.shape) + ")");
+    values.emplace_back(n.name, ts.values_f32(n.name, n.shape));
+    if (n.name == UpdatePlan::kStepState) have_step = true;
+  }
+  for (auto& [name, v] : values) s.engine->write_state(name, v);
+  if (s.mode == Mode::Train) {
+    if (have_step) {
+      double st = s.engine->read_state(UpdatePlan::kStepState)[0];
+      if (!(st >= 0) || st != std::floor(st))
+        throw Error("checkpoint '" + path + "': optim.step holds " + std::to_string(st) + ", not a step count");
+      s.steps = int64_t(st);
+    } else {
+      s.steps = 0;
+    }
+  }
+}
+
+namespace {
+
+std::map<std::string, Tensor> gradients_for(Graph& g, const CompileOptions& opt) {
+  if (!opt.gradients.empty()) return opt.gradients;
+  auto loss_id = g.ir().find_output(opt.loss);
+  if (!loss_id)
+    throw Error("compile (train): the graph has no output named '" + opt.loss + "' to differentiate");
+#ifdef MGN_SESSION_HAS_AUTODIFF
+  Gradients grads = backward(g, Tensor(&g.ir(), *loss_id));
+  return grads.params;
+#else
+  throw Error("compile (train): automatic differentiation is not built in yet; pass CompileOptions::gradients");
+#endif
+}
+
+std::unique_ptr<detail::Engine> make_engine(Backend b, std::shared_ptr<const ir::Graph> graph) {
+  const detail::EngineFactory* vk = detail::vulkan_engine_factory();
+  switch (b) {
+    case Backend::Cpu:
+      return detail::make_cpu_engine(std::move(graph));
+    case Backend::Vulkan:
+      if (!vk)
+        throw Error("Backend::Vulkan: no Vulkan engine is available in this build (use Backend::Cpu or Auto)");
+      return (*vk)(std::move(graph));
+    case Backend::Auto:
+      if (vk) {
+        try {
+          return (*vk)(graph);
+        } catch (const Error&) {
+          // No usable device: the CPU reference runs every graph.
+        }
+      }
+      return detail::make_cpu_engine(std::move(graph));
+  }
+  throw Error("compile: unknown backend");
+}
+
+}  // namespace
+
+Session compile(Graph& g, const CompileOptions& opt) {
+  auto impl = std::make_unique<Session::Impl>();
+  impl->mode = opt.mode;
+  if (opt.mode == Mode::Train) {
+    opt.schedule.validate();
+    std::map<std::string, Tensor> grads = gradients_for(g, opt);
+    impl->plan = append_optimizer(g, grads, opt.optimizer, opt.update);
+    impl->schedule = opt.schedule;
+    impl->base_lr = base_lr(opt.optimizer);
+    for (const std::string& in : impl->plan->inputs) impl->plan_inputs.insert(in);
+  }
+  g.verify();
+  impl->graph = std::make_shared<const ir::Graph>(g.ir());
+  impl->engine = make_engine(opt.backend, impl->graph);
+  return Session(std::move(impl));
+}
+
+}  // namespace mgn
