@@ -1,0 +1,400 @@
+// Vulkan graph executor: lowering, compile (deduplicated, parallel), storage, one recorded stream per step.
+#include "backend/vulkan/graph_executor.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <set>
+#include <unordered_map>
+
+namespace mgn::vk {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+constexpr uint32_t kNanBits = 0x7fc00000u;
+
+}  // namespace
+
+GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOptions options)
+    : g_(g), ctx_(ctx), opt_(std::move(options)) {
+  ir::verify(g_);
+  alloc_ = std::make_unique<Allocator>(ctx_, opt_.allocator);
+  transfer_ = std::make_unique<Transfer>(ctx_, *alloc_);
+  compiler_ = std::make_unique<codegen::ShaderCompiler>(opt_.cache_dir);
+  pipelines_ = std::make_unique<PipelineCache>(ctx_, opt_.cache_dir);
+  stream_ = std::make_unique<CommandStream>(ctx_, opt_.timestamps);
+  build();
+}
+
+GraphExecutor::~GraphExecutor() {
+  stream_.reset();
+  pipelines_.reset();
+  for (Storage& s : storages_) alloc_->free(s.buffer);
+  transfer_.reset();
+  alloc_.reset();
+}
+
+int GraphExecutor::new_storage(uint64_t words, int owner, const std::string& what) {
+  uint64_t bytes = std::max<uint64_t>(words, 1) * 4;
+  if (bytes > ctx_.limits().max_storage_buffer_range)
+    throw Error(what + " needs " + std::to_string(bytes) + " bytes, more than one kernel binding can address " +
+                "(maxStorageBufferRange = " + std::to_string(ctx_.limits().max_storage_buffer_range) + " bytes)");
+  Storage s;
+  s.buffer = alloc_->allocate(bytes, MemoryKind::Device, what);
+  s.words = std::max<uint64_t>(words, 1);
+  s.owner = owner;
+  storages_.push_back(s);
+  return int(storages_.size()) - 1;
+}
+
+void GraphExecutor::allocate_storage() {
+  const int n = g_.size();
+  need_.assign(size_t(n), false);
+  for (auto& [name, id] : g_.outputs()) need_[size_t(id)] = true;
+  for (int id : g_.assigns()) need_[size_t(id)] = true;
+  for (int i = n - 1; i >= 0; --i)
+    if (need_[size_t(i)])
+      for (int in : g_.node(i).inputs) need_[size_t(in)] = true;
+  for (int id : g_.parameters()) need_[size_t(id)] = true;  // state is readable whether used or not
+
+  // Parameters written by an assign: views of them must not alias (they would show the new value).
+  std::set<int> assigned;
+  for (int id : g_.assigns()) assigned.insert(g_.node(id).inputs[0]);
+
+  storage_of_.assign(size_t(n), -1);
+  for (int i = 0; i < n; ++i) {
+    if (!need_[size_t(i)]) continue;
+    const ir::Node& node = g_.node(i);
+    if (node.op == ir::Op::Assign) {
+      storage_of_[size_t(i)] = storage_of_[size_t(node.inputs[1])];
+      continue;
+    }
+    if (node.op == ir::Op::Reshape) {
+      int src = storage_of_[size_t(node.inputs[0])];
+      int owner = storages_[size_t(src)].owner;
+      if (!assigned.count(owner)) {
+        storage_of_[size_t(i)] = src;
+        continue;
+      }
+    }
+    storage_of_[size_t(i)] = new_storage(uint64_t(numel(node.shape)), i, "tensor " + g_.describe(i));
+  }
+}
+
+void GraphExecutor::build() {
+  auto t0 = std::chrono::steady_clock::now();
+  allocate_storage();
+  const int n = g_.size();
+  std::set<int> assigned;
+  for (int id : g_.assigns()) assigned.insert(g_.node(id).inputs[0]);
+
+  // Initial contents of sources.
+  for (int i = 0; i < n; ++i) {
+    if (!need_[size_t(i)]) continue;
+    const ir::Node& node = g_.node(i);
+    if (node.op == ir::Op::Parameter) {
+      upload_words(storage_of_[size_t(i)], from_float(materialize(node.init, node.shape, node.name), node.dtype,
+                                                      "parameter '" + node.name + "'"));
+    } else if (node.op == ir::Op::Constant) {
+      std::vector<float> v(node.data->begin(), node.data->end());
+      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
+    } else if (node.op == ir::Op::Full) {
+      std::vector<float> v(size_t(numel(node.shape)), float(node.attrs.f("value")));
+      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
+    }
+  }
+  stats_.record_ms += ms_since(t0);
+
+  // Lowering.
+  t0 = std::chrono::steady_clock::now();
+  const DeviceLimits& L = ctx_.limits();
+  codegen::DeviceCaps caps;
+  caps.subgroup_size = L.subgroup_size;
+  caps.max_shared_bytes = L.max_shared_memory;
+  caps.max_workgroup_invocations = L.max_workgroup_invocations;
+  caps.max_workgroup_count = L.max_workgroup_count;
+  caps.max_storage_buffer_range = L.max_storage_buffer_range;
+  caps.cooperative_matrix_nv = ctx_.has(Feature::CooperativeMatrixNV);
+  int zero_storage = -1;
+  for (int i = 0; i < n; ++i) {
+    if (!need_[size_t(i)]) continue;
+    const ir::Node& node = g_.node(i);
+    ir::Archetype arch = ir::op_info(node.op).archetype;
+    if (arch == ir::Archetype::Source || arch == ir::Archetype::State) continue;
+    if (node.op == ir::Op::Reshape && storage_of_[size_t(i)] == storage_of_[size_t(node.inputs[0])]) continue;
+    codegen::Lowering low = codegen::lower_node({g_, node, caps});
+    std::vector<int> scratch;
+    for (size_t s = 0; s < low.scratch_words.size(); ++s)
+      scratch.push_back(new_storage(low.scratch_words[s], i, "scratch " + std::to_string(s) + " of " + g_.describe(i)));
+    if (low.output_zero_filled) {
+      uint64_t words = storages_[size_t(storage_of_[size_t(i)])].words;
+      if (zero_storage < 0 || storages_[size_t(zero_storage)].words < words) {
+        zero_storage = new_storage(words, -1, "zero fill source");
+        transfer_->fill_zero(storages_[size_t(zero_storage)].buffer);
+      }
+      Step z;
+      z.copy_src = zero_storage;
+      z.copy_dst = storage_of_[size_t(i)];
+      z.node_start = true;
+      steps_.push_back(z);
+    }
+    for (size_t k = 0; k < low.kernels.size(); ++k) {
+      codegen::Kernel& kern = low.kernels[k];
+      for (int d = 0; d < 3; ++d)
+        if (kern.groups[size_t(d)] > L.max_workgroup_count[size_t(d)])
+          throw Error(g_.describe(i) + ": kernel " + kern.name + " needs " + std::to_string(kern.groups[size_t(d)]) +
+                      " workgroups in dimension " + std::to_string(d) + ", the device allows " +
+                      std::to_string(L.max_workgroup_count[size_t(d)]));
+      Step st;
+      st.kernel = kernels_.size();
+      st.node_start = k == 0 && !low.output_zero_filled;
+      for (const codegen::Binding& b : kern.bindings) {
+        int sid = -1;
+        switch (b.kind) {
+          case codegen::BindingKind::Input: sid = storage_of_[size_t(node.inputs.at(size_t(b.index)))]; break;
+          case codegen::BindingKind::Output: sid = storage_of_[size_t(i)]; break;
+          case codegen::BindingKind::Scratch: sid = scratch.at(size_t(b.index)); break;
+        }
+        st.storages.push_back(sid);
+        st.writes.push_back(b.written);
+      }
+      kern.name += " %" + std::to_string(i);
+      kernels_.push_back(std::move(kern));
+      steps_.push_back(std::move(st));
+    }
+    poison_.push_back(storage_of_[size_t(i)]);
+  }
+  stats_.lowering_ms = ms_since(t0);
+
+  // GLSL -> SPIR-V, identical sources once, in parallel.
+  t0 = std::chrono::steady_clock::now();
+  std::unordered_map<std::string, size_t> unique;
+  std::vector<size_t> first_of;
+  for (size_t k = 0; k < kernels_.size(); ++k)
+    if (unique.emplace(kernels_[k].glsl, first_of.size()).second) first_of.push_back(k);
+  std::vector<std::future<codegen::SpirV>> futures;
+  for (size_t u = 0; u < first_of.size(); ++u) {
+    const codegen::Kernel& kern = kernels_[first_of[u]];
+    codegen::ShaderOptions so;
+    so.name = kern.name;
+    so.scalar_block_layout = kern.scalar_block_layout;
+    futures.push_back(std::async(std::launch::async, [this, &kern, so] { return compiler_->compile(kern.glsl, so); }));
+  }
+  std::vector<codegen::SpirV> spirv;
+  for (auto& f : futures) spirv.push_back(f.get());
+  stats_.shaderc_ms = ms_since(t0);
+  stats_.unique_kernels = first_of.size();
+
+  t0 = std::chrono::steady_clock::now();
+  std::vector<PipelineDesc> descs;
+  for (size_t u = 0; u < first_of.size(); ++u) {
+    const codegen::Kernel& kern = kernels_[first_of[u]];
+    PipelineDesc d;
+    d.spirv = spirv[u].words;
+    d.num_buffers = uint32_t(kern.bindings.size());
+    d.required_subgroup_size = kern.required_subgroup_size;
+    d.name = kern.name;
+    descs.push_back(std::move(d));
+  }
+  std::vector<const Pipeline*> pipes = pipelines_->get_all(descs);
+  for (Step& st : steps_)
+    if (st.copy_src < 0) st.pipeline = pipes[unique.at(kernels_[st.kernel].glsl)];
+  stats_.pipeline_ms = ms_since(t0);
+
+  // Record: a barrier where a step touches what the current group wrote, or writes what it read, and
+  // always between the kernels of one node.
+  t0 = std::chrono::steady_clock::now();
+  std::set<int> written, read;
+  auto fence = [&] {
+    stream_->barrier();
+    written.clear();
+    read.clear();
+  };
+  for (const Step& st : steps_) {
+    std::vector<int> rs, ws;
+    if (st.pipeline) {
+      for (size_t b = 0; b < st.storages.size(); ++b) (st.writes[b] ? ws : rs).push_back(st.storages[b]);
+    } else {
+      rs = {st.copy_src};
+      ws = {st.copy_dst};
+    }
+    bool conflict = !st.node_start;
+    for (int s : rs) conflict |= written.count(s) > 0;
+    for (int s : ws) conflict |= written.count(s) > 0 || read.count(s) > 0;
+    if (conflict) fence();
+    if (st.pipeline) {
+      std::vector<Buffer> bufs;
+      for (int s : st.storages) bufs.push_back(storages_[size_t(s)].buffer);
+      const codegen::Kernel& kern = kernels_[st.kernel];
+      if (kern.groups[0] && kern.groups[1] && kern.groups[2])
+        stream_->dispatch(*st.pipeline, bufs, kern.groups, nullptr, 0, kern.name);
+    } else {
+      stream_->copy(storages_[size_t(st.copy_src)].buffer, storages_[size_t(st.copy_dst)].buffer,
+                    storages_[size_t(st.copy_dst)].words * 4);
+    }
+    read.insert(rs.begin(), rs.end());
+    written.insert(ws.begin(), ws.end());
+  }
+  // Commit: outputs that view an assigned parameter keep the pre-commit value; assign values that live in
+  // a parameter's storage go through a temporary so every commit reads old values.
+  fence();
+  for (auto& [name, id] : g_.outputs()) {
+    int sid = storage_of_[size_t(id)];
+    if (!assigned.count(storages_[size_t(sid)].owner) || output_copy_.count(id)) continue;
+    int copy = new_storage(storages_[size_t(sid)].words, id, "output '" + name + "'");
+    stream_->copy(storages_[size_t(sid)].buffer, storages_[size_t(copy)].buffer);
+    output_copy_[id] = copy;
+  }
+  std::vector<std::pair<int, int>> commits;  // (src storage, param storage)
+  for (int a : g_.assigns()) {
+    const ir::Node& an = g_.node(a);
+    int src = storage_of_[size_t(an.inputs[1])], dst = storage_of_[size_t(an.inputs[0])];
+    if (src == dst) continue;
+    if (g_.node(storages_[size_t(src)].owner).op == ir::Op::Parameter) {
+      int tmp = new_storage(storages_[size_t(src)].words, a, "commit temporary of " + g_.describe(a));
+      stream_->copy(storages_[size_t(src)].buffer, storages_[size_t(tmp)].buffer);
+      src = tmp;
+    }
+    commits.push_back({src, dst});
+  }
+  fence();
+  for (auto [src, dst] : commits) stream_->copy(storages_[size_t(src)].buffer, storages_[size_t(dst)].buffer);
+  for (auto& [id, s] : output_copy_) poison_.push_back(s);
+  stream_->record();
+  stats_.kernels = stream_->dispatch_count();
+  stats_.barriers = stream_->barrier_count();
+  stats_.record_ms += ms_since(t0);
+}
+
+void GraphExecutor::upload_words(int storage, const std::vector<uint32_t>& words) {
+  const Storage& s = storages_[size_t(storage)];
+  if (words.empty()) return;
+  transfer_->upload(s.buffer, words.data(), words.size() * 4);
+}
+
+std::vector<uint32_t> GraphExecutor::download_words(int storage) {
+  const Storage& s = storages_[size_t(storage)];
+  std::vector<uint32_t> w(s.words);
+  transfer_->download(s.buffer, w.data(), w.size() * 4);
+  return w;
+}
+
+std::vector<float> GraphExecutor::to_float(const std::vector<uint32_t>& w, DType t) const {
+  std::vector<float> r(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (t == DType::I32) r[i] = float(int32_t(w[i]));
+    else if (t == DType::Bool) r[i] = float(w[i]);
+    else std::memcpy(&r[i], &w[i], 4);
+  }
+  return r;
+}
+
+std::vector<uint32_t> GraphExecutor::from_float(const std::vector<float>& v, DType t, const std::string& who) const {
+  std::vector<uint32_t> w(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::I32 || t == DType::Bool) {
+      if (v[i] != std::floor(v[i])) throw Error(who + ": non-integer value " + std::to_string(v[i]) + " for an integer tensor");
+      w[i] = t == DType::Bool ? uint32_t(v[i] != 0) : uint32_t(int32_t(v[i]));
+    } else {
+      std::memcpy(&w[i], &v[i], 4);
+    }
+  }
+  return w;
+}
+
+void GraphExecutor::set_input_words(const std::string& name, size_t count, const std::vector<uint32_t>& words) {
+  upload_words(storage_of_[size_t(*g_.find_named(name))], words);
+  (void)count;
+}
+
+namespace {
+const ir::Node& input_node(const ir::Graph& g, const std::string& name, size_t count) {
+  auto id = g.find_named(name);
+  if (!id || g.node(*id).op != ir::Op::Input) throw Error("set_input: the graph has no input named '" + name + "'");
+  const ir::Node& n = g.node(*id);
+  if (int64_t(count) != numel(n.shape))
+    throw Error("set_input '" + name + "': got " + std::to_string(count) + " values, shape " + shape_str(n.shape) +
+                " needs " + std::to_string(numel(n.shape)));
+  return n;
+}
+}  // namespace
+
+void GraphExecutor::set_input(const std::string& name, const std::vector<float>& values) {
+  const ir::Node& n = input_node(g_, name, values.size());
+  if (!need_[size_t(n.id)]) return;  // an input nothing reads
+  set_input_words(name, values.size(), from_float(values, n.dtype, "set_input '" + name + "'"));
+}
+
+void GraphExecutor::set_input(const std::string& name, const std::vector<int32_t>& values) {
+  const ir::Node& n = input_node(g_, name, values.size());
+  if (!need_[size_t(n.id)]) return;
+  std::vector<uint32_t> w(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (n.dtype == DType::I32) w[i] = uint32_t(values[i]);
+    else if (n.dtype == DType::Bool) w[i] = values[i] != 0;
+    else {
+      float f = float(values[i]);
+      std::memcpy(&w[i], &f, 4);
+    }
+  }
+  set_input_words(name, values.size(), w);
+}
+
+void GraphExecutor::run() {
+  if (opt_.poison)
+    for (int s : poison_) upload_words(s, std::vector<uint32_t>(storages_[size_t(s)].words, kNanBits));
+  stream_->submit();
+}
+
+std::vector<float> GraphExecutor::read_output(const std::string& name) {
+  auto id = g_.find_output(name);
+  if (!id) throw Error("read_output: the graph has no output named '" + name + "'");
+  auto it = output_copy_.find(*id);
+  int sid = it != output_copy_.end() ? it->second : storage_of_[size_t(*id)];
+  const ir::Node& n = g_.node(*id);
+  std::vector<float> r = to_float(download_words(sid), n.dtype);
+  r.resize(size_t(numel(n.shape)));
+  return r;
+}
+
+const ir::Node& GraphExecutor::named_state(const std::string& name) const {
+  auto id = g_.find_named(name);
+  if (!id || g_.node(*id).op != ir::Op::Parameter)
+    throw Error("the graph has no parameter or state named '" + name + "'");
+  return g_.node(*id);
+}
+
+std::vector<float> GraphExecutor::read_state(const std::string& name) {
+  const ir::Node& n = named_state(name);
+  std::vector<float> r = to_float(download_words(storage_of_[size_t(n.id)]), n.dtype);
+  r.resize(size_t(numel(n.shape)));
+  return r;
+}
+
+void GraphExecutor::write_state(const std::string& name, const std::vector<float>& values) {
+  const ir::Node& n = named_state(name);
+  if (int64_t(values.size()) != numel(n.shape))
+    throw Error("write_state '" + name + "': got " + std::to_string(values.size()) + " values, expected " +
+                std::to_string(numel(n.shape)));
+  upload_words(storage_of_[size_t(n.id)], from_float(values, n.dtype, "write_state '" + name + "'"));
+}
+
+std::vector<std::string> GraphExecutor::state_names() const {
+  std::vector<std::string> r;
+  for (int id : g_.parameters()) r.push_back(g_.node(id).name);
+  return r;
+}
+
+std::vector<std::pair<std::string, std::string>> GraphExecutor::kernel_sources() const {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const auto& k : kernels_) r.push_back({k.name, k.glsl});
+  return r;
+}
+
+std::vector<DispatchTiming> GraphExecutor::timings() const { return stream_->timings(); }
+
+}  // namespace mgn::vk

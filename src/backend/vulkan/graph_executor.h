@@ -1,0 +1,109 @@
+// Runs an ir::Graph on a Vulkan device: lowers every node to kernels, compiles and deduplicates them,
+// allocates tensor storage, records one command stream at build time and resubmits it on every run().
+// Semantics follow the CPU executor: inputs, parameters/state from their initializers, constants, full,
+// and assigns committed at the end of the step (reads in the step see the old values).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/vulkan/command.h"
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/memory.h"
+#include "backend/vulkan/pipeline.h"
+#include "codegen/kernel.h"
+#include "codegen/shader_compiler.h"
+#include "ir/graph.h"
+
+namespace mgn::vk {
+
+struct GraphExecutorOptions {
+  std::string cache_dir = codegen::default_cache_dir();  // SPIR-V + pipeline cache; empty: memory only
+  bool timestamps = false;                               // per-kernel GPU timings (where supported)
+  // Fill every computed tensor with NaN before each run (tests: an unwritten element shows up).
+  bool poison = false;
+  AllocatorOptions allocator;
+};
+
+struct CompileStats {
+  double lowering_ms = 0;  // codegen: GLSL generation
+  double shaderc_ms = 0;   // GLSL -> validated SPIR-V (wall time, parallel)
+  double pipeline_ms = 0;  // pipeline creation (wall time, parallel)
+  double record_ms = 0;    // allocation, uploads of parameters/constants, command recording
+  size_t kernels = 0;      // dispatches in the stream
+  size_t unique_kernels = 0;
+  size_t barriers = 0;
+};
+
+class GraphExecutor {
+ public:
+  GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOptions options = {});
+  ~GraphExecutor();
+  GraphExecutor(const GraphExecutor&) = delete;
+  GraphExecutor& operator=(const GraphExecutor&) = delete;
+
+  // Count must match the input's shape; values are converted to the input's dtype.
+  void set_input(const std::string& name, const std::vector<float>& values);
+  void set_input(const std::string& name, const std::vector<int32_t>& values);
+  // One step: submits the recorded stream and waits.
+  void run();
+  // i32/bool outputs are converted to float.
+  std::vector<float> read_output(const std::string& name);
+  std::vector<float> read_state(const std::string& name);
+  void write_state(const std::string& name, const std::vector<float>& values);
+  std::vector<std::string> state_names() const;
+
+  // (kernel name, GLSL) of every dispatched kernel, in dispatch order.
+  std::vector<std::pair<std::string, std::string>> kernel_sources() const;
+  const CompileStats& compile_stats() const { return stats_; }
+  // Per-dispatch GPU times of the last run; throws mgn::Error if timestamps are off or unsupported.
+  std::vector<DispatchTiming> timings() const;
+
+ private:
+  struct Storage {
+    Buffer buffer;
+    uint64_t words = 0;
+    int owner = -1;  // node whose storage this is
+  };
+  struct Step {  // one dispatch or copy of the recorded stream
+    const Pipeline* pipeline = nullptr;
+    size_t kernel = 0;                         // index into kernels_
+    std::vector<int> storages;                 // binding i -> storage id
+    std::vector<bool> writes;                  // binding i is written
+    int copy_src = -1, copy_dst = -1;          // copy step when pipeline is null
+    bool node_start = false;                   // first kernel of a node: barrier only on dependence
+  };
+  void build();
+  void allocate_storage();  // one buffer per tensor for now; the memory planner will replace this
+  int new_storage(uint64_t words, int owner, const std::string& what);
+  void upload_words(int storage, const std::vector<uint32_t>& words);
+  std::vector<uint32_t> download_words(int storage);
+  void set_input_words(const std::string& name, size_t count, const std::vector<uint32_t>& words);
+  const ir::Node& named_state(const std::string& name) const;
+  std::vector<float> to_float(const std::vector<uint32_t>& w, DType t) const;
+  std::vector<uint32_t> from_float(const std::vector<float>& v, DType t, const std::string& who) const;
+
+  ir::Graph g_;
+  Context& ctx_;
+  GraphExecutorOptions opt_;
+  std::unique_ptr<Allocator> alloc_;
+  std::unique_ptr<Transfer> transfer_;
+  std::unique_ptr<codegen::ShaderCompiler> compiler_;
+  std::unique_ptr<PipelineCache> pipelines_;
+  std::unique_ptr<CommandStream> stream_;
+
+  std::vector<bool> need_;
+  std::vector<int> storage_of_;           // node -> storage id (-1: none)
+  std::vector<Storage> storages_;
+  std::map<int, int> output_copy_;        // output node -> storage holding its pre-commit value
+  std::vector<int> poison_;               // storages poisoned before each run
+  std::vector<codegen::Kernel> kernels_;  // in dispatch order
+  std::vector<Step> steps_;
+  std::vector<std::pair<int, int>> zero_fills_;  // (zero source storage, dst) recorded before a node
+  CompileStats stats_;
+};
+
+}  // namespace mgn::vk

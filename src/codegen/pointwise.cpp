@@ -1,0 +1,146 @@
+// Pointwise archetype: one thread per output element; numpy broadcasting is index arithmetic specialized to
+// the operand shapes (identity where a shape equals the output's). Covers unary/binary/compare/where/cast,
+// the derivative helpers and rope.
+#include <cmath>
+
+#include "codegen/glsl_util.h"
+
+namespace mgn::codegen {
+namespace {
+
+using gl::flit;
+using gl::u;
+
+bool is_int(DType t) { return t == DType::I32 || t == DType::Bool; }
+
+// x^e: exact repeated products for small integer exponents (GLSL pow is undefined for x < 0).
+std::string pow_expr(const std::string& x, double e) {
+  if (e == 0.5) return "sqrt(" + x + ")";
+  if (e == std::floor(e) && std::fabs(e) <= 16) {
+    int n = int(std::fabs(e));
+    std::string p = n == 0 ? "1.0" : x;
+    for (int i = 1; i < n; ++i) p += " * " + x;
+    return e < 0 ? "(1.0 / (" + p + "))" : "(" + p + ")";
+  }
+  return "(" + x + " < 0.0 ? mgn_nan() : pow(" + x + ", " + flit(e) + "))";
+}
+
+// The value of the node for one element, in the output's GLSL type; a, b, c are the loaded operands.
+std::string expr(const ir::Node& n, DType in0) {
+  using ir::Op;
+  const bool ints = is_int(in0);
+  switch (n.op) {
+    case Op::Neg: return "-a";
+    case Op::Abs: return "abs(a)";
+    case Op::Exp: return "exp(a)";
+    case Op::Log: return "log(a)";
+    case Op::Sqrt: return "sqrt(a)";
+    case Op::Rsqrt: return "1.0 / sqrt(a)";
+    case Op::Reciprocal: return "1.0 / a";
+    case Op::Square: return "a * a";
+    case Op::Relu: return "a > 0.0 ? a : 0.0";
+    case Op::LeakyRelu: return "a > 0.0 ? a : " + flit(n.attrs.f("alpha")) + " * a";
+    case Op::GeluErf: return "0.5 * a * (1.0 + mgn_erf(a * 0.70710678118654752))";
+    case Op::GeluTanh:
+      return "0.5 * a * (1.0 + mgn_tanh(0.79788456080286536 * (a + 0.044715 * a * a * a)))";
+    case Op::Silu: return "a * mgn_sigmoid(a)";
+    case Op::Sigmoid: return "mgn_sigmoid(a)";
+    case Op::Tanh: return "mgn_tanh(a)";
+    case Op::Softplus: return "a > 20.0 ? a : mgn_log1p(exp(a))";
+    case Op::Erf: return "mgn_erf(a)";
+    case Op::Sin: return "sin(a)";
+    case Op::Cos: return "cos(a)";
+    case Op::PowScalar: return pow_expr("a", n.attrs.f("exponent"));
+    case Op::Clamp: {
+      std::string lo = flit(n.attrs.f("min")), hi = flit(n.attrs.f("max"));
+      return "a < " + lo + " ? " + lo + " : (a > " + hi + " ? " + hi + " : a)";
+    }
+    case Op::Cast: {
+      DType to = n.dtype;
+      if (to == DType::Bool) return ints ? "a != 0 ? 1u : 0u" : "a != 0.0 ? 1u : 0u";
+      if (to == DType::I32) return "int(a)";  // truncates toward zero, like the CPU reference
+      return "float(a)";
+    }
+    case Op::StopGradient: return "a";
+    case Op::ReluGrad: return "a > 0.0 ? b : 0.0";
+    case Op::GeluErfGrad:
+      return "b * (0.5 * (1.0 + mgn_erf(a * 0.70710678118654752)) + a * 0.39894228040143268 * exp(-0.5 * a * a))";
+    case Op::GeluTanhGrad:
+      return "b * (0.5 * (1.0 + mgn_tanh(0.79788456080286536 * (a + 0.044715 * a * a * a))) + 0.5 * a * "
+             "(1.0 - mgn_tanh(0.79788456080286536 * (a + 0.044715 * a * a * a)) * mgn_tanh(0.79788456080286536 * "
+             "(a + 0.044715 * a * a * a))) * 0.79788456080286536 * (1.0 + 3.0 * 0.044715 * a * a))";
+    case Op::SiluGrad: return "b * mgn_sigmoid(a) * (1.0 + a * (1.0 - mgn_sigmoid(a)))";
+    case Op::Add: return "a + b";
+    case Op::Sub: return "a - b";
+    case Op::Mul: return "a * b";
+    case Op::Div: return "a / b";  // int: truncation toward zero
+    case Op::Maximum: return ints ? "max(a, b)" : "(isnan(a) || isnan(b)) ? mgn_nan() : max(a, b)";
+    case Op::Minimum: return ints ? "min(a, b)" : "(isnan(a) || isnan(b)) ? mgn_nan() : min(a, b)";
+    case Op::Equal: return "a == b ? 1u : 0u";
+    case Op::NotEqual: return "a != b ? 1u : 0u";
+    case Op::Less: return "a < b ? 1u : 0u";
+    case Op::LessEqual: return "a <= b ? 1u : 0u";
+    case Op::Greater: return "a > b ? 1u : 0u";
+    case Op::GreaterEqual: return "a >= b ? 1u : 0u";
+    case Op::Where: return "a != 0u ? b : c";
+    default: break;
+  }
+  throw Error(std::string("internal: ") + ir::op_name(n.op) + " is not a pointwise op");
+}
+
+Lowering lower_rope(const LowerContext& ctx) {
+  const ir::Node& n = ctx.node;
+  const Shape& xs = ctx.input(0).shape;
+  const int64_t D = xs.back(), H = D / 2;
+  Shape half = xs;
+  half.back() = H;
+  std::string decls = gl::buffer(0, "x", DType::F32, true) + gl::buffer(1, "cs", DType::F32, true) +
+                      gl::buffer(2, "sn", DType::F32, true) + gl::buffer(3, "y", DType::F32, false, true) +
+                      gl::broadcast_fn("idx_cs", ctx.input(1).shape, half);
+  // Pairs (d, d + D/2): y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin.
+  std::string body = "  uint d = i % " + u(uint64_t(D)) + ";\n  uint j = d % " + u(uint64_t(H)) + ";\n" +
+                     "  uint h = idx_cs((i / " + u(uint64_t(D)) + ") * " + u(uint64_t(H)) + " + j);\n" +
+                     "  float c = cs[h], s = sn[h];\n" + "  if (d < " + u(uint64_t(H)) + ") y[i] = x[i] * c - x[i + " +
+                     u(uint64_t(H)) + "] * s;\n" + "  else y[i] = x[i] * c + x[i - " + u(uint64_t(H)) + "] * s;\n";
+  Lowering l;
+  l.kernels.push_back(gl::elementwise("rope_" + shape_str(xs), "pointwise rope x " + shape_str(xs) + " cos " +
+                                          shape_str(ctx.input(1).shape),
+                                      decls, body, gl::numel_u(n.shape),
+                                      {{BindingKind::Input, 0}, {BindingKind::Input, 1}, {BindingKind::Input, 2},
+                                       {BindingKind::Output, 0, true}},
+                                      ctx.caps));
+  return l;
+}
+
+}  // namespace
+
+Lowering lower_pointwise(const LowerContext& ctx) {
+  const ir::Node& n = ctx.node;
+  if (n.op == ir::Op::Rope) return lower_rope(ctx);
+  const size_t nin = n.inputs.size();
+  const char* names[] = {"a", "b", "c"};
+  std::string decls, body, key;
+  std::vector<Binding> bindings;
+  for (size_t k = 0; k < nin; ++k) {
+    const ir::Node& in = ctx.input(int(k));
+    decls += gl::buffer(int(k), std::string("in_") + names[k], in.dtype, true);
+    decls += gl::broadcast_fn(std::string("idx_") + names[k], in.shape, n.shape);
+    body += std::string("  ") + gl::type_of(in.dtype) + " " + names[k] + " = in_" + names[k] + "[idx_" + names[k] +
+            "(i)];\n";
+    key += (k ? " " : "") + shape_str(in.shape) + dtype_name(in.dtype);
+    bindings.push_back({BindingKind::Input, int(k)});
+  }
+  decls += gl::buffer(int(nin), "y", n.dtype, false, true) + gl::math_lib();
+  bindings.push_back({BindingKind::Output, 0, true});
+  std::string e = expr(n, ctx.input(0).dtype);
+  // Float-literal expressions on f32 operands; integer ops keep their type (the cast below is a no-op).
+  body += std::string("  y[i] = ") + gl::type_of(n.dtype) + "(" + e + ");\n";
+  Lowering l;
+  l.kernels.push_back(gl::elementwise(std::string(ir::op_name(n.op)) + "_" + shape_str(n.shape),
+                                      std::string("pointwise ") + ir::op_name(n.op) + " " + key + " -> " +
+                                          shape_str(n.shape) + dtype_name(n.dtype),
+                                      decls, body, gl::numel_u(n.shape), std::move(bindings), ctx.caps));
+  return l;
+}
+
+}  // namespace mgn::codegen
