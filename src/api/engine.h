@@ -30,6 +30,11 @@ class Engine {
 // Takes ownership of the graph (engines keep references into it).
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ir::Graph> graph);
 
+#ifdef MGN_HAVE_VULKAN
+// The built-in Vulkan engine (src/api/engine_vulkan.cpp); it is the default factory below.
+std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph);
+#endif
+
 // A GPU backend plugs in here (e.g. from a static initializer in its own engine file, referenced by the
 // tool); without one, Backend::Vulkan is a clear error and Backend::Auto picks the CPU.
 using EngineFactory = std::function<std::unique_ptr<Engine>(std::shared_ptr<const ir::Graph>)>;

@@ -35,7 +35,11 @@ class CpuEngine final : public Engine {
 };
 
 EngineFactory& vulkan_slot() {
+#ifdef MGN_HAVE_VULKAN
+  static EngineFactory f = make_vulkan_engine;
+#else
   static EngineFactory f;
+#endif
   return f;
 }
 
