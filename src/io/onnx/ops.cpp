@@ -1,0 +1,966 @@
+// The ONNX op table: one lowering rule per op type. Shape-computing ops fold on the host when all their
+// inputs are known at import time; everything else becomes builder calls (include/mgn/graph.h).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "io/onnx/onnx_internal.h"
+
+namespace mgn::onnx_impl {
+
+namespace pb = ::onnx;
+
+namespace {
+
+using Ins = std::vector<const Value*>;
+using Outs = std::vector<Value>;
+
+Value host_value(HostTensor h) {
+  Value v;
+  v.host = std::move(h);
+  return v;
+}
+Value tensor_value(Tensor t) {
+  Value v;
+  v.t = t;
+  return v;
+}
+
+const Value* opt_in(const Ins& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
+const Value& req_in(const pb::NodeProto& n, const Ins& in, size_t i) {
+  if (i >= in.size() || !in[i])
+    throw Error(node_label(n) + ": input " + std::to_string(i) + " is required");
+  return *in[i];
+}
+
+// Foldable on the host: known at import time and not a parameter (parameters must reach the IR).
+bool foldable(const Value* v) { return v && v->is_host() && !v->initializer; }
+bool all_foldable(const Ins& in) {
+  for (const Value* v : in)
+    if (v && !foldable(v)) return false;
+  return true;
+}
+
+const HostTensor& host_of(const pb::NodeProto& n, const Ins& in, size_t i, const char* what) {
+  const Value& v = req_in(n, in, i);
+  if (!v.is_host())
+    throw Error(node_label(n) + ": input " + std::to_string(i) + " (" + what + ", '" + v.name +
+                "') must be known at import time; it is computed from graph inputs");
+  return *v.host;
+}
+std::vector<int64_t> ints_of(const HostTensor& h) {
+  std::vector<int64_t> r;
+  for (double d : h.v) r.push_back(to_i64(d));
+  return r;
+}
+double scalar_of(const pb::NodeProto& n, const HostTensor& h, const char* what) {
+  if (h.numel() != 1) throw Error(node_label(n) + ": " + what + " must hold one value, got " + shape_str(h.shape));
+  return h.v[0];
+}
+
+int norm_axis(const pb::NodeProto& n, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank || rank == 0)
+    throw Error(node_label(n) + ": axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return int(axis < 0 ? axis + rank : axis);
+}
+
+Shape broadcast(const pb::NodeProto& n, const Shape& a, const Shape& b) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i + a.size() >= r ? a[i + a.size() - r] : 1;
+    int64_t db = i + b.size() >= r ? b[i + b.size() - r] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw Error(node_label(n) + ": shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Flat index into `s` (right-aligned, size-1 axes broadcast) of the out-shape multi-index `idx`.
+int64_t bcast_index(const Shape& s, const Shape& out, const std::vector<int64_t>& idx) {
+  int64_t flat = 0, stride = 1;
+  for (int i = int(s.size()) - 1; i >= 0; --i) {
+    size_t o = size_t(i) + out.size() - s.size();
+    if (s[size_t(i)] != 1) flat += idx[o] * stride;
+    stride *= s[size_t(i)];
+  }
+  return flat;
+}
+
+// Visits every multi-index of `shape` in row-major order.
+template <typename F>
+void for_each_index(const Shape& shape, F&& f) {
+  int64_t total = 1;
+  for (int64_t d : shape) total *= d;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t k = 0; k < total; ++k) {
+    f(idx, k);
+    for (int i = int(shape.size()) - 1; i >= 0; --i) {
+      if (++idx[size_t(i)] < shape[size_t(i)]) break;
+      idx[size_t(i)] = 0;
+    }
+  }
+}
+
+HostTensor host_broadcast_n(const pb::NodeProto& n, const std::vector<const HostTensor*>& xs, Kind kind,
+                            const std::function<double(const std::vector<double>&)>& f) {
+  Shape out = xs[0]->shape;
+  for (size_t i = 1; i < xs.size(); ++i) out = broadcast(n, out, xs[i]->shape);
+  HostTensor r;
+  r.kind = kind;
+  r.shape = out;
+  r.v.resize(size_t(checked_numel(out, node_label(n))));
+  std::vector<double> args(xs.size());
+  for_each_index(out, [&](const std::vector<int64_t>& idx, int64_t k) {
+    for (size_t i = 0; i < xs.size(); ++i) args[i] = xs[i]->v[size_t(bcast_index(xs[i]->shape, out, idx))];
+    r.v[size_t(k)] = f(args);
+  });
+  return r;
+}
+
+// The dtype two operands should share: that of a non-host operand, else from the host kinds.
+std::optional<DType> common_dtype(const std::vector<const Value*>& vs) {
+  for (const Value* v : vs)
+    if (v && !v->is_host()) return v->t.dtype();
+  for (const Value* v : vs)
+    if (v && v->initializer) return DType::F32;
+  return std::nullopt;
+}
+
+Kind arith_kind(const HostTensor& a, const HostTensor& b) {
+  return a.kind == Kind::F || b.kind == Kind::F ? Kind::F : Kind::I;
+}
+
+Rule binary(Tensor (*fn)(Tensor, Tensor), double (*host)(double, double, bool), bool compare) {
+  return [fn, host, compare](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    const Value& a = req_in(n, in, 0);
+    const Value& b = req_in(n, in, 1);
+    if (host && foldable(&a) && foldable(&b)) {
+      Kind k = compare ? Kind::B : arith_kind(*a.host, *b.host);
+      bool integer = k == Kind::I || (compare && arith_kind(*a.host, *b.host) == Kind::I);
+      return {host_value(host_broadcast_n(n, {&*a.host, &*b.host}, k,
+                                          [&](const std::vector<double>& x) { return host(x[0], x[1], integer); }))};
+    }
+    auto dt = common_dtype({&a, &b});
+    return {tensor_value(fn(L.tensor(a, dt), L.tensor(b, dt)))};
+  };
+}
+
+Rule unary(Tensor (*fn)(Tensor), double (*host)(double)) {
+  return [fn, host](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    const Value& x = req_in(n, in, 0);
+    if (host && foldable(&x)) {
+      HostTensor r = *x.host;
+      for (double& d : r.v) d = host(d);
+      return {host_value(std::move(r))};
+    }
+    return {tensor_value(fn(L.tensor(x)))};
+  };
+}
+
+HostTensor host_reshape(HostTensor h, const Shape& s) {
+  h.shape = s;
+  return h;
+}
+
+// Reshape's target: 0 copies the input axis (unless allowzero), one -1 is inferred.
+Shape reshape_target(const pb::NodeProto& n, const Shape& in, const std::vector<int64_t>& spec, bool allowzero) {
+  Shape out;
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    int64_t d = spec[i];
+    if (d == 0 && !allowzero) {
+      if (i >= in.size()) throw Error(node_label(n) + ": shape entry 0 at axis " + std::to_string(i) + " has no input axis");
+      d = in[i];
+    }
+    if (d == -1) {
+      if (infer >= 0) throw Error(node_label(n) + ": more than one -1 in the target shape");
+      infer = int(i);
+      out.push_back(1);
+      continue;
+    }
+    if (d < 0) throw Error(node_label(n) + ": invalid target dimension " + std::to_string(d));
+    out.push_back(d);
+    known *= d;
+  }
+  int64_t total = checked_numel(in, node_label(n));
+  if (infer >= 0) {
+    if (known == 0 || total % known) throw Error(node_label(n) + ": cannot infer -1 reshaping " + shape_str(in));
+    out[size_t(infer)] = total / known;
+  }
+  if (checked_numel(out, node_label(n)) != total)
+    throw Error(node_label(n) + ": cannot reshape " + shape_str(in) + " to " + shape_str(out));
+  return out;
+}
+
+Value reshape_value(Lowering& L, const Value& x, const Shape& s) {
+  if (foldable(&x)) return host_value(host_reshape(*x.host, s));
+  if (x.shape() == s) return x;
+  return tensor_value(reshape(L.tensor(x), s));
+}
+
+// Normalized (start, count, step) of an ONNX slice of one axis of size d (clamping like the spec).
+struct AxisSlice {
+  int64_t start, count, step;
+};
+AxisSlice slice_axis(const pb::NodeProto& n, int64_t d, int64_t start, int64_t end, int64_t step) {
+  if (step == 0) throw Error(node_label(n) + ": slice step must not be 0");
+  auto clampi = [](int64_t v, int64_t lo, int64_t hi) { return std::max(lo, std::min(v, hi)); };
+  if (start < 0) start = start <= std::numeric_limits<int64_t>::min() + d ? -1 - d : start + d;
+  if (end < 0) end = end <= std::numeric_limits<int64_t>::min() + d ? -1 - d : end + d;
+  int64_t count;
+  if (step > 0) {
+    start = clampi(start, 0, d);
+    end = clampi(end, 0, d);
+    count = end > start ? (end - start + step - 1) / step : 0;
+  } else {
+    start = clampi(start, 0, d - 1);
+    end = clampi(end, -1, d - 1);
+    count = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+  }
+  if (count <= 0) throw Error(node_label(n) + ": the slice is empty (empty tensors are not supported)");
+  return {start, count, step};
+}
+
+// Host gather of `idx` positions along `axis`.
+HostTensor host_take(const HostTensor& x, int axis, const std::vector<int64_t>& idx, const Shape& idx_shape) {
+  Shape out(x.shape.begin(), x.shape.begin() + axis);
+  out.insert(out.end(), idx_shape.begin(), idx_shape.end());
+  out.insert(out.end(), x.shape.begin() + axis + 1, x.shape.end());
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= x.shape[size_t(i)];
+  for (size_t i = size_t(axis) + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
+  int64_t d = x.shape[size_t(axis)];
+  HostTensor r;
+  r.kind = x.kind;
+  r.shape = out;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j : idx)
+      for (int64_t k = 0; k < inner; ++k) r.v.push_back(x.v[size_t((o * d + j) * inner + k)]);
+  return r;
+}
+
+Outs op_reshape(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  Shape s = reshape_target(n, x.shape(), ints_of(host_of(n, in, 1, "shape")), attr_i(n, "allowzero", 0) != 0);
+  return {reshape_value(L, x, s)};
+}
+
+Outs op_flatten(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  int64_t r = int64_t(x.shape().size());
+  int64_t axis = attr_i(n, "axis", 1);
+  if (axis < -r || axis > r) throw Error(node_label(n) + ": axis " + std::to_string(axis) + " out of range");
+  if (axis < 0) axis += r;
+  int64_t a = 1, b = 1;
+  for (int64_t i = 0; i < r; ++i) (i < axis ? a : b) *= x.shape()[size_t(i)];
+  return {reshape_value(L, x, {a, b})};
+}
+
+std::vector<int64_t> axes_arg(const pb::NodeProto& n, const Ins& in, size_t input) {
+  if (opt_in(in, input)) return ints_of(host_of(n, in, input, "axes"));
+  return attr_ints(n, "axes");
+}
+
+Outs op_unsqueeze(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  std::vector<int64_t> axes = axes_arg(n, in, 1);
+  int64_t r = int64_t(x.shape().size() + axes.size());
+  std::vector<bool> is_new(size_t(r), false);
+  for (int64_t a : axes) {
+    int na = norm_axis(n, a, r);
+    if (is_new[size_t(na)]) throw Error(node_label(n) + ": axis " + std::to_string(a) + " repeated");
+    is_new[size_t(na)] = true;
+  }
+  Shape s;
+  size_t k = 0;
+  for (int64_t i = 0; i < r; ++i) s.push_back(is_new[size_t(i)] ? 1 : x.shape()[k++]);
+  return {reshape_value(L, x, s)};
+}
+
+Outs op_squeeze(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  const Shape& xs = x.shape();
+  std::vector<bool> drop(xs.size(), false);
+  if (opt_in(in, 1) || find_attr(n, "axes")) {
+    for (int64_t a : axes_arg(n, in, 1)) {
+      int na = norm_axis(n, a, int64_t(xs.size()));
+      if (xs[size_t(na)] != 1)
+        throw Error(node_label(n) + ": axis " + std::to_string(a) + " has size " + std::to_string(xs[size_t(na)]));
+      drop[size_t(na)] = true;
+    }
+  } else {
+    for (size_t i = 0; i < xs.size(); ++i) drop[i] = xs[i] == 1;
+  }
+  Shape s;
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (!drop[i]) s.push_back(xs[i]);
+  return {reshape_value(L, x, s)};
+}
+
+Outs op_concat(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  if (in.empty()) throw Error(node_label(n) + ": needs at least one input");
+  for (size_t i = 0; i < in.size(); ++i) req_in(n, in, i);
+  int64_t r = int64_t(in[0]->shape().size());
+  int axis = norm_axis(n, attr_i(n, "axis", 0), r);
+  if (all_foldable(in)) {
+    // Host concat: rows of the outer product of leading axes.
+    Shape out = in[0]->host->shape;
+    out[size_t(axis)] = 0;
+    Kind kind = in[0]->host->kind;
+    for (const Value* v : in) {
+      const Shape& s = v->host->shape;
+      if (int64_t(s.size()) != r) throw Error(node_label(n) + ": inputs differ in rank");
+      for (int64_t d = 0; d < r; ++d)
+        if (d != axis && s[size_t(d)] != in[0]->host->shape[size_t(d)])
+          throw Error(node_label(n) + ": input shapes " + shape_str(s) + " and " + shape_str(in[0]->host->shape) +
+                      " differ outside the axis");
+      out[size_t(axis)] += s[size_t(axis)];
+      if (v->host->kind == Kind::F) kind = Kind::F;
+    }
+    int64_t outer = 1;
+    for (int i = 0; i < axis; ++i) outer *= out[size_t(i)];
+    HostTensor h;
+    h.kind = kind;
+    h.shape = out;
+    for (int64_t o = 0; o < outer; ++o)
+      for (const Value* v : in) {
+        int64_t chunk = v->host->numel() / std::max<int64_t>(outer, 1);
+        h.v.insert(h.v.end(), v->host->v.begin() + o * chunk, v->host->v.begin() + (o + 1) * chunk);
+      }
+    return {host_value(std::move(h))};
+  }
+  auto dt = common_dtype(in);
+  std::vector<Tensor> ts;
+  for (const Value* v : in) ts.push_back(L.tensor(*v, dt));
+  return {tensor_value(concat(ts, axis))};
+}
+
+Outs op_split(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  int axis = norm_axis(n, attr_i(n, "axis", 0), int64_t(x.shape().size()));
+  int64_t d = x.shape()[size_t(axis)];
+  std::vector<int64_t> sizes;
+  if (opt_in(in, 1)) sizes = ints_of(host_of(n, in, 1, "split"));
+  else if (find_attr(n, "split")) sizes = attr_ints(n, "split");
+  else {
+    int64_t parts = attr_i(n, "num_outputs", n.output_size());
+    if (parts <= 0) throw Error(node_label(n) + ": needs at least one output");
+    int64_t each = (d + parts - 1) / parts;
+    for (int64_t p = 0, left = d; p < parts; ++p, left -= each) sizes.push_back(std::min(each, left));
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s <= 0) throw Error(node_label(n) + ": split sizes must be positive (empty tensors are not supported)");
+    total += s;
+  }
+  if (total != d) throw Error(node_label(n) + ": split sizes sum to " + std::to_string(total) + ", axis has " + std::to_string(d));
+  Outs outs;
+  for (Tensor t : split(L.tensor(x), sizes, axis)) outs.push_back(tensor_value(t));
+  return outs;
+}
+
+Outs op_slice(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  const Shape& xs = x.shape();
+  std::vector<int64_t> starts = ints_of(host_of(n, in, 1, "starts")), ends = ints_of(host_of(n, in, 2, "ends"));
+  std::vector<int64_t> axes, steps;
+  if (opt_in(in, 3)) axes = ints_of(host_of(n, in, 3, "axes"));
+  else
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  if (opt_in(in, 4)) steps = ints_of(host_of(n, in, 4, "steps"));
+  else steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    throw Error(node_label(n) + ": starts, ends, axes and steps differ in length");
+  Value cur = x;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    int a = norm_axis(n, axes[i], int64_t(xs.size()));
+    int64_t d = cur.shape()[size_t(a)];
+    AxisSlice s = slice_axis(n, d, starts[i], ends[i], steps[i]);
+    if (s.step == 1 && s.start == 0 && s.count == d) continue;
+    std::vector<int64_t> idx;
+    for (int64_t k = 0; k < s.count; ++k) idx.push_back(s.start + k * s.step);
+    if (foldable(&cur)) {
+      cur = host_value(host_take(*cur.host, a, idx, {s.count}));
+    } else if (s.step > 0) {
+      cur = tensor_value(slice(L.tensor(cur), a, s.start, s.start + (s.count - 1) * s.step + 1, s.step));
+    } else {  // a reversed slice is a gather of the positions
+      std::vector<int32_t> i32(idx.begin(), idx.end());
+      cur = tensor_value(gather(L.tensor(cur), L.g.constant_i32({s.count}, i32), a));
+    }
+  }
+  return {cur};
+}
+
+Outs op_gather(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  const Value& ix = req_in(n, in, 1);
+  int axis = norm_axis(n, attr_i(n, "axis", 0), int64_t(x.shape().size()));
+  int64_t d = x.shape()[size_t(axis)];
+  if (ix.is_host()) {
+    std::vector<int64_t> idx = ints_of(*ix.host);
+    for (int64_t& i : idx) {
+      if (i < -d || i >= d) throw Error(node_label(n) + ": index " + std::to_string(i) + " out of range [" +
+                                        std::to_string(-d) + ", " + std::to_string(d) + ")");
+      if (i < 0) i += d;
+    }
+    if (foldable(&x)) return {host_value(host_take(*x.host, axis, idx, ix.host->shape))};
+    std::vector<int32_t> i32(idx.begin(), idx.end());
+    return {tensor_value(gather(L.tensor(x), L.g.constant_i32(ix.host->shape, i32), axis))};
+  }
+  // Runtime indices must be non-negative: the IR's gather does not wrap.
+  return {tensor_value(gather(L.tensor(x), L.tensor(ix, DType::I32), axis))};
+}
+
+Outs op_expand(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  Shape target = broadcast(n, x.shape(), ints_of(host_of(n, in, 1, "shape")));
+  if (target == x.shape()) return {x};
+  if (foldable(&x)) {
+    const HostTensor& h = *x.host;
+    HostTensor r;
+    r.kind = h.kind;
+    r.shape = target;
+    r.v.resize(size_t(checked_numel(target, node_label(n))));
+    for_each_index(target, [&](const std::vector<int64_t>& idx, int64_t k) {
+      r.v[size_t(k)] = h.v[size_t(bcast_index(h.shape, target, idx))];
+    });
+    return {host_value(std::move(r))};
+  }
+  Tensor t = L.tensor(x);
+  if (t.rank() < int(target.size())) {
+    Shape s(target.size() - size_t(t.rank()), 1);
+    s.insert(s.end(), t.shape().begin(), t.shape().end());
+    t = reshape(t, s);
+  }
+  return {tensor_value(expand(t, target))};
+}
+
+Outs op_where(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& c = req_in(n, in, 0);
+  const Value& a = req_in(n, in, 1);
+  const Value& b = req_in(n, in, 2);
+  if (foldable(&c) && foldable(&a) && foldable(&b))
+    return {host_value(host_broadcast_n(n, {&*c.host, &*a.host, &*b.host}, arith_kind(*a.host, *b.host),
+                                        [](const std::vector<double>& v) { return v[0] != 0 ? v[1] : v[2]; }))};
+  auto dt = common_dtype({&a, &b});
+  return {tensor_value(where(L.tensor(c, DType::Bool), L.tensor(a, dt), L.tensor(b, dt)))};
+}
+
+// Boolean ops (Not, And, Or, Xor): folded on the host when every operand is known, else lowered through
+// f32 comparisons (the IR has no logical ops; its bool tensors cast to 0/1).
+Outs op_not(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  if (foldable(&x)) {
+    HostTensor r = *x.host;
+    r.kind = Kind::B;
+    for (double& d : r.v) d = d == 0 ? 1.0 : 0.0;
+    return {host_value(std::move(r))};
+  }
+  return {tensor_value(equal(cast(L.tensor(x, DType::Bool), DType::F32), L.g.scalar(0.0)))};
+}
+
+Rule logical(Tensor (*fn)(Graph&, Tensor, Tensor), double (*host)(double, double)) {
+  return [fn, host](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    const Value& a = req_in(n, in, 0);
+    const Value& b = req_in(n, in, 1);
+    if (foldable(&a) && foldable(&b))
+      return {host_value(host_broadcast_n(n, {&*a.host, &*b.host}, Kind::B,
+                                          [&](const std::vector<double>& x) { return host(x[0], x[1]); }))};
+    Tensor fa = cast(L.tensor(a, DType::Bool), DType::F32);
+    Tensor fb = cast(L.tensor(b, DType::Bool), DType::F32);
+    return {tensor_value(fn(L.g, fa, fb))};
+  };
+}
+Tensor lower_and(Graph& g, Tensor a, Tensor b) { return greater(mul(a, b), g.scalar(0.5)); }
+Tensor lower_or(Graph& g, Tensor a, Tensor b) { return greater(add(a, b), g.scalar(0.5)); }
+Tensor lower_xor(Graph&, Tensor a, Tensor b) { return not_equal(a, b); }
+double h_and(double a, double b) { return a != 0 && b != 0; }
+double h_or(double a, double b) { return a != 0 || b != 0; }
+double h_xor(double a, double b) { return (a != 0) != (b != 0); }
+
+Outs op_cast(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  int64_t to = attr_i(n, "to", -1);
+  Kind k;
+  DType dt;
+  switch (to) {
+    case pb::TensorProto::FLOAT:
+    case pb::TensorProto::DOUBLE: k = Kind::F, dt = DType::F32; break;
+    case pb::TensorProto::FLOAT16: k = Kind::F, dt = DType::F16; break;
+    case pb::TensorProto::BFLOAT16: k = Kind::F, dt = DType::BF16; break;
+    case pb::TensorProto::BOOL: k = Kind::B, dt = DType::Bool; break;
+    case pb::TensorProto::INT8:
+    case pb::TensorProto::UINT8:
+    case pb::TensorProto::INT16:
+    case pb::TensorProto::UINT16:
+    case pb::TensorProto::INT32:
+    case pb::TensorProto::INT64:
+    case pb::TensorProto::UINT32:
+    case pb::TensorProto::UINT64: k = Kind::I, dt = DType::I32; break;
+    default: throw Error(node_label(n) + ": unsupported target type " + std::to_string(to));
+  }
+  if (foldable(&x)) {
+    HostTensor h = *x.host;
+    for (double& d : h.v) d = k == Kind::B ? double(d != 0) : k == Kind::I ? std::trunc(d) : d;
+    h.kind = k;
+    return {host_value(std::move(h))};
+  }
+  Tensor t = L.tensor(x);
+  return {tensor_value(t.dtype() == dt ? t : cast(t, dt))};
+}
+
+Outs op_constant(Lowering&, const pb::NodeProto& n, Ins&) {
+  if (n.attribute_size() != 1) throw Error(node_label(n) + ": needs exactly one value attribute");
+  const auto& a = n.attribute(0);
+  HostTensor h;
+  if (a.name() == "value" && a.type() == pb::AttributeProto::TENSOR) return {host_value(tensor_from_proto(a.t(), "", node_label(n)))};
+  if (a.name() == "value_float" && a.type() == pb::AttributeProto::FLOAT) h = {Kind::F, {}, {double(a.f())}};
+  else if (a.name() == "value_int" && a.type() == pb::AttributeProto::INT) h = {Kind::I, {}, {double(a.i())}};
+  else if (a.name() == "value_floats" && a.type() == pb::AttributeProto::FLOATS)
+    h = {Kind::F, {int64_t(a.floats_size())}, {a.floats().begin(), a.floats().end()}};
+  else if (a.name() == "value_ints" && a.type() == pb::AttributeProto::INTS) {
+    h = {Kind::I, {int64_t(a.ints_size())}, {}};
+    for (int64_t v : a.ints()) h.v.push_back(double(v));
+  } else
+    throw Error(node_label(n) + ": unsupported value attribute '" + a.name() + "'");
+  if (h.numel() == 0) throw Error(node_label(n) + ": empty constants are not supported");
+  return {host_value(std::move(h))};
+}
+
+Outs op_constant_of_shape(Lowering&, const pb::NodeProto& n, Ins& in) {
+  Shape s = ints_of(host_of(n, in, 0, "shape"));
+  HostTensor fill{Kind::F, {}, {0.0}};
+  if (const auto* a = find_attr(n, "value")) {
+    if (a->type() != pb::AttributeProto::TENSOR) throw Error(node_label(n) + ": 'value' must be a tensor");
+    fill = tensor_from_proto(a->t(), "", node_label(n));
+    if (fill.numel() != 1) throw Error(node_label(n) + ": 'value' must hold one element");
+  }
+  HostTensor h;
+  h.kind = fill.kind;
+  h.shape = s;
+  h.v.assign(size_t(checked_numel(s, node_label(n))), fill.v[0]);
+  return {host_value(std::move(h))};
+}
+
+Outs op_shape(Lowering&, const pb::NodeProto& n, Ins& in) {
+  const Shape& s = req_in(n, in, 0).shape();
+  int64_t r = int64_t(s.size());
+  int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, 0, r);
+  HostTensor h{Kind::I, {std::max<int64_t>(end - start, 0)}, {}};
+  for (int64_t i = start; i < end; ++i) h.v.push_back(double(s[size_t(i)]));
+  return {host_value(std::move(h))};
+}
+
+Outs op_range(Lowering&, const pb::NodeProto& n, Ins& in) {
+  const HostTensor& s = host_of(n, in, 0, "start");
+  double start = scalar_of(n, s, "start"), limit = scalar_of(n, host_of(n, in, 1, "limit"), "limit"),
+         delta = scalar_of(n, host_of(n, in, 2, "delta"), "delta");
+  if (delta == 0 || !std::isfinite(delta) || !std::isfinite(start) || !std::isfinite(limit))
+    throw Error(node_label(n) + ": delta must be finite and non-zero");
+  double count = std::max(std::ceil((limit - start) / delta), 0.0);
+  if (count > double(kMaxHostElements)) throw Error(node_label(n) + ": range of " + std::to_string(count) + " values is too large");
+  HostTensor h{s.kind, {int64_t(count)}, {}};
+  for (int64_t i = 0; i < int64_t(count); ++i) h.v.push_back(start + double(i) * delta);
+  return {host_value(std::move(h))};
+}
+
+Outs op_identity(Lowering&, const pb::NodeProto& n, Ins& in) { return {req_in(n, in, 0)}; }
+
+Outs op_dropout(Lowering&, const pb::NodeProto& n, Ins& in) {
+  if (const Value* t = opt_in(in, 2)) {
+    if (!t->is_host() || scalar_of(n, *t->host, "training_mode") != 0)
+      throw Error(node_label(n) + ": only inference (training_mode = false) is supported");
+  }
+  return {req_in(n, in, 0)};
+}
+
+Outs op_pad(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  std::string mode = attr_s(n, "mode", "constant");
+  if (mode != "constant") throw Error(node_label(n) + ": mode '" + mode + "' is not supported (only 'constant')");
+  std::vector<int64_t> pads = ints_of(host_of(n, in, 1, "pads"));
+  double value = 0;
+  if (opt_in(in, 2)) value = scalar_of(n, host_of(n, in, 2, "constant_value"), "constant_value");
+  size_t r = x.shape().size();
+  std::vector<int64_t> axes;
+  if (opt_in(in, 3)) {
+    for (int64_t a : ints_of(host_of(n, in, 3, "axes"))) axes.push_back(norm_axis(n, a, int64_t(r)));
+  } else {
+    for (size_t i = 0; i < r; ++i) axes.push_back(int64_t(i));
+  }
+  if (pads.size() != 2 * axes.size())
+    throw Error(node_label(n) + ": pads has " + std::to_string(pads.size()) + " values, expected " + std::to_string(2 * axes.size()));
+  std::vector<int64_t> pairs(2 * r, 0);
+  bool any = false;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t b = pads[i], e = pads[i + axes.size()];
+    if (b < 0 || e < 0) throw Error(node_label(n) + ": negative pads are not supported");
+    pairs[2 * size_t(axes[i])] = b;
+    pairs[2 * size_t(axes[i]) + 1] = e;
+    any = any || b || e;
+  }
+  if (!any) return {x};
+  return {tensor_value(pad(L.tensor(x), pairs, value))};
+}
+
+Outs op_clip(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  const Value* lo = opt_in(in, 1);
+  const Value* hi = opt_in(in, 2);
+  if ((!lo || lo->is_host()) && (!hi || hi->is_host())) {
+    double l = lo ? scalar_of(n, *lo->host, "min") : -std::numeric_limits<double>::infinity();
+    double h = hi ? scalar_of(n, *hi->host, "max") : std::numeric_limits<double>::infinity();
+    return {tensor_value(clamp(x, l, h))};
+  }
+  if (lo) x = maximum(x, L.tensor(*lo, x.dtype()));
+  if (hi) x = minimum(x, L.tensor(*hi, x.dtype()));
+  return {tensor_value(x)};
+}
+
+Outs op_trilu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  if (x.rank() < 2) throw Error(node_label(n) + ": input must have rank >= 2, got " + shape_str(x.shape()));
+  int64_t k = opt_in(in, 1) ? to_i64(scalar_of(n, host_of(n, in, 1, "k"), "k")) : 0;
+  bool upper = attr_i(n, "upper", 1) != 0;
+  int64_t rows = x.dim(-2), cols = x.dim(-1);
+  std::vector<float> mask(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) mask[size_t(i * cols + j)] = (upper ? j - i >= k : j - i <= k) ? 1.0f : 0.0f;
+  // where(), not a multiply: 0 * inf would turn masked infinities into NaN.
+  return {tensor_value(where(L.g.constant({rows, cols}, mask, DType::Bool), x, L.g.full({}, 0, x.dtype())))};
+}
+
+Outs op_pow(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  const Value& e = req_in(n, in, 1);
+  if (foldable(&x) && foldable(&e))
+    return {host_value(host_broadcast_n(n, {&*x.host, &*e.host}, x.host->kind,
+                                        [](const std::vector<double>& v) { return std::pow(v[0], v[1]); }))};
+  if (!e.is_host() || e.host->numel() != 1)
+    throw Error(node_label(n) + ": only a constant scalar exponent is supported");
+  double p = e.host->v[0];
+  Tensor t = L.tensor(x);
+  if (p == 1) return {tensor_value(t)};
+  if (p == 2) return {tensor_value(square(t))};
+  if (p == 0.5) return {tensor_value(sqrt(t))};
+  return {tensor_value(pow(t, p))};
+}
+
+Rule minmax(Tensor (*fn)(Tensor, Tensor), bool is_max) {
+  return [fn, is_max](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    if (in.empty()) throw Error(node_label(n) + ": needs at least one input");
+    for (size_t i = 0; i < in.size(); ++i) req_in(n, in, i);
+    if (all_foldable(in)) {
+      std::vector<const HostTensor*> hs;
+      Kind k = Kind::I;
+      for (const Value* v : in) {
+        hs.push_back(&*v->host);
+        if (v->host->kind == Kind::F) k = Kind::F;
+      }
+      return {host_value(host_broadcast_n(n, hs, k, [is_max](const std::vector<double>& v) {
+        return is_max ? *std::max_element(v.begin(), v.end()) : *std::min_element(v.begin(), v.end());
+      }))};
+    }
+    auto dt = common_dtype(in);
+    Tensor acc = L.tensor(*in[0], dt);
+    for (size_t i = 1; i < in.size(); ++i) acc = fn(acc, L.tensor(*in[i], dt));
+    return {tensor_value(acc)};
+  };
+}
+
+Outs op_leaky_relu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  return {tensor_value(leaky_relu(L.tensor(req_in(n, in, 0)), attr_f(n, "alpha", 0.01)))};
+}
+
+Outs op_gelu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  std::string approx = attr_s(n, "approximate", "none");
+  Tensor x = L.tensor(req_in(n, in, 0));
+  if (approx == "none") return {tensor_value(gelu(x))};
+  if (approx == "tanh") return {tensor_value(gelu_tanh(x))};
+  throw Error(node_label(n) + ": approximate must be 'none' or 'tanh', got '" + approx + "'");
+}
+
+Rule softmax_rule(Tensor (*fn)(Tensor, int64_t)) {
+  return [fn](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    return {tensor_value(fn(L.tensor(req_in(n, in, 0)), attr_i(n, "axis", -1)))};
+  };
+}
+
+Outs op_matmul(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor a = L.tensor(req_in(n, in, 0), DType::F32), b = L.tensor(req_in(n, in, 1), DType::F32);
+  bool va = a.rank() == 1, vb = b.rank() == 1;  // numpy: vectors get a unit axis, removed afterwards
+  if (va) a = unsqueeze(a, 0);
+  if (vb) b = unsqueeze(b, 1);
+  Tensor y = matmul(a, b);
+  if (va) y = squeeze(y, -2);
+  if (vb) y = squeeze(y, -1);
+  return {tensor_value(y)};
+}
+
+Outs op_gemm(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor a = L.tensor(req_in(n, in, 0)), b = L.tensor(req_in(n, in, 1));
+  if (a.rank() != 2 || b.rank() != 2) throw Error(node_label(n) + ": A and B must be matrices");
+  double alpha = attr_f(n, "alpha", 1.0), beta = attr_f(n, "beta", 1.0);
+  Tensor y = matmul(a, b, attr_i(n, "transA", 0) != 0, attr_i(n, "transB", 0) != 0);
+  if (alpha != 1) y = y * alpha;
+  if (const Value* c = opt_in(in, 2)) {
+    Tensor ct = L.tensor(*c);
+    y = y + (beta == 1 ? ct : ct * beta);
+  }
+  return {tensor_value(y)};
+}
+
+// Explicit [begin..., end...] pads for 2-D windows, resolving auto_pad.
+std::vector<int64_t> window_pads(const pb::NodeProto& n, const Shape& in_hw, const std::vector<int64_t>& k,
+                                 const std::vector<int64_t>& stride, const std::vector<int64_t>& dil) {
+  std::string ap = attr_s(n, "auto_pad", "NOTSET");
+  size_t r = in_hw.size();
+  if (ap == "NOTSET") {
+    std::vector<int64_t> p = attr_ints(n, "pads", std::vector<int64_t>(2 * r, 0));
+    if (p.size() != 2 * r) throw Error(node_label(n) + ": pads must have " + std::to_string(2 * r) + " values");
+    for (int64_t v : p)
+      if (v < 0) throw Error(node_label(n) + ": negative pads");
+    return p;
+  }
+  if (ap == "VALID") return std::vector<int64_t>(2 * r, 0);
+  if (ap != "SAME_UPPER" && ap != "SAME_LOWER") throw Error(node_label(n) + ": unknown auto_pad '" + ap + "'");
+  std::vector<int64_t> p(2 * r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t out = (in_hw[i] + stride[i] - 1) / stride[i];
+    int64_t total = std::max<int64_t>((out - 1) * stride[i] + (k[i] - 1) * dil[i] + 1 - in_hw[i], 0);
+    int64_t small = total / 2;
+    p[i] = ap == "SAME_UPPER" ? small : total - small;
+    p[i + r] = total - p[i];
+  }
+  return p;
+}
+
+Outs op_conv(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0)), w = L.tensor(req_in(n, in, 1));
+  std::optional<Tensor> bias;
+  if (const Value* b = opt_in(in, 2)) bias = L.tensor(*b);
+  bool is1d = x.rank() == 3;
+  if (!is1d && x.rank() != 4) throw Error(node_label(n) + ": only 1-D and 2-D convolutions are supported");
+  if (w.rank() != x.rank()) throw Error(node_label(n) + ": weight rank differs from input rank");
+  size_t r = size_t(x.rank()) - 2;
+  std::vector<int64_t> k(w.shape().begin() + 2, w.shape().end());
+  std::vector<int64_t> ks = attr_ints(n, "kernel_shape", k);
+  if (ks != k) throw Error(node_label(n) + ": kernel_shape disagrees with the weight " + shape_str(w.shape()));
+  std::vector<int64_t> stride = attr_ints(n, "strides", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> dil = attr_ints(n, "dilations", std::vector<int64_t>(r, 1));
+  if (stride.size() != r || dil.size() != r) throw Error(node_label(n) + ": strides/dilations have the wrong length");
+  Shape hw(x.shape().begin() + 2, x.shape().end());
+  std::vector<int64_t> p = window_pads(n, hw, k, stride, dil);
+  int64_t groups = attr_i(n, "group", 1);
+  if (is1d) {  // [N, C, L] as [N, C, 1, L]
+    x = unsqueeze(x, 2);
+    w = unsqueeze(w, 2);
+    stride.insert(stride.begin(), 1);
+    dil.insert(dil.begin(), 1);
+    p = {0, p[0], 0, p[1]};
+  }
+  // ONNX pads [x1_begin, x2_begin, x1_end, x2_end] are the IR's [top, left, bottom, right].
+  Tensor y = conv2d(x, w, {.stride = stride, .padding = p, .dilation = dil, .groups = groups});
+  if (is1d) y = squeeze(y, 2);
+  if (bias) {
+    Shape bs(size_t(y.rank()) - 1, 1);
+    bs[0] = y.dim(1);
+    y = y + reshape(*bias, bs);
+  }
+  return {tensor_value(y)};
+}
+
+Rule pool(bool is_max) {
+  return [is_max](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    Tensor x = L.tensor(req_in(n, in, 0));
+    if (x.rank() != 4) throw Error(node_label(n) + ": only 2-D pooling (NCHW) is supported");
+    std::vector<int64_t> k = attr_ints(n, "kernel_shape");
+    if (k.size() != 2) throw Error(node_label(n) + ": kernel_shape must have 2 values");
+    std::vector<int64_t> stride = attr_ints(n, "strides", {1, 1});
+    std::vector<int64_t> dil = attr_ints(n, "dilations", {1, 1});
+    if (stride.size() != 2 || dil.size() != 2) throw Error(node_label(n) + ": strides/dilations must have 2 values");
+    if (!is_max && (dil[0] != 1 || dil[1] != 1)) throw Error(node_label(n) + ": dilated average pooling is not supported");
+    Shape hw = {x.dim(2), x.dim(3)};
+    std::vector<int64_t> p = window_pads(n, hw, k, stride, dil);
+    if (attr_i(n, "ceil_mode", 0)) {
+      // Supported only where ceil and floor agree (the window grid fits exactly).
+      for (size_t i = 0; i < 2; ++i) {
+        int64_t span = hw[i] + p[i] + p[i + 2] - dil[i] * (k[i] - 1) - 1;
+        if (span % stride[i]) throw Error(node_label(n) + ": ceil_mode = 1 changes the output size; not supported");
+      }
+    }
+    Pool2dOptions o{.kernel = k, .stride = stride, .padding = p, .dilation = dil,
+                    .count_include_pad = attr_i(n, "count_include_pad", 0) != 0};
+    return {tensor_value(is_max ? max_pool2d(x, o) : avg_pool2d(x, o))};
+  };
+}
+
+Outs op_global_avg_pool(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  if (x.rank() < 3) throw Error(node_label(n) + ": input must be [N, C, spatial...]");
+  std::vector<int64_t> axes;
+  for (int i = 2; i < x.rank(); ++i) axes.push_back(i);
+  return {tensor_value(mean(x, axes, true))};
+}
+
+Outs op_batch_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  if (attr_i(n, "training_mode", 0)) throw Error(node_label(n) + ": training_mode = 1 is not supported (export in eval mode)");
+  Tensor x = L.tensor(req_in(n, in, 0));
+  Tensor scale = L.tensor(req_in(n, in, 1)), bias = L.tensor(req_in(n, in, 2));
+  Tensor mean = L.tensor(req_in(n, in, 3), std::nullopt, true), var = L.tensor(req_in(n, in, 4), std::nullopt, true);
+  return {tensor_value(batch_norm_eval(x, mean, var, scale, bias, attr_f(n, "epsilon", 1e-5)))};
+}
+
+Outs op_layer_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  int axis = norm_axis(n, attr_i(n, "axis", -1), x.rank());
+  double eps = attr_f(n, "epsilon", 1e-5);
+  std::optional<Tensor> w, b;
+  if (const Value* v = opt_in(in, 1)) w = L.tensor(*v);
+  if (const Value* v = opt_in(in, 2)) b = L.tensor(*v);
+  if (axis == x.rank() - 1) {
+    // The IR's weight/bias are [D]; ONNX allows them broadcastable, e.g. [1, D].
+    if (w && w->rank() != 1) w = reshape(*w, {w->numel()});
+    if (b && b->rank() != 1) b = reshape(*b, {b->numel()});
+    return {tensor_value(layer_norm(x, w, b, eps))};
+  }
+  // Normalizing several trailing axes: flatten them into one, then restore the shape.
+  Shape lead(x.shape().begin(), x.shape().begin() + axis);
+  int64_t d = 1;
+  for (int i = axis; i < x.rank(); ++i) d *= x.dim(i);
+  Shape flat = lead;
+  flat.push_back(d);
+  Tensor y = layer_norm(reshape(x, flat), std::nullopt, std::nullopt, eps);
+  y = reshape(y, x.shape());
+  if (w) y = y * *w;
+  if (b) y = y + *b;
+  return {tensor_value(y)};
+}
+
+Rule reduce(Tensor (*fn)(Tensor, std::vector<int64_t>, bool), bool axes_input_13) {
+  return [fn, axes_input_13](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    const Value& xv = req_in(n, in, 0);
+    bool keep = attr_i(n, "keepdims", 1) != 0;
+    // ReduceSum takes axes as an input from opset 13, the others from opset 18.
+    bool as_input = axes_input_13 || L.opset >= 18;
+    std::vector<int64_t> axes = as_input ? (opt_in(in, 1) ? ints_of(host_of(n, in, 1, "axes")) : std::vector<int64_t>{})
+                                         : attr_ints(n, "axes");
+    if (axes.empty() && attr_i(n, "noop_with_empty_axes", 0)) return {xv};
+    Tensor x = L.tensor(xv);
+    for (int64_t& a : axes) a = norm_axis(n, a, x.rank());
+    return {tensor_value(fn(x, axes, keep))};
+  };
+}
+
+Outs op_transpose(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  std::vector<int64_t> def(size_t(x.rank()));
+  for (int i = 0; i < x.rank(); ++i) def[size_t(i)] = x.rank() - 1 - i;
+  return {tensor_value(permute(x, attr_ints(n, "perm", def)))};
+}
+
+double h_add(double a, double b, bool) { return a + b; }
+double h_sub(double a, double b, bool) { return a - b; }
+double h_mul(double a, double b, bool) { return a * b; }
+double h_div(double a, double b, bool integer) {
+  if (integer) {
+    if (b == 0) throw Error("integer division by zero");
+    return std::trunc(a / b);
+  }
+  return a / b;
+}
+double h_eq(double a, double b, bool) { return a == b; }
+double h_lt(double a, double b, bool) { return a < b; }
+double h_gt(double a, double b, bool) { return a > b; }
+double h_le(double a, double b, bool) { return a <= b; }
+double h_ge(double a, double b, bool) { return a >= b; }
+double h_neg(double a) { return -a; }
+double h_abs(double a) { return std::fabs(a); }
+double h_sqrt(double a) { return std::sqrt(a); }
+double h_recip(double a) { return 1.0 / a; }
+
+Tensor relu_(Tensor x) { return relu(x); }
+
+}  // namespace
+
+const std::map<std::string, Rule>& op_table() {
+  static const std::map<std::string, Rule> table = {
+      {"Add", binary(add, h_add, false)},
+      {"Sub", binary(sub, h_sub, false)},
+      {"Mul", binary(mul, h_mul, false)},
+      {"Div", binary(div, h_div, false)},
+      {"Equal", binary(equal, h_eq, true)},
+      {"Less", binary(less, h_lt, true)},
+      {"Greater", binary(greater, h_gt, true)},
+      {"LessOrEqual", binary(less_equal, h_le, true)},
+      {"GreaterOrEqual", binary(greater_equal, h_ge, true)},
+      {"Pow", op_pow},
+      {"Max", minmax(maximum, true)},
+      {"Min", minmax(minimum, false)},
+      {"Neg", unary(neg, h_neg)},
+      {"Abs", unary(abs, h_abs)},
+      {"Sqrt", unary(sqrt, h_sqrt)},
+      {"Reciprocal", unary(reciprocal, h_recip)},
+      {"Exp", unary(exp, nullptr)},
+      {"Log", unary(log, nullptr)},
+      {"Relu", unary(relu_, nullptr)},
+      {"Sigmoid", unary(sigmoid, nullptr)},
+      {"Tanh", unary(tanh, nullptr)},
+      {"Erf", unary(erf, nullptr)},
+      {"Sin", unary(sin, nullptr)},
+      {"Cos", unary(cos, nullptr)},
+      {"Softplus", unary(softplus, nullptr)},
+      {"LeakyRelu", op_leaky_relu},
+      {"Gelu", op_gelu},
+      {"Softmax", softmax_rule(softmax)},
+      {"LogSoftmax", softmax_rule(log_softmax)},
+      {"MatMul", op_matmul},
+      {"Gemm", op_gemm},
+      {"Conv", op_conv},
+      {"MaxPool", pool(true)},
+      {"AveragePool", pool(false)},
+      {"GlobalAveragePool", op_global_avg_pool},
+      {"BatchNormalization", op_batch_norm},
+      {"LayerNormalization", op_layer_norm},
+      {"ReduceMean", reduce(mean, false)},
+      {"ReduceSum", reduce(sum, true)},
+      {"ReduceMax", reduce(max, false)},
+      {"ReduceMin", reduce(min, false)},
+      {"Reshape", op_reshape},
+      {"Transpose", op_transpose},
+      {"Flatten", op_flatten},
+      {"Squeeze", op_squeeze},
+      {"Unsqueeze", op_unsqueeze},
+      {"Concat", op_concat},
+      {"Split", op_split},
+      {"Slice", op_slice},
+      {"Gather", op_gather},
+      {"Expand", op_expand},
+      {"Where", op_where},
+      {"Not", op_not},
+      {"And", logical(lower_and, h_and)},
+      {"Or", logical(lower_or, h_or)},
+      {"Xor", logical(lower_xor, h_xor)},
+      {"Cast", op_cast},
+      {"Constant", op_constant},
+      {"ConstantOfShape", op_constant_of_shape},
+      {"Shape", op_shape},
+      {"Range", op_range},
+      {"Identity", op_identity},
+      {"Dropout", op_dropout},
+      {"Pad", op_pad},
+      {"Clip", op_clip},
+      {"Trilu", op_trilu},
+  };
+  return table;
+}
+
+}  // namespace mgn::onnx_impl

@@ -1,0 +1,246 @@
+// ONNX import checked against PyTorch: tests/ref/onnx_export.py exports small torch models (and builds one
+// with onnx.helper) and stores the input and the float64 PyTorch output; the imported graph runs on the CPU
+// executor and must match. Malformed files must fail with a clear mgn::Error.
+#include "mgn/onnx.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "backend/cpu/executor.h"
+#include "mgn/autodiff.h"
+#include "mgn/safetensors.h"
+#include "support/test_util.h"
+
+namespace mgn {
+namespace {
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Runs the export script and returns its output directory. ctest runs every test in its own process, so
+// the result is cached under the temp dir keyed by the script's contents (renamed into place when
+// complete, so a concurrent or interrupted run never leaves a half-written cache).
+const std::string& model_dir() {
+  static const std::string dir = [] {
+    const std::string script = std::string(MGN_SOURCE_DIR) + "/tests/ref/onnx_export.py";
+    const std::string text = read_bytes(script);
+    if (text.empty()) throw Error("cannot read " + script);
+    const std::string key = std::to_string(std::hash<std::string>{}(text + MGN_TORCH_PYTHON));
+    const std::filesystem::path cached = std::filesystem::temp_directory_path() / ("mgn-onnx-models-" + key);
+    if (std::filesystem::exists(cached / "done")) return cached.string();
+    std::string d = test::make_temp_dir("onnx_models");
+    std::string cmd = std::string(MGN_TORCH_PYTHON) + " " + script + " " + d + " > " + d + "/export.log 2>&1";
+    int rc = std::system(cmd.c_str());
+    if (rc != 0) throw Error("onnx_export.py failed:\n" + read_bytes(d + "/export.log"));
+    std::ofstream(d + "/done") << "ok\n";
+    std::error_code ec;
+    std::filesystem::rename(d, cached, ec);  // fails harmlessly when another process got there first
+    if (std::filesystem::exists(cached / "done")) {
+      if (ec) std::filesystem::remove_all(d, ec);
+      return cached.string();
+    }
+    return d;
+  }();
+  return dir;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Imports NAME.onnx, runs it on x from NAME.safetensors and compares y with PyTorch's.
+void check_model(const std::string& name, int want_opset) {
+  const std::string& dir = model_dir();
+  SafetensorsFile ref = SafetensorsFile::read(dir + "/" + name + ".safetensors");
+  const StoredTensor& x = ref.get("x");
+  const StoredTensor& y = ref.get("y");
+  onnx::Imported m = onnx::import_file(dir + "/" + name + ".onnx", {.input_shapes = {{"x", x.shape}}});
+  EXPECT_EQ(m.opset, want_opset);
+  ASSERT_EQ(m.inputs, std::vector<std::string>{"x"});
+  ASSERT_EQ(m.outputs, std::vector<std::string>{"y"});
+  EXPECT_GT(m.parameter_count, 0);
+  cpu::Executor ex(m.graph.ir(), {.float64 = true});
+  ex.set_input("x", x.to_f64());
+  ex.run();
+  const cpu::Buffer& out = ex.output("y");
+  EXPECT_EQ(out.shape, y.shape) << name;
+  ASSERT_EQ(out.v.size(), size_t(y.numel())) << name;
+  double err = test::rel_l2(out.v, y.to_f64());
+  EXPECT_LE(err, 1e-4) << name;
+  // The default executor rounds every result to f32, as a deployed graph runs.
+  cpu::Executor ex32(m.graph.ir());
+  ex32.set_input("x", x.to_f32());
+  ex32.run();
+  EXPECT_LE(test::rel_l2(ex32.output("y").v, y.to_f64()), 1e-4) << name << " (f32)";
+}
+
+TEST(Onnx, MlpLinearReluGeluSoftmaxMatchesPyTorch) {
+  check_model("mlp", 13);
+}
+TEST(Onnx, CnnConvBatchNormPoolsMatchesPyTorch) {
+  check_model("cnn", 15);
+}
+TEST(Onnx, CnnWithoutConstantFoldingMatchesPyTorch) {
+  check_model("cnn_bn", 16);
+}
+TEST(Onnx, TransformerBlockOpset17MatchesPyTorch) {
+  check_model("block", 17);
+}
+TEST(Onnx, TransformerBlockOpset14DecomposedLayerNormMatchesPyTorch) {
+  check_model("block_op14", 14);
+}
+TEST(Onnx, HelperBuiltWhereExpandGatherConcatSliceClipTriluMatchesTorch) {
+  check_model("helper_ops", 14);
+}
+TEST(Onnx, HelperBuiltNotAndOrXorOnRuntimeTensorsMatchesTorch) {
+  check_model("helper_logic", 13);
+}
+TEST(Onnx, MlpDynamicBatchBoundAtImportMatchesPyTorch) {
+  check_model("mlp_dyn", 13);
+}
+TEST(Onnx, TransformerDynamicBatchAndSequenceMatchesPyTorch) {
+  check_model("block_dyn", 17);
+}
+
+TEST(Onnx, DynamicAxesMustBeBoundToValidInputs) {
+  std::string path = model_dir() + "/mlp_dyn.onnx";
+  std::string unbound = error_of([&] { onnx::import_file(path); });
+  EXPECT_NE(unbound, "");
+  EXPECT_NE(unbound.find("'x'"), std::string::npos) << unbound;
+  std::string wrong = error_of([&] {
+    onnx::import_file(path, {.input_shapes = {{"x", {2, 10}}, {"nope", {2, 10}}}});
+  });
+  EXPECT_NE(wrong.find("'nope'"), std::string::npos) << wrong;
+  std::string mismatch = error_of([&] { onnx::import_file(path, {.input_shapes = {{"x", {2, 11}}}}); });
+  EXPECT_NE(mismatch, "");
+}
+
+TEST(Onnx, InitializersBecomeNamedParameters) {
+  onnx::Imported m = onnx::import_file(model_dir() + "/mlp.onnx");
+  // fc1 10x16+16, fc2 16x12+12, fc3 12x5+5.
+  EXPECT_EQ(m.parameter_count, 10 * 16 + 16 + 16 * 12 + 12 + 12 * 5 + 5);
+  EXPECT_EQ(m.graph.get("fc1.weight").shape(), (Shape{16, 10}));
+  EXPECT_EQ(m.graph.get("fc3.bias").shape(), (Shape{5}));
+}
+
+TEST(Onnx, MlpGradientsMatchTorchAutograd) {
+  const std::string& dir = model_dir();
+  SafetensorsFile ref = SafetensorsFile::read(dir + "/mlp_grad.safetensors");
+  onnx::Imported m = onnx::import_file(dir + "/mlp_grad.onnx", {.trainable = true});
+  Graph& g = m.graph;
+  std::optional<int> yid = g.ir().find_output("y");
+  ASSERT_TRUE(yid.has_value());
+  Tensor y(&g.ir(), *yid);
+  Tensor loss = sum(y * y);
+  Gradients grads = backward(g, loss);
+  const std::vector<std::string> names = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+  for (const std::string& n : names) {
+    ASSERT_TRUE(grads.params.count(n)) << n;
+    g.output("grad." + n, grads.params.at(n));
+  }
+  cpu::Executor ex(g.ir(), {.float64 = true});
+  ex.set_input("x", ref.get("x").to_f64());
+  ex.run();
+  EXPECT_LE(test::rel_l2(ex.output("y").v, ref.get("y").to_f64()), 1e-4);
+  for (const std::string& n : names) {
+    const StoredTensor& want = ref.get("grad." + n);
+    const cpu::Buffer& got = ex.output("grad." + n);
+    EXPECT_EQ(got.shape, want.shape) << n;
+    EXPECT_LE(test::rel_l2(got.v, want.to_f64()), 1e-4) << n;
+  }
+}
+
+TEST(Onnx, TruncatedFileIsAClearError) {
+  std::string bytes = read_bytes(model_dir() + "/mlp.onnx");
+  ASSERT_GT(bytes.size(), 100u);
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 7, size_t(10)}) {
+    std::string msg = error_of([&] { onnx::import_bytes(bytes.substr(0, keep), "truncated.onnx"); });
+    EXPECT_NE(msg, "") << keep;
+    EXPECT_NE(msg.find("truncated.onnx"), std::string::npos) << msg;
+  }
+}
+
+TEST(Onnx, RandomBytesAndEmptyInputAreClearErrors) {
+  std::mt19937_64 rng(1234);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::string bytes;
+    size_t n = 1 + size_t(rng() % 4096);
+    for (size_t i = 0; i < n; ++i) bytes.push_back(char(rng() & 0xff));
+    std::string msg = error_of([&] { onnx::import_bytes(bytes, "random.onnx"); });
+    EXPECT_NE(msg, "") << trial;
+  }
+  EXPECT_NE(error_of([] { onnx::import_bytes("", "empty.onnx"); }), "");
+  EXPECT_NE(error_of([] { onnx::import_file("/nonexistent/dir/model.onnx"); }), "");
+}
+
+// Single-byte corruptions of valid models: each import either succeeds or throws mgn::Error (never another
+// exception type, never a crash or a hang).
+TEST(Onnx, CorruptedBytesNeverCrash) {
+  std::mt19937_64 rng(99);
+  for (const char* name : {"helper_ops", "cnn", "block"}) {
+    const std::string bytes = read_bytes(model_dir() + "/" + name + ".onnx");
+    for (int trial = 0; trial < 500; ++trial) {
+      std::string b = bytes;
+      size_t at = size_t(rng() % b.size());
+      b[at] = char(rng() & 0xff);
+      try {
+        onnx::Imported m = onnx::import_bytes(b, "corrupt.onnx");
+      } catch (const Error&) {
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << name << " byte " << at << ": not an mgn::Error: " << e.what();
+      }
+    }
+  }
+}
+
+TEST(Onnx, UnsupportedOpsetAndShortInitializerAreClearErrors) {
+  std::string opset = error_of([] { onnx::import_file(model_dir() + "/bad_opset.onnx"); });
+  EXPECT_NE(opset.find("opset 11"), std::string::npos) << opset;
+  std::string init = error_of([] { onnx::import_file(model_dir() + "/bad_init_size.onnx"); });
+  EXPECT_NE(init.find("'b'"), std::string::npos) << init;
+}
+
+TEST(Onnx, MissingInitializerNamesTheValue) {
+  std::string msg = error_of([] { onnx::import_file(model_dir() + "/bad_missing_init.onnx"); });
+  ASSERT_NE(msg, "");
+  EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
+}
+
+TEST(Onnx, UnknownOpsAreAllListedInOneError) {
+  std::string msg = error_of([] { onnx::import_file(model_dir() + "/bad_unknown_ops.onnx"); });
+  ASSERT_NE(msg, "");
+  EXPECT_NE(msg.find("Hardmax"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("TopK"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("Relu"), std::string::npos) << msg;
+  std::string summary = onnx::inspect(model_dir() + "/bad_unknown_ops.onnx");
+  EXPECT_NE(summary.find("Hardmax"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("TopK"), std::string::npos) << summary;
+}
+
+TEST(Onnx, SupportedOpsAreSortedAndCoverTheExports) {
+  std::vector<std::string> ops = onnx::supported_ops();
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  for (const char* op :
+       {"Gemm", "Conv", "BatchNormalization", "LayerNormalization", "Softmax", "Where", "Trilu"})
+    EXPECT_TRUE(std::find(ops.begin(), ops.end(), op) != ops.end()) << op;
+  EXPECT_TRUE(std::find(ops.begin(), ops.end(), "Hardmax") == ops.end());
+}
+
+}  // namespace
+}  // namespace mgn

@@ -1,0 +1,270 @@
+"""ONNX import test models (tests/onnx_test.cpp). Usage: onnx_export.py OUTDIR
+
+For each model NAME writes OUTDIR/NAME.onnx and OUTDIR/NAME.safetensors holding the input "x" and the
+PyTorch reference output "y" (computed in float64 from the very float32 parameters that were exported).
+The torch models are exported with torch.onnx.export; "helper_ops" is built with onnx.helper and its
+reference is computed with the equivalent torch ops. "mlp_grad" also holds torch autograd gradients
+"grad.<param>" of loss = sum(y * y)."""
+import copy
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_io  # noqa: E402
+
+OUT = sys.argv[1]
+
+
+def save(name, tensors):
+    torch_io.write(os.path.join(OUT, name + ".safetensors"), tensors)
+
+
+def export(name, model, x, opset, fold=True, dynamic=None, run_x=None):
+    """dynamic: {axis: name} of x and y left symbolic in the file; the reference then runs on run_x."""
+    model.eval()
+    path = os.path.join(OUT, name + ".onnx")
+    torch.onnx.export(model, (x,), path, input_names=["x"], output_names=["y"], opset_version=opset,
+                      do_constant_folding=fold, dynamic_axes={"x": dynamic, "y": dynamic} if dynamic else None)
+    if run_x is not None:
+        x = run_x
+    with torch.no_grad():
+        y = copy.deepcopy(model).double()(x.double())
+    save(name, {"x": x, "y": y})
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(10, 16)
+        self.fc2 = nn.Linear(16, 12)
+        self.fc3 = nn.Linear(12, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = nn.functional.gelu(self.fc2(h))
+        return torch.softmax(self.fc3(h), dim=-1)
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 6, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(6)
+        self.fc = nn.Linear(6 * 2 * 2, 4)
+        self.fc2 = nn.Linear(6, 4)
+
+    def forward(self, x):
+        h = self.bn1(torch.relu(self.conv1(x)))        # 8x8x8 (BatchNormalization stays: no Conv to fold into)
+        h = nn.functional.max_pool2d(h, 2)             # 8x4x4
+        h = torch.relu(self.bn2(self.conv2(h)))        # 6x4x4
+        a = nn.functional.avg_pool2d(h, 2)             # 6x2x2
+        g = nn.functional.adaptive_avg_pool2d(h, 1)    # 6x1x1 (GlobalAveragePool)
+        return self.fc(torch.flatten(a, 1)) + self.fc2(torch.flatten(g, 1))
+
+
+class Block(nn.Module):
+    def __init__(self, d=16, heads=2, t=6):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.ff1 = nn.Linear(d, 2 * d)
+        self.ff2 = nn.Linear(2 * d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(t, t, dtype=torch.bool)))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        hd = d // self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q = q.reshape(b, t, self.heads, hd).transpose(1, 2)
+        k = k.reshape(b, t, self.heads, hd).transpose(1, 2)
+        v = v.reshape(b, t, self.heads, hd).transpose(1, 2)
+        s = torch.matmul(q, k.transpose(-2, -1)) / (hd ** 0.5)
+        s = s.masked_fill(~self.mask[:t, :t], -1e9)
+        a = torch.matmul(torch.softmax(s, dim=-1), v)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.ff2(nn.functional.gelu(self.ff1(self.ln2(x))))
+
+
+class MlpGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 8)
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+def helper_ops():
+    # y = reshape(expand(concat(gather(where(x > 0, tril(x), clip(x)), idx, 0), x[1:3], 1), [3,2,8]) * scale,
+    #             [shape(...)[0], -1])
+    idx = numpy_helper.from_array(np.array([2, 0], dtype=np.int64), "idx")
+    starts = numpy_helper.from_array(np.array([1], dtype=np.int64), "starts")
+    ends = numpy_helper.from_array(np.array([3], dtype=np.int64), "ends")
+    axes = numpy_helper.from_array(np.array([0], dtype=np.int64), "axes")
+    eshape = numpy_helper.from_array(np.array([3, 1, 1], dtype=np.int64), "eshape")
+    lo = numpy_helper.from_array(np.array(-0.5, dtype=np.float32), "lo")
+    hi = numpy_helper.from_array(np.array(0.5, dtype=np.float32), "hi")
+    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+    rng = np.random.RandomState(5)
+    scale_np = rng.randn(3, 1, 1).astype(np.float32)
+    scale = numpy_helper.from_array(scale_np, "scale")
+    minus1 = numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1")
+    gidx0 = numpy_helper.from_array(np.array([0], dtype=np.int64), "gidx0")
+    nodes = [
+        helper.make_node("Trilu", ["x"], ["tril"], upper=0),
+        helper.make_node("Clip", ["x", "lo", "hi"], ["clip"]),
+        helper.make_node("Greater", ["x", "zero"], ["pos"]),
+        helper.make_node("Where", ["pos", "tril", "clip"], ["w"]),
+        helper.make_node("Gather", ["w", "idx"], ["g"], axis=0),
+        helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"]),
+        helper.make_node("Concat", ["g", "s"], ["cat"], axis=1),
+        helper.make_node("Expand", ["cat", "eshape"], ["e"]),
+        helper.make_node("Mul", ["e", "scale"], ["m"]),
+        helper.make_node("Shape", ["m"], ["mshape"]),
+        helper.make_node("Gather", ["mshape", "gidx0"], ["d0"], axis=0),
+        helper.make_node("Concat", ["d0", "minus1"], ["newshape"], axis=0),
+        helper.make_node("Reshape", ["m", "newshape"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "helper_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 16])],
+                              [idx, starts, ends, axes, eshape, lo, hi, zero, scale, minus1, gidx0])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(OUT, "helper_ops.onnx"))
+    torch.manual_seed(11)
+    x = torch.randn(4, 4)
+    xd = x.double()
+    w = torch.where(xd > 0, torch.tril(xd), torch.clamp(xd, -0.5, 0.5))
+    cat = torch.cat([w[[2, 0]], xd[1:3]], dim=1)
+    m = cat.expand(3, 2, 8) * torch.from_numpy(scale_np).double()
+    save("helper_ops", {"x": x, "y": m.reshape(3, -1)})
+
+
+def helper_logic():
+    # Boolean ops on runtime tensors (not foldable): y = x + And(p, q) + 2 Or(Not(p), q) + 4 Xor(p, q)
+    # with p = x > 0, q = x < 0.5.
+    c0 = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "c0")
+    c5 = numpy_helper.from_array(np.array(0.5, dtype=np.float32), "c5")
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+    four = numpy_helper.from_array(np.array(4.0, dtype=np.float32), "four")
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Greater", ["x", "c0"], ["p"]),
+        helper.make_node("Less", ["x", "c5"], ["q"]),
+        helper.make_node("And", ["p", "q"], ["a"]),
+        helper.make_node("Not", ["p"], ["np"]),
+        helper.make_node("Or", ["np", "q"], ["o"]),
+        helper.make_node("Xor", ["p", "q"], ["xo"]),
+        helper.make_node("Cast", ["a"], ["af"], to=f),
+        helper.make_node("Cast", ["o"], ["of"], to=f),
+        helper.make_node("Cast", ["xo"], ["xf"], to=f),
+        helper.make_node("Mul", ["of", "two"], ["o2"]),
+        helper.make_node("Mul", ["xf", "four"], ["x4"]),
+        helper.make_node("Add", ["x", "af"], ["s1"]),
+        helper.make_node("Add", ["s1", "o2"], ["s2"]),
+        helper.make_node("Add", ["s2", "x4"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "helper_logic", [helper.make_tensor_value_info("x", f, [3, 4])],
+                              [helper.make_tensor_value_info("y", f, [3, 4])], [c0, c5, two, four])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(OUT, "helper_logic.onnx"))
+    torch.manual_seed(12)
+    x = torch.randn(3, 4)
+    xd = x.double()
+    p, q = xd > 0, xd < 0.5
+    y = xd + (p & q).double() + 2 * ((~p) | q).double() + 4 * (p ^ q).double()
+    save("helper_logic", {"x": x, "y": y})
+
+
+def bad_models():
+    # A node reads "w", which is neither an initializer, a graph input nor a node output.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "missing_init", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              os.path.join(OUT, "bad_missing_init.onnx"))
+    # Two unsupported ops (Hardmax, TopK) among supported ones.
+    y2 = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    k = numpy_helper.from_array(np.array([1], dtype=np.int64), "k")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Hardmax", ["r"], ["h"], name="the_hardmax"),
+             helper.make_node("TopK", ["h", "k"], ["y", "i"], name="the_topk")]
+    g = helper.make_graph(nodes, "unknown_ops", [x], [y2], [k])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              os.path.join(OUT, "bad_unknown_ops.onnx"))
+
+
+def bad_models_2():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "old_opset", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]), os.path.join(OUT, "bad_opset.onnx"))
+    # An initializer whose raw data holds 2 floats while its dims say 6.
+    b = TensorProto(name="b", data_type=TensorProto.FLOAT, dims=[2, 3], raw_data=np.zeros(2, np.float32).tobytes())
+    g = helper.make_graph([helper.make_node("Add", ["x", "b"], ["y"])], "short_init", [x], [y], [b])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              os.path.join(OUT, "bad_init_size.onnx"))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    export("mlp", Mlp(), torch.randn(4, 10), 13)
+    torch.manual_seed(1)
+    cnn = Cnn()
+    with torch.no_grad():  # non-trivial running statistics so BatchNorm(eval) is really exercised
+        for bn in (cnn.bn1, cnn.bn2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.2, 0.2)
+    export("cnn", cnn, torch.randn(2, 3, 8, 8), 15)  # bn2 folded into conv2 by the exporter
+    torch.manual_seed(5)
+    export("cnn_bn", cnn, torch.randn(2, 3, 8, 8), 16, fold=False)  # no constant folding
+    torch.manual_seed(2)
+    export("block", Block(), torch.randn(2, 6, 16), 17)
+    torch.manual_seed(3)
+    export("block_op14", Block(), torch.randn(2, 6, 16), 14)  # LayerNorm decomposed (no LayerNormalization)
+
+    torch.manual_seed(6)
+    export("mlp_dyn", Mlp(), torch.randn(4, 10), 13, dynamic={0: "batch"}, run_x=torch.randn(7, 10))
+    torch.manual_seed(7)  # symbolic batch and sequence: the Shape/Gather/Concat/Slice pieces see bound sizes
+    export("block_dyn", Block(), torch.randn(2, 6, 16), 17, dynamic={0: "batch", 1: "seq"},
+           run_x=torch.randn(3, 4, 16))
+
+    torch.manual_seed(4)
+    m = MlpGrad()
+    x = torch.randn(4, 6)
+    m.eval()
+    torch.onnx.export(m, (x,), os.path.join(OUT, "mlp_grad.onnx"), input_names=["x"], output_names=["y"],
+                      opset_version=13, do_constant_folding=False)
+    md = m.double()
+    y = md(x.double())
+    (y * y).sum().backward()
+    out = {"x": x, "y": y.detach()}
+    for name, p in md.named_parameters():
+        out["grad." + name] = p.grad
+    save("mlp_grad", out)
+
+    helper_ops()
+    helper_logic()
+    bad_models()
+    bad_models_2()
+
+
+if __name__ == "__main__":
+    main()
