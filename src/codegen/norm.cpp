@@ -101,7 +101,10 @@ Lowering lower_norm(const LowerContext& ctx) {
   if (kind == Kind::Rms) {
     g += "  float mean = 0.0;\n";
   } else {
-    g += "  float s = 0.0;\n" + loop + "    s += X[f];\n  }\n  float mean = reduce2(s, 0.0).x * inv_m;\n";
+    // The sum is taken around the group's first element: with |mean| >> std a plain f32 sum of x rounds
+    // away digits of the deviations that the normalized output depends on.
+    g += "  float shift = X[elem(gid, 0u)];\n  float s = 0.0;\n" + loop + "    s += X[f] - shift;\n  }\n"
+         "  float mean = shift + reduce2(s, 0.0).x * inv_m;\n";
   }
   g += "  float q = 0.0;\n" + loop + "    float d = X[f] - mean;\n    q += d * d;\n  }\n";
   g += "  float rstd = inversesqrt(reduce2(q, 0.0).x * inv_m + " + detail::flit(eps) + ");\n";
