@@ -1,13 +1,17 @@
 // The `mgn` command line: entry point for the main jobs, inspection and benchmarks.
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "mgn/checkpoint.h"
 #include "mgn/data.h"
+#include "mgn/graph.h"
 #include "mgn/models.h"
 #include "mgn/session.h"
 #include "mgn/train.h"
@@ -24,7 +28,9 @@ void usage() {
       "                      [--seed S] [--data DIR] [--no-progress]\n"
       "      trains with AdamW, saves the checkpoint after each epoch, then builds a fresh inference graph,\n"
       "      loads the checkpoint into it and reports the test accuracy\n"
-      "  dump-checkpoint FILE  lists the tensors of a safetensors file or sharded index\n");
+      "  dump-checkpoint FILE  lists the tensors of a safetensors file or sharded index\n"
+      "  bench-gemm MxNxK...   times f32 matmul sessions (wall clock per synchronized run, after warm-up)\n"
+      "                        on the default backend; prints one JSON line per shape\n");
 }
 
 // --key value pairs (and bare --flags) after the command.
@@ -126,6 +132,47 @@ int dump_checkpoint(int argc, char** argv) {
   return 0;
 }
 
+// Times Session::run() of a one-matmul inference graph: each run submits the recorded stream and waits for
+// the GPU, so the wall time of a run includes submission overhead (a few microseconds), not uploads.
+int bench_gemm(int argc, char** argv) {
+  std::vector<std::array<int64_t, 3>> shapes;
+  for (int i = 2; i < argc; ++i) {
+    long long m = 0, n = 0, k = 0;
+    if (std::sscanf(argv[i], "%lldx%lldx%lld", &m, &n, &k) != 3 || m <= 0 || n <= 0 || k <= 0)
+      throw mgn::Error(std::string("bench-gemm: shapes are MxNxK, got '") + argv[i] + "'");
+    shapes.push_back({m, n, k});
+  }
+  if (shapes.empty()) shapes.push_back({1024, 1024, 1024});
+  for (auto [m, n, k] : shapes) {
+    mgn::Graph g;
+    mgn::Tensor a = g.input("a", {m, k}), b = g.input("b", {k, n});
+    g.output("c", mgn::matmul(a, b));
+    auto t0 = std::chrono::steady_clock::now();
+    mgn::Session s = mgn::compile(g, {.mode = mgn::Mode::Infer});
+    double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<float> av(size_t(m * k)), bv(size_t(k * n));
+    for (size_t i = 0; i < av.size(); ++i) av[i] = float((i * 2654435761u) % 1000) / 1000.0f;
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = float((i * 40503u) % 1000) / 1000.0f;
+    s.set_input("a", av);
+    s.set_input("b", bv);
+    for (int i = 0; i < 5; ++i) s.run();
+    std::vector<double> ms;
+    for (int i = 0; i < 20; ++i) {
+      auto t = std::chrono::steady_clock::now();
+      s.run();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    double med = (ms[9] + ms[10]) / 2;
+    std::printf("{\"side\": \"mgn\", \"backend\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
+                "\"compile_ms\": %.1f, \"median_ms\": %.4f, \"min_ms\": %.4f, \"tflops\": %.3f}\n",
+                s.backend(), (long long)m, (long long)n, (long long)k, compile_ms, med, ms[0],
+                2.0 * double(m) * double(n) * double(k) / (med * 1e-3) / 1e12);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +184,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "train-fashion-mnist") return train_fashion_mnist(parse_flags(argc, argv, 2));
     if (cmd == "dump-checkpoint") return dump_checkpoint(argc, argv);
+    if (cmd == "bench-gemm") return bench_gemm(argc, argv);
   } catch (const mgn::Error& e) {
     std::fprintf(stderr, "mgn %s: %s\n", cmd.c_str(), e.what());
     return 1;
