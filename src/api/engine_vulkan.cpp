@@ -10,11 +10,13 @@ namespace mgn::detail {
 
 namespace {
 
+// Deliberately never destroyed: tearing the device down from a static destructor runs after the NVIDIA
+// driver's own exit handlers and crashes at process exit (seen on the H200); sessions own everything else.
 vk::Context& shared_context() {
   static std::mutex m;
-  static std::unique_ptr<vk::Context> ctx;
+  static vk::Context* ctx = nullptr;
   std::lock_guard<std::mutex> lock(m);
-  if (!ctx) ctx = std::make_unique<vk::Context>();
+  if (!ctx) ctx = new vk::Context();
   return *ctx;
 }
 
