@@ -117,6 +117,7 @@ CONVS = [  # name, x shape, w shape, stride, padding [t, l, b, r], dilation, gro
     ("conv2d_groups", (2, 6, 5, 5), (9, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
     ("conv2d_depthwise", (1, 5, 7, 7), (5, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 5),
     ("conv2d_1x1", (2, 7, 3, 5), (3, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    ("conv2d_stem_k7", (1, 3, 13, 12), (4, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),  # > 25 taps
 ]
 for name, xs, ws, st, pd, dl, gr in CONVS:
     add(Case(name, "conv2d", [In(xs), In(ws)], conv_ref(st, pd, dl, gr), attrs=conv_attrs(st, pd, dl, gr)))
