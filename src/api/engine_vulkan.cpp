@@ -1,6 +1,14 @@
 // The Vulkan engine: vk::GraphExecutor behind the Session interface. One process-wide Context (device
 // choice: MGN_DEVICE, else discrete > integrated > CPU) is shared by every session.
+//
+// MGN_PROFILE=1 turns on per-dispatch GPU timestamps; when the session ends the engine prints, to stderr,
+// the GPU time of every kernel summed over all runs (heaviest first) and the compile time per phase.
 #ifdef MGN_HAVE_VULKAN
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <mutex>
 
 #include "api/engine.h"
@@ -29,13 +37,30 @@ void check_validation(vk::Context& ctx, const char* where) {
   throw Error(std::string("vulkan engine: validation layer reported during ") + where + ":" + all);
 }
 
+bool profiling() {
+  const char* v = std::getenv("MGN_PROFILE");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+vk::GraphExecutorOptions executor_options() {
+  vk::GraphExecutorOptions o;
+  o.timestamps = profiling();
+  return o;
+}
+
 class VulkanEngine final : public Engine {
  public:
   explicit VulkanEngine(std::shared_ptr<const ir::Graph> g)
-      : graph_(std::move(g)), ctx_(shared_context()), exec_(*graph_, ctx_) {
+      : graph_(std::move(g)), ctx_(shared_context()), exec_(*graph_, ctx_, executor_options()),
+        profile_(profiling()) {
     check_validation(ctx_, "compile");
     name_ = "vulkan (" + ctx_.info().name + ")";
   }
+  ~VulkanEngine() override {
+    if (profile_) print_profile();
+  }
+  VulkanEngine(const VulkanEngine&) = delete;
+  VulkanEngine& operator=(const VulkanEngine&) = delete;
   const char* name() const override { return name_.c_str(); }
   void set_input(const std::string& name, const std::vector<float>& values) override { exec_.set_input(name, values); }
   void set_input(const std::string& name, const std::vector<int32_t>& values) override {
@@ -44,6 +69,14 @@ class VulkanEngine final : public Engine {
   void run() override {
     exec_.run();
     check_validation(ctx_, "run");
+    if (profile_) {
+      ++runs_;
+      for (const vk::DispatchTiming& t : exec_.timings()) {
+        auto& [ms, n] = kernel_ms_[t.label];
+        ms += t.ms;
+        ++n;
+      }
+    }
   }
   std::vector<float> read_output(const std::string& name) override { return exec_.read_output(name); }
   std::vector<float> read_state(const std::string& name) override { return exec_.read_state(name); }
@@ -53,10 +86,30 @@ class VulkanEngine final : public Engine {
   std::vector<std::string> state_names() const override { return exec_.state_names(); }
 
  private:
+  void print_profile() const {
+    const vk::CompileStats& c = exec_.compile_stats();
+    std::fprintf(stderr, "mgn profile: %s, %d nodes; compile: lowering %.1f ms, shaderc %.1f ms, pipelines %.1f ms, "
+                 "record %.1f ms\n", name_.c_str(), graph_->size(), c.lowering_ms, c.shaderc_ms, c.pipeline_ms,
+                 c.record_ms);
+    if (runs_ == 0) return;
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(kernel_ms_.begin(), kernel_ms_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.first;
+    std::fprintf(stderr, "mgn profile: %lld runs, GPU time per run %.3f ms (sum of dispatches)\n",
+                 static_cast<long long>(runs_), total / double(runs_));
+    for (const auto& [label, v] : rows)
+      std::fprintf(stderr, "  %8.3f ms/run %5.1f%%  x%-4lld %s\n", v.first / double(runs_),
+                   total > 0 ? 100.0 * v.first / total : 0.0, static_cast<long long>(v.second / runs_), label.c_str());
+  }
+
   std::shared_ptr<const ir::Graph> graph_;
   vk::Context& ctx_;
   vk::GraphExecutor exec_;
   std::string name_;
+  bool profile_ = false;
+  int64_t runs_ = 0;
+  std::map<std::string, std::pair<double, int64_t>> kernel_ms_;  // label -> (total ms, dispatches)
 };
 
 }  // namespace
