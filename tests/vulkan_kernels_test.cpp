@@ -198,6 +198,20 @@ TEST_F(VulkanKernels, MatmulTiledAllTransposes) {
     }
 }
 
+TEST_F(VulkanKernels, MatmulLargeTileAllTransposes) {
+  // 32 x (129 x 37) x (37 x 385): 256 blocks of 128 x 128 select the 8x8-per-thread kernel; M, N and K
+  // all leave partial tiles and K a partial slice.
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      mgn::Graph g;
+      Tensor a = g.input("a", ta ? Shape{32, 37, 129} : Shape{32, 129, 37});
+      Tensor b = g.input("b", tb ? Shape{385, 37} : Shape{37, 385});
+      Tensor y = matmul(a, b, ta, tb);
+      Lowering l = check(g, y.id(), codegen::lower_matmul);
+      EXPECT_TRUE(uses(l, "matmul_tiled_128x128")) << ta << tb;
+    }
+}
+
 TEST_F(VulkanKernels, MatmulBroadcastBatch) {
   // a [2,1,3,13,20] against b [4,20,11]: a broadcasts over axis 1, b over the leading axes.
   mgn::Graph g;

@@ -58,19 +58,24 @@ struct TileConfig {
   uint32_t bm, bn, bk, tx, ty;  // block tile, K slice, threads (tx along N, ty along M)
 };
 
-// Largest config the device holds: 64x64 blocks with 256 threads (4x4 registers each) where possible;
-// the K slice doubles when shared memory allows it (fewer barriers per K).
-TileConfig pick_tile(const DeviceCaps& caps) {
+// 128x128 blocks with 256 threads (8x8 registers each) when the product still has at least 256 such
+// blocks to spread over the device (a big GPU has ~100+ compute units); otherwise 64x64 blocks (4x4 per
+// thread), or 32x32 on devices limited to fewer than 256 invocations. The K slice doubles when shared
+// memory allows it (fewer barriers per K).
+TileConfig pick_tile(const GemmShape& s, const DeviceCaps& caps) {
   TileConfig t{64, 64, 16, 16, 16};
+  uint64_t big_tiles = div_up(s.m, 128) * div_up(s.n, 128) * batch_count(s);
+  if (caps.max_workgroup_invocations >= 256 && big_tiles >= 256) t = {128, 128, 8, 16, 16};
   if (caps.max_workgroup_invocations < 256) t = {32, 32, 16, 8, 8};
   auto shared_bytes = [](const TileConfig& c) { return 4u * c.bk * (c.bm + 1 + c.bn + 1); };
-  if (shared_bytes({t.bm, t.bn, 32, t.tx, t.ty}) <= caps.max_shared_bytes / 2) t.bk = 32;
+  if (t.bm <= 64 && shared_bytes({t.bm, t.bn, 32, t.tx, t.ty}) <= caps.max_shared_bytes / 2) t.bk = 32;
+  if (t.bm == 128 && shared_bytes({t.bm, t.bn, 16, t.tx, t.ty}) <= caps.max_shared_bytes / 2) t.bk = 16;
   while (shared_bytes(t) > caps.max_shared_bytes && t.bk > 4) t.bk /= 2;
   return t;
 }
 
 Kernel tiled_kernel(const GemmShape& s, const DeviceCaps& caps) {
-  const TileConfig t = pick_tile(caps);
+  const TileConfig t = pick_tile(s, caps);
   const uint32_t tm = t.bm / t.ty, tn = t.bn / t.tx, nt = t.tx * t.ty;
   const uint64_t tiles_m = div_up(s.m, t.bm), tiles_n = div_up(s.n, t.bn);
   const uint64_t total = tiles_m * tiles_n * batch_count(s);
