@@ -1,22 +1,46 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: the Vulkan loader from .gl/, then the GEMM comparison (ours vs torch.mm in
-# the same run), the Vulkan whole-graph test, and the main job (Fashion-MNIST on the default Vulkan device).
-# Usage there: bench/h200.sh BUILD_DIR DATA_DIR   (results under $OUT)
+# One call on the GPU machine: the Vulkan loader from .gl/, then the chosen jobs; results under $OUT.
+# Usage there: bench/h200.sh BIN_DIR DATA_DIR JOB...
+#   BIN_DIR holds mgn and (for `conformance`) tests/vulkan_*_test plus oracle/ (see bench/stage-h200.sh)
+#   gemm         mgn bench-gemm vs torch.mm on the same GPU, same run
+#   conformance  the Vulkan op harness and whole-graph tests on this device (validation layer off: the
+#                GPU machine has no layer package)
+#   cnn          compile time per phase for the Fashion-MNIST CNN, cold and warm caches, a profiled short
+#                run, then the main job: the CNN, 5 epochs, AdamW, checkpoint, reload, test accuracy
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
+shift 2
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } > "$OUT/env.txt" 2>&1
 export MGN_VALIDATION=0 MGN_CACHE_DIR=/tmp/mgn-cache MGN_FASHION_MNIST_DIR="$(realpath "$DATA")"
-SHAPES="512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192 128x1536x576 128x576x1536"
-"$B/mgn" bench-gemm $SHAPES > "$OUT/gemm_mgn.jsonl" 2> "$OUT/gemm_mgn.err"
-python3 bench/pytorch/gemm.py $SHAPES > "$OUT/gemm_torch.jsonl" 2> "$OUT/gemm_torch.err"
-"$B/mgn" bench-gemm 1024x1024x1024 > "$OUT/gemm_mgn_warm.jsonl" 2>&1   # warm SPIR-V/pipeline caches
-[ -x "$B/tests/vulkan_session_test" ] && "$B/tests/vulkan_session_test" > "$OUT/vulkan_session_test.txt" 2>&1
-( time "$B/mgn" train-fashion-mnist --epochs 5 --no-progress --data "$DATA" --out "$OUT/fashion_mlp.safetensors" ) \
-  > "$OUT/main_job.txt" 2>&1
-rm -f "$OUT/fashion_mlp.safetensors"
+for job in "$@"; do
+  case "$job" in
+    gemm)
+      SHAPES="512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192 128x1536x576 128x576x1536"
+      "$B/mgn" bench-gemm $SHAPES > "$OUT/gemm_mgn.jsonl" 2> "$OUT/gemm_mgn.err"
+      python3 bench/pytorch/gemm.py $SHAPES > "$OUT/gemm_torch.jsonl" 2> "$OUT/gemm_torch.err"
+      ;;
+    conformance)
+      # The oracle files sit next to the binaries; the test looks for them where they were built.
+      for t in vulkan_ops_test vulkan_session_test vulkan_kernels_test; do
+        [ -x "$B/tests/$t" ] && (cd "$B" && MGN_ORACLE_DIR="$PWD/oracle" "./tests/$t") > "$OUT/$t.txt" 2>&1
+        echo "$t rc=$?" >> "$OUT/conformance_rc.txt"
+      done
+      ;;
+    cnn)
+      for phase in cold warm; do
+        [ $phase = cold ] && rm -rf /tmp/mgn-cache-cnn
+        MGN_CACHE_DIR=/tmp/mgn-cache-cnn MGN_PROFILE=1 "$B/mgn" train-fashion-mnist --epochs 1 --limit-train 6400 \
+          --no-progress --data "$DATA" --out /tmp/cnn_short.safetensors > "$OUT/cnn_profile_$phase.txt" 2>&1
+      done
+      ( time "$B/mgn" train-fashion-mnist --epochs 5 --no-progress --data "$DATA" --out /tmp/fashion_cnn.safetensors ) \
+        > "$OUT/main_job_cnn.txt" 2>&1
+      ;;
+    *) echo "unknown job $job" >> "$OUT/errors.txt" ;;
+  esac
+done
 echo done
