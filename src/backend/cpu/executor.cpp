@@ -2,6 +2,7 @@
 #include "backend/cpu/executor.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace mgn::cpu {
 
@@ -64,6 +65,14 @@ Executor::Executor(const ir::Graph& g, ExecutorOptions opt) : g_(g), opt_(opt) {
     if (!opt_.float64) round_to_dtype(b);
     state_[n.name] = std::move(b.v);
   }
+  if (opt_.plan) {
+    plan::PlanOptions po = *opt_.plan;
+    po.tensor_bytes = [](const ir::Node& n) { return uint64_t(numel(n.shape)) * sizeof(double); };
+    po.alignment = std::max<uint64_t>(po.alignment, sizeof(double));
+    if (po.segment_bytes) po.segment_bytes = (po.segment_bytes + po.alignment - 1) / po.alignment * po.alignment;
+    plan_ = plan::make_plan(g_, po);
+    arena_.assign(size_t(plan_->arena_bytes / sizeof(double)), 0.0);
+  }
 }
 
 void Executor::set_input(const std::string& name, std::vector<double> values) {
@@ -107,6 +116,7 @@ std::vector<std::string> Executor::state_names() const {
 }
 
 void Executor::run() {
+  if (plan_) return run_planned();
   int n = g_.size();
   // Which nodes are needed: everything reachable backwards from outputs and assigns.
   std::vector<bool> need(size_t(n), false);
@@ -168,6 +178,105 @@ void Executor::run() {
     const ir::Node& a = g_.node(id);
     state_[g_.node(a.inputs[0]).name] = values_[size_t(id)].v;
   }
+}
+
+namespace {
+
+// Any read of memory the step has not written shows up as this value in the results.
+constexpr double kPoison = -7.0e77;
+
+void eval_node(const ir::Graph& g, const ir::Node& node, const Inputs& ins, Buffer& out, bool float64) {
+  out.shape = node.shape;
+  out.dtype = node.dtype;
+  out.v.assign(size_t(numel(node.shape)), 0.0);
+  switch (node.op) {
+#define X(E, name, mn, mx, arch, diff, rule, attrs) \
+  case ir::Op::E: k_##E(node, ins, out); break;
+#include "ir/ops.def"
+#undef X
+  }
+  if (int64_t(out.v.size()) != numel(node.shape))
+    throw Error("internal: CPU kernel for " + g.describe(node.id) + " produced the wrong number of values");
+  if (!float64) round_to_dtype(out);
+}
+
+}  // namespace
+
+void Executor::run_planned() {
+  const plan::Plan& p = *plan_;
+  const int n = g_.size();
+  std::fill(arena_.begin(), arena_.end(), kPoison);
+  auto at = [&](int storage) { return arena_.data() + p.storages[size_t(storage)].offset / sizeof(double); };
+  auto store = [&](int id, const std::vector<double>& v) {
+    int s = p.storage_of[size_t(id)];
+    if (s < 0) return;
+    if (v.size() * sizeof(double) > p.storages[size_t(s)].bytes)
+      throw Error("internal: plan storage of " + g_.describe(id) + " is too small");
+    if (!v.empty()) std::memcpy(at(s), v.data(), v.size() * sizeof(double));
+  };
+  auto load = [&](int id) {
+    const ir::Node& node = g_.node(id);
+    Buffer b{node.shape, node.dtype, {}};
+    const double* src = at(p.storage_of[size_t(id)]);
+    b.v.assign(src, src + numel(node.shape));
+    return b;
+  };
+  // Sources: inputs, parameters and state, constants.
+  for (int i = 0; i < n; ++i) {
+    if (!p.needed[size_t(i)] || p.storage_of[size_t(i)] < 0) continue;
+    const ir::Node& node = g_.node(i);
+    if (node.op == ir::Op::Input) {
+      auto it = inputs_.find(node.name);
+      if (it == inputs_.end()) throw Error("run: input '" + node.name + "' was not set");
+      Buffer b{node.shape, node.dtype, it->second};
+      if (!opt_.float64) round_to_dtype(b);
+      store(i, b.v);
+    } else if (node.op == ir::Op::Parameter) {
+      store(i, state_.at(node.name));
+    } else if (node.op == ir::Op::Constant || node.op == ir::Op::Full) {
+      Buffer b;
+      eval_node(g_, node, {}, b, opt_.float64);
+      store(i, b.v);
+    }
+  }
+  // Groups: every read of a group happens before any of its writes, as if its dispatches ran at once.
+  for (int grp = 0; grp < p.num_groups(); ++grp) {
+    const int d0 = p.group_begin[size_t(grp)], d1 = p.group_begin[size_t(grp) + 1];
+    std::vector<std::map<int, Buffer>> vals(size_t(d1 - d0));
+    for (int d = d0; d < d1; ++d)
+      for (int id : p.dispatches[size_t(d)].nodes)
+        for (int in : g_.node(id).inputs)
+          if (p.dispatch_of[size_t(in)] != d && !vals[size_t(d - d0)].count(in))
+            vals[size_t(d - d0)].emplace(in, load(in));
+    for (int d = d0; d < d1; ++d) {
+      std::map<int, Buffer>& local = vals[size_t(d - d0)];
+      for (int id : p.dispatches[size_t(d)].nodes) {
+        const ir::Node& node = g_.node(id);
+        Inputs ins;
+        for (int in : node.inputs) ins.push_back(&local.at(in));
+        Buffer out;
+        eval_node(g_, node, ins, out, opt_.float64);
+        local[id] = std::move(out);
+      }
+    }
+    for (int d = d0; d < d1; ++d)
+      for (int id : p.dispatches[size_t(d)].nodes) store(id, vals[size_t(d - d0)].at(id).v);
+  }
+  // End of step: snapshots, then commits (the plan makes them independent of each other).
+  for (const plan::Copy& c : p.snapshots)
+    std::memmove(at(c.dst_storage), at(c.src_storage), size_t(c.bytes));
+  for (const plan::Commit& c : p.commits)
+    if (!c.in_place) std::memmove(at(c.dst_storage), at(c.src_storage), size_t(c.bytes));
+  outputs_.clear();
+  for (size_t k = 0; k < g_.outputs().size(); ++k) {
+    const auto& [name, id] = g_.outputs()[k];
+    const ir::Node& node = g_.node(id);
+    const double* src = at(p.output_storage[k]);
+    outputs_[name] = Buffer{node.shape, node.dtype, std::vector<double>(src, src + numel(node.shape))};
+  }
+  for (int id : g_.parameters())
+    if (p.storage_of[size_t(id)] >= 0) state_[g_.node(id).name] = load(id).v;
+  have_.assign(size_t(n), false);
 }
 
 const Buffer& Executor::output(const std::string& name) const {

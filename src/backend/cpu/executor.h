@@ -3,11 +3,13 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "ir/graph.h"
+#include "plan/plan.h"
 
 namespace mgn::cpu {
 
@@ -17,6 +19,12 @@ struct ExecutorOptions {
   bool float64 = false;
   // Keep every intermediate value after run() (for debugging and tests); otherwise only what is needed.
   bool keep_all = false;
+  // Run through a static memory plan: one arena of doubles, every tensor at its planned offset, barrier
+  // groups executed as if their dispatches ran concurrently (all reads of a group before its writes), and
+  // the arena poisoned before each step. tensor_bytes is replaced by numel × sizeof(double) and the
+  // alignment raised to at least 8. Results equal the unplanned run exactly; an aliasing bug shows.
+  // keep_all is ignored.
+  std::optional<plan::PlanOptions> plan;
 };
 
 class Executor {
@@ -38,8 +46,11 @@ class Executor {
   const Buffer& output(const std::string& name) const;
   const Buffer& value(int node) const;  // needs keep_all, or an output/input/parameter node
   const ir::Graph& graph() const { return g_; }
+  const plan::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }  // when run through a plan
 
  private:
+  void run_planned();
+
   const ir::Graph& g_;
   ExecutorOptions opt_;
   std::vector<Buffer> values_;
@@ -47,6 +58,8 @@ class Executor {
   std::map<std::string, std::vector<double>> state_;
   std::map<std::string, std::vector<double>> inputs_;
   std::map<std::string, Buffer> outputs_;
+  std::optional<plan::Plan> plan_;
+  std::vector<double> arena_;
 };
 
 // Rounds every value of a buffer to its dtype's precision (f32/f16/bf16; ints are left as they are).

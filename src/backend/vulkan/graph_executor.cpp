@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <set>
@@ -33,7 +34,9 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
 GraphExecutor::~GraphExecutor() {
   stream_.reset();
   pipelines_.reset();
-  for (Storage& s : storages_) alloc_->free(s.buffer);
+  for (Storage& s : storages_)
+    if (!s.view) alloc_->free(s.buffer);
+  for (Buffer& b : arena_) alloc_->free(b);
   transfer_.reset();
   alloc_.reset();
 }
@@ -86,11 +89,24 @@ void GraphExecutor::allocate_storage() {
 }
 
 void GraphExecutor::build() {
-  auto t0 = std::chrono::steady_clock::now();
-  allocate_storage();
+  const DeviceLimits& L = ctx_.limits();
+  codegen::DeviceCaps caps;
+  caps.subgroup_size = L.subgroup_size;
+  caps.max_shared_bytes = L.max_shared_memory;
+  caps.max_workgroup_invocations = L.max_workgroup_invocations;
+  caps.max_workgroup_count = L.max_workgroup_count;
+  caps.max_storage_buffer_range = L.max_storage_buffer_range;
+  caps.cooperative_matrix_nv = ctx_.has(Feature::CooperativeMatrixNV);
+  const char* env = std::getenv("MGN_PLAN");
+  const bool planned = opt_.use_plan && !(env && std::string(env) == "0");
   const int n = g_.size();
   std::set<int> assigned;
   for (int id : g_.assigns()) assigned.insert(g_.node(id).inputs[0]);
+  auto t0 = std::chrono::steady_clock::now();
+  if (planned) {
+    lower_planned(caps);
+  } else {
+  allocate_storage();
 
   // Initial contents of sources.
   for (int i = 0; i < n; ++i) {
@@ -111,14 +127,6 @@ void GraphExecutor::build() {
 
   // Lowering.
   t0 = std::chrono::steady_clock::now();
-  const DeviceLimits& L = ctx_.limits();
-  codegen::DeviceCaps caps;
-  caps.subgroup_size = L.subgroup_size;
-  caps.max_shared_bytes = L.max_shared_memory;
-  caps.max_workgroup_invocations = L.max_workgroup_invocations;
-  caps.max_workgroup_count = L.max_workgroup_count;
-  caps.max_storage_buffer_range = L.max_storage_buffer_range;
-  caps.cooperative_matrix_nv = ctx_.has(Feature::CooperativeMatrixNV);
   int zero_storage = -1;
   for (int i = 0; i < n; ++i) {
     if (!need_[size_t(i)]) continue;
@@ -169,6 +177,7 @@ void GraphExecutor::build() {
     poison_.push_back(storage_of_[size_t(i)]);
   }
   stats_.lowering_ms = ms_since(t0);
+  }  // one buffer per tensor
 
   // GLSL -> SPIR-V, identical sources once, in parallel.
   t0 = std::chrono::steady_clock::now();
@@ -205,6 +214,10 @@ void GraphExecutor::build() {
     if (st.copy_src < 0) st.pipeline = pipes[unique.at(kernels_[st.kernel].glsl)];
   stats_.pipeline_ms = ms_since(t0);
 
+  if (planned) {
+    record_planned();
+    return;
+  }
   // Record: a barrier where a step touches what the current group wrote, or writes what it read, and
   // always between the kernels of one node.
   t0 = std::chrono::steady_clock::now();
@@ -264,6 +277,212 @@ void GraphExecutor::build() {
   fence();
   for (auto [src, dst] : commits) stream_->copy(storages_[size_t(src)].buffer, storages_[size_t(dst)].buffer);
   for (auto& [id, s] : output_copy_) poison_.push_back(s);
+  stream_->record();
+  stats_.kernels = stream_->dispatch_count();
+  stats_.barriers = stream_->barrier_count();
+  stats_.record_ms += ms_since(t0);
+}
+
+int GraphExecutor::arena_view(uint64_t offset, uint64_t bytes, int owner) {
+  const uint64_t seg = plan_->segment_bytes;
+  size_t k = seg ? size_t(offset / seg) : 0;
+  uint64_t local = seg ? offset % seg : offset;
+  Storage s;
+  s.buffer = arena_.at(k);
+  s.buffer.offset += local;
+  s.buffer.size = std::max<uint64_t>(bytes, 4);
+  if (s.buffer.mapped) s.buffer.mapped += local;
+  s.words = s.buffer.size / 4;
+  s.owner = owner;
+  s.view = true;
+  storages_.push_back(s);
+  return int(storages_.size()) - 1;
+}
+
+// The planned path: lower every node first (scratch sizes feed the plan), plan, back the arena with a few
+// allocations, and give every tensor a view at its planned offset; steps follow the plan's dispatch order.
+void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int n = g_.size();
+  const DeviceLimits& L = ctx_.limits();
+  // Lower what the step computes (views and sources have no kernel).
+  std::vector<bool> need(size_t(n), false);
+  for (auto& [name, id] : g_.outputs()) need[size_t(id)] = true;
+  for (int id : g_.assigns()) need[size_t(id)] = true;
+  for (int i = n - 1; i >= 0; --i)
+    if (need[size_t(i)])
+      for (int in : g_.node(i).inputs) need[size_t(in)] = true;
+  std::map<int, codegen::Lowering> lows;
+  for (int i = 0; i < n; ++i) {
+    if (!need[size_t(i)]) continue;
+    const ir::Node& node = g_.node(i);
+    ir::Archetype arch = ir::op_info(node.op).archetype;
+    if (arch == ir::Archetype::Source || arch == ir::Archetype::State || node.op == ir::Op::Reshape) continue;
+    lows.emplace(i, codegen::lower_node({g_, node, caps}));
+  }
+  stats_.lowering_ms = ms_since(t0);
+
+  auto t1 = std::chrono::steady_clock::now();
+  plan::PlanOptions po = opt_.plan;
+  po.dispatches.clear();
+  po.tensor_bytes = [](const ir::Node& nd) { return uint64_t(std::max<int64_t>(numel(nd.shape), 1)) * 4; };
+  po.alignment = alloc_->alignment();
+  po.max_binding_bytes = L.max_storage_buffer_range;
+  po.segment_bytes = alloc_->max_allocation() / po.alignment * po.alignment;
+  po.scratch_bytes = [&lows](const ir::Graph&, const plan::Dispatch& d) {
+    std::vector<uint64_t> r;
+    for (uint64_t w : lows.at(d.nodes[0]).scratch_words) r.push_back(std::max<uint64_t>(w, 1) * 4);
+    return r;
+  };
+  po.in_place_ok = [&lows](const ir::Graph& g, const plan::Dispatch& d, int node, int input) {
+    const codegen::Lowering& low = lows.at(node);
+    return low.kernels.size() == 1 && low.scratch_words.empty() && !low.output_zero_filled &&
+           plan::default_in_place_ok(g, d, node, input);
+  };
+  plan_ = plan::make_plan(g_, po);
+  const plan::Plan& p = *plan_;
+
+  // Arena segments, then one view per tensor (its own byte size) and per scratch buffer.
+  uint64_t seg = p.segment_bytes ? p.segment_bytes : std::max<uint64_t>(p.arena_bytes, po.alignment);
+  for (uint64_t off = 0; off < std::max<uint64_t>(p.arena_bytes, 1); off += seg)
+    arena_.push_back(alloc_->allocate(std::max<uint64_t>(std::min(seg, p.arena_bytes - std::min(off, p.arena_bytes)), 16),
+                                      MemoryKind::Device, "plan arena segment " + std::to_string(arena_.size())));
+  stats_.arena_bytes = p.arena_bytes;
+  stats_.groups = size_t(p.num_groups());
+  need_ = p.needed;
+  storage_of_.assign(size_t(n), -1);
+  for (int i = 0; i < n; ++i)
+    if (p.storage_of[size_t(i)] >= 0)
+      storage_of_[size_t(i)] = arena_view(p.offset_of(i), uint64_t(std::max<int64_t>(numel(g_.node(i).shape), 1)) * 4, i);
+  plan_view_.assign(p.storages.size(), -1);
+  auto whole = [&](int ps) {
+    if (plan_view_[size_t(ps)] < 0)
+      plan_view_[size_t(ps)] = arena_view(p.storages[size_t(ps)].offset, p.storages[size_t(ps)].bytes, -1);
+    return plan_view_[size_t(ps)];
+  };
+  for (size_t k = 0; k < g_.outputs().size(); ++k) {
+    int id = g_.outputs()[k].second;
+    if (p.output_storage[k] != p.storage_of[size_t(id)])
+      output_copy_[id] = arena_view(p.storages[size_t(p.output_storage[k])].offset,
+                                    uint64_t(std::max<int64_t>(numel(g_.node(id).shape), 1)) * 4, id);
+  }
+  // Poison what the step computes; never a source's memory (an in-place assign's value lives there).
+  for (int i = 0; i < n; ++i) {
+    int ps = p.storage_of[size_t(i)];
+    if (ps < 0 || p.dispatch_of[size_t(i)] < 0) continue;
+    plan::MemClass c = p.storages[size_t(ps)].cls;
+    if (c == plan::MemClass::Parameter || c == plan::MemClass::State || c == plan::MemClass::Input ||
+        c == plan::MemClass::Constant)
+      continue;
+    poison_.push_back(storage_of_[size_t(i)]);
+  }
+  for (auto& [id, s] : output_copy_) poison_.push_back(s);
+
+  // Initial contents of sources.
+  for (int i = 0; i < n; ++i) {
+    if (!need_[size_t(i)] || storage_of_[size_t(i)] < 0) continue;
+    const ir::Node& node = g_.node(i);
+    if (node.op == ir::Op::Parameter) {
+      upload_words(storage_of_[size_t(i)], from_float(materialize(node.init, node.shape, node.name), node.dtype,
+                                                      "parameter '" + node.name + "'"));
+    } else if (node.op == ir::Op::Constant) {
+      std::vector<float> v(node.data->begin(), node.data->end());
+      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
+    } else if (node.op == ir::Op::Full) {
+      std::vector<float> v(size_t(numel(node.shape)), float(node.attrs.f("value")));
+      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
+    }
+  }
+
+  // Steps in plan order: a barrier before every group but the first, between the kernels of one node,
+  // and after a zero fill.
+  int zero_storage = -1;
+  for (int grp = 0; grp < p.num_groups(); ++grp) {
+    bool group_start = grp > 0;
+    for (int d = p.group_begin[size_t(grp)]; d < p.group_begin[size_t(grp) + 1]; ++d) {
+      int i = p.dispatches[size_t(d)].nodes.at(0);
+      codegen::Lowering& low = lows.at(i);
+      if (low.output_zero_filled) {
+        uint64_t words = storages_[size_t(storage_of_[size_t(i)])].words;
+        if (zero_storage < 0 || storages_[size_t(zero_storage)].words < words) {
+          zero_storage = new_storage(words, -1, "zero fill source");
+          transfer_->fill_zero(storages_[size_t(zero_storage)].buffer);
+        }
+        Step z;
+        z.copy_src = zero_storage;
+        z.copy_dst = storage_of_[size_t(i)];
+        z.barrier_before = group_start;
+        group_start = false;
+        steps_.push_back(z);
+      }
+      for (size_t k = 0; k < low.kernels.size(); ++k) {
+        codegen::Kernel& kern = low.kernels[k];
+        for (int dim = 0; dim < 3; ++dim)
+          if (kern.groups[size_t(dim)] > L.max_workgroup_count[size_t(dim)])
+            throw Error(g_.describe(i) + ": kernel " + kern.name + " needs " + std::to_string(kern.groups[size_t(dim)]) +
+                        " workgroups in dimension " + std::to_string(dim) + ", the device allows " +
+                        std::to_string(L.max_workgroup_count[size_t(dim)]));
+        Step st;
+        st.kernel = kernels_.size();
+        st.barrier_before = group_start || k > 0 || (k == 0 && low.output_zero_filled);
+        group_start = false;
+        for (const codegen::Binding& b : kern.bindings) {
+          int sid = -1;
+          switch (b.kind) {
+            case codegen::BindingKind::Input: sid = storage_of_[size_t(g_.node(i).inputs.at(size_t(b.index)))]; break;
+            case codegen::BindingKind::Output: sid = storage_of_[size_t(i)]; break;
+            case codegen::BindingKind::Scratch: sid = whole(p.scratch_of[size_t(d)].at(size_t(b.index))); break;
+          }
+          st.storages.push_back(sid);
+          st.writes.push_back(b.written);
+        }
+        kern.name += " %" + std::to_string(i);
+        kernels_.push_back(std::move(kern));
+        steps_.push_back(std::move(st));
+      }
+    }
+  }
+  // End of step: snapshots, then commits (plan storages as whole views).
+  for (const plan::Copy& c : p.snapshots) {
+    whole(c.src_storage);
+    whole(c.dst_storage);
+  }
+  for (const plan::Commit& c : p.commits)
+    if (!c.in_place) {
+      whole(c.src_storage);
+      whole(c.dst_storage);
+    }
+  stats_.record_ms += ms_since(t1);
+}
+
+void GraphExecutor::record_planned() {
+  auto t0 = std::chrono::steady_clock::now();
+  const plan::Plan& p = *plan_;
+  for (const Step& st : steps_) {
+    if (st.barrier_before) stream_->barrier();
+    if (st.pipeline) {
+      std::vector<Buffer> bufs;
+      for (int s : st.storages) bufs.push_back(storages_[size_t(s)].buffer);
+      const codegen::Kernel& kern = kernels_[st.kernel];
+      if (kern.groups[0] && kern.groups[1] && kern.groups[2])
+        stream_->dispatch(*st.pipeline, bufs, kern.groups, nullptr, 0, kern.name);
+    } else {
+      stream_->copy(storages_[size_t(st.copy_src)].buffer, storages_[size_t(st.copy_dst)].buffer,
+                    storages_[size_t(st.copy_dst)].words * 4);
+    }
+  }
+  auto view = [&](int ps) { return storages_[size_t(plan_view_[size_t(ps)])].buffer; };
+  if (!p.snapshots.empty()) {
+    stream_->barrier();
+    for (const plan::Copy& c : p.snapshots) stream_->copy(view(c.src_storage), view(c.dst_storage), c.bytes);
+  }
+  bool any = false;
+  for (const plan::Commit& c : p.commits) any |= !c.in_place;
+  if (any) {
+    stream_->barrier();
+    for (const plan::Commit& c : p.commits)
+      if (!c.in_place) stream_->copy(view(c.src_storage), view(c.dst_storage), c.bytes);
+  }
   stream_->record();
   stats_.kernels = stream_->dispatch_count();
   stats_.barriers = stream_->barrier_count();

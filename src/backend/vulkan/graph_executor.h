@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "codegen/kernel.h"
 #include "codegen/shader_compiler.h"
 #include "ir/graph.h"
+#include "plan/plan.h"
 
 namespace mgn::vk {
 
@@ -26,6 +28,12 @@ struct GraphExecutorOptions {
   // Fill every computed tensor with NaN before each run (tests: an unwritten element shows up).
   bool poison = false;
   AllocatorOptions allocator;
+  // Execute from the static plan (src/plan): one arena (in segments of at most one binding's range) with
+  // every tensor at its planned offset, in-place pointwise ops and assigns, barriers only between groups.
+  // false: the older one-buffer-per-tensor path, kept for comparison. MGN_PLAN=0 in the environment
+  // forces the older path.
+  bool use_plan = true;
+  plan::PlanOptions plan;  // tuning (in_place, reuse, ...); sizes, alignment and limits come from the device
 };
 
 struct CompileStats {
@@ -36,6 +44,8 @@ struct CompileStats {
   size_t kernels = 0;      // dispatches in the stream
   size_t unique_kernels = 0;
   size_t barriers = 0;
+  size_t groups = 0;        // barrier groups of the plan (0 without one)
+  uint64_t arena_bytes = 0; // device memory of the plan's arena (0 without one)
 };
 
 class GraphExecutor {
@@ -59,6 +69,8 @@ class GraphExecutor {
   // (kernel name, GLSL) of every dispatched kernel, in dispatch order.
   std::vector<std::pair<std::string, std::string>> kernel_sources() const;
   const CompileStats& compile_stats() const { return stats_; }
+  // The static plan the stream was recorded from; null on the one-buffer-per-tensor path.
+  const plan::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }
   // Per-dispatch GPU times of the last run; throws mgn::Error if timestamps are off or unsupported.
   std::vector<DispatchTiming> timings() const;
 
@@ -67,6 +79,7 @@ class GraphExecutor {
     Buffer buffer;
     uint64_t words = 0;
     int owner = -1;  // node whose storage this is
+    bool view = false;  // a view into the plan's arena (not freed on its own)
   };
   struct Step {  // one dispatch or copy of the recorded stream
     const Pipeline* pipeline = nullptr;
@@ -75,10 +88,14 @@ class GraphExecutor {
     std::vector<bool> writes;                  // binding i is written
     int copy_src = -1, copy_dst = -1;          // copy step when pipeline is null
     bool node_start = false;                   // first kernel of a node: barrier only on dependence
+    bool barrier_before = false;               // planned path: a barrier precedes this step
   };
   void build();
   void allocate_storage();  // one buffer per tensor for now; the memory planner will replace this
   int new_storage(uint64_t words, int owner, const std::string& what);
+  void lower_planned(const codegen::DeviceCaps& caps);  // plan, arena, steps in plan order
+  int arena_view(uint64_t offset, uint64_t bytes, int owner);
+  void record_planned();
   void upload_words(int storage, const std::vector<uint32_t>& words);
   std::vector<uint32_t> download_words(int storage);
   void set_input_words(const std::string& name, size_t count, const std::vector<uint32_t>& words);
@@ -104,6 +121,9 @@ class GraphExecutor {
   std::vector<Step> steps_;
   std::vector<std::pair<int, int>> zero_fills_;  // (zero source storage, dst) recorded before a node
   CompileStats stats_;
+  std::optional<plan::Plan> plan_;
+  std::vector<Buffer> arena_;              // the plan's arena segments
+  std::vector<int> plan_view_;             // plan storage -> whole-storage view (for end-of-step copies)
 };
 
 }  // namespace mgn::vk

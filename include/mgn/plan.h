@@ -1,0 +1,31 @@
+// The static plan of a graph, for inspection: the dispatch list grouped at barriers, every buffer with its
+// lifetime and arena offset, and the memory report (logical vs physical bytes per class). Backends plan
+// their own sessions; this plans a graph as a GPU backend would (4-byte elements, 256-byte alignment).
+//
+//   mgn::Graph g = mgn::models::fashion_mnist({.mode = mgn::Mode::Train});
+//   std::puts(mgn::describe_training_plan(g, "loss", mgn::AdamW{}).c_str());  // backward + update appended
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mgn/graph.h"
+#include "mgn/optim.h"
+
+namespace mgn {
+
+struct PlanDescribeOptions {
+  uint64_t element_bytes = 4;  // bytes per element as the backend stores it
+  uint64_t alignment = 256;    // offset alignment (the device's minStorageBufferOffsetAlignment or more)
+  bool dump = true;            // false: the memory report alone
+  bool reuse = true;           // false: no aliasing or in-place (for comparison)
+};
+
+// The plan's text dump and memory report; throws mgn::Error when the graph cannot be planned.
+std::string describe_plan(const Graph& g, const PlanDescribeOptions& opt = {});
+// Appends the backward pass of the output `loss` and the optimizer update to `g` (as compile() does in
+// Train mode), then describes the plan of that training step.
+std::string describe_training_plan(Graph& g, const std::string& loss, const Optimizer& optimizer,
+                                   const PlanDescribeOptions& opt = {});
+
+}  // namespace mgn
