@@ -10,6 +10,8 @@ PKGS=(
   python3-torch python3-numpy python3-onnx libopenblas0-pthread
   dataset-fashion-mnist
 )
+# Node.js runs the Hugging Face tokenizers library (npm package) as the tokenizer tests' reference.
+command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,5 +21,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+# The npm reference packages, pinned in tests/ref/package-lock.json, into tests/ref/node_modules.
+if [ ! -d "$(dirname "$0")/../tests/ref/node_modules/tokenizers" ]; then
+  (cd "$(dirname "$0")/../tests/ref" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 echo "setup: all packages present"

@@ -108,8 +108,5 @@ std::vector<int32_t> generate(Session& decode, const Config& cfg, const std::vec
                               const SampleOptions& opt, void (*on_token)(int32_t, void*) = nullptr,
                               void* user = nullptr);
 
-// `mgn generate <model-dir> --prompt "..." [--max-tokens N --temperature T --top-k K --seed S
-// --backend B]`: reads config.json, the weights and tokenizer.json from the directory, streams text.
-int generate_main(int argc, char** argv);
 
 }  // namespace mgn::llama
