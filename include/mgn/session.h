@@ -53,7 +53,10 @@ class Session {
   ~Session();
 
   Mode mode() const;
-  const char* backend() const;  // "cpu", "vulkan"
+  const char* backend() const;  // "cpu", "vulkan (<device name>)"
+  // "host" for the CPU reference executor; for Vulkan the device type: "discrete GPU", "integrated GPU",
+  // "virtual GPU", "CPU" (a software implementation such as lavapipe) or "other".
+  const char* device_type() const;
 
   // Host values for a graph input; the count and dtype must match (throws naming the input otherwise).
   void set_input(const std::string& name, std::span<const float> values);

@@ -15,6 +15,9 @@ class Engine {
  public:
   virtual ~Engine() = default;
   virtual const char* name() const = 0;
+  // The kind of device the engine runs on: "host" (the CPU reference executor), or the Vulkan device type
+  // ("discrete GPU", "integrated GPU", "virtual GPU", "CPU" for a software implementation such as lavapipe).
+  virtual const char* device_type() const { return "host"; }
   // Values are row-major and already count-checked by the Session.
   virtual void set_input(const std::string& name, const std::vector<float>& values) = 0;
   virtual void set_input(const std::string& name, const std::vector<int32_t>& values) = 0;

@@ -62,6 +62,7 @@ class VulkanEngine final : public Engine {
   VulkanEngine(const VulkanEngine&) = delete;
   VulkanEngine& operator=(const VulkanEngine&) = delete;
   const char* name() const override { return name_.c_str(); }
+  const char* device_type() const override { return vk::device_type_name(ctx_.info().type); }
   void set_input(const std::string& name, const std::vector<float>& values) override { exec_.set_input(name, values); }
   void set_input(const std::string& name, const std::vector<int32_t>& values) override {
     exec_.set_input(name, values);

@@ -3,6 +3,7 @@
 #include "mgn/session.h"
 
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "api/engine.h"
@@ -80,6 +81,7 @@ Session::~Session() = default;
 
 Mode Session::mode() const { return impl_->mode; }
 const char* Session::backend() const { return impl_->engine->name(); }
+const char* Session::device_type() const { return impl_->engine->device_type(); }
 
 void Session::set_input(const std::string& name, std::span<const float> values) {
   const ir::Node& n = impl_->input_node(name, DType::F32);
@@ -247,8 +249,10 @@ std::unique_ptr<detail::Engine> make_engine(Backend b, std::shared_ptr<const ir:
       if (vk) {
         try {
           return (*vk)(graph);
-        } catch (const Error&) {
-          // No usable device: the CPU reference runs every graph.
+        } catch (const Error& e) {
+          // No usable device (or the graph cannot run there): the CPU reference runs every graph. Said
+          // once per session, so a slow fallback is never silent.
+          std::fprintf(stderr, "mgn: Vulkan engine unavailable, using the CPU reference executor: %s\n", e.what());
         }
       }
       return detail::make_cpu_engine(std::move(graph));
