@@ -7,6 +7,9 @@
 #                GPU machine has no layer package)
 #   cnn          compile time per phase for the Fashion-MNIST CNN, cold and warm caches, a profiled short
 #                run, then the main job: the CNN, 5 epochs, AdamW, checkpoint, reload, test accuracy
+#   bench        the harness of docs/benchmarks.md: mgn bench fashion-cnn and bench/pytorch/fashion_cnn.py
+#                (eager and torch.compile, strict and accelerated) at batch $BENCH_BATCHES (default "64 256"),
+#                same weights and inputs, then bench/compare.py (gates + table) -> bench_table.md
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
@@ -26,7 +29,7 @@ for job in "$@"; do
       ;;
     conformance)
       # The oracle files sit next to the binaries; the test looks for them where they were built.
-      for t in vulkan_ops_test vulkan_session_test vulkan_kernels_test; do
+      for t in vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test; do
         [ -x "$B/tests/$t" ] && (cd "$B" && MGN_ORACLE_DIR="$PWD/oracle" "./tests/$t") > "$OUT/$t.txt" 2>&1
         echo "$t rc=$?" >> "$OUT/conformance_rc.txt"
       done
@@ -34,11 +37,41 @@ for job in "$@"; do
     cnn)
       for phase in cold warm; do
         [ $phase = cold ] && rm -rf /tmp/mgn-cache-cnn
-        MGN_CACHE_DIR=/tmp/mgn-cache-cnn MGN_PROFILE=1 "$B/mgn" train-fashion-mnist --epochs 1 --limit-train 6400 \
+        MGN_CACHE_DIR=/tmp/mgn-cache-cnn MGN_PROFILE=1 "$B/mgn" train-fashion-mnist --model cnn --epochs 1 --limit-train 6400 \
           --no-progress --data "$DATA" --out /tmp/cnn_short.safetensors > "$OUT/cnn_profile_$phase.txt" 2>&1
       done
-      ( time "$B/mgn" train-fashion-mnist --epochs 5 --no-progress --data "$DATA" --out /tmp/fashion_cnn.safetensors ) \
+      ( time "$B/mgn" train-fashion-mnist --model cnn --epochs 5 --no-progress --data "$DATA" --out /tmp/fashion_cnn.safetensors ) \
         > "$OUT/main_job_cnn.txt" 2>&1
+      ;;
+    bench)
+      # Four files come back: bench_mgn.jsonl, bench_torch.jsonl, bench_table.md, bench_log.txt (the gate
+      # tensors stay in /tmp; the table holds their verdicts). Compile once with empty caches (ours and the
+      # driver's), then per batch: one untimed compile fills the caches, so the timed run's compile is warm.
+      L="$OUT/bench_log.txt" T=/tmp/bench
+      rm -rf "$T" && mkdir -p "$T"
+      export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
+      __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache-cold" "$B/mgn" bench fashion-cnn --phases compile --cache cold \
+        --json "$T/cold.mgn.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench compile cold rc=$?" >> "$L"
+      FILES="$T/cold.mgn.jsonl"
+      for BATCH in ${BENCH_BATCHES:-64 256}; do
+        P="$T/fashion-cnn_b$BATCH"
+        "$B/mgn" bench fashion-cnn --batch "$BATCH" --phases compile > /dev/null 2>> "$L"
+        # mgn bench writes its initial weights (seed 0) to the file; the PyTorch side loads them.
+        "$B/mgn" bench fashion-cnn --batch "$BATCH" --weights "$P.weights.safetensors" \
+          --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
+        echo "mgn bench b$BATCH rc=$?" >> "$L"
+        python3 bench/pytorch/fashion_cnn.py --batch "$BATCH" --weights "$P.weights.safetensors" \
+          --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
+        echo "fashion_cnn.py b$BATCH rc=$?" >> "$L"
+        FILES="$FILES $P.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.torch_out.safetensors"
+      done
+      cat "$T"/*.mgn.jsonl > "$OUT/bench_mgn.jsonl"
+      cat "$T"/*.torch.jsonl > "$OUT/bench_torch.jsonl"
+      python3 bench/compare.py --require-gates --out "$OUT/bench_table.md" $FILES > /dev/null 2>> "$L"
+      echo "compare rc=$?" >> "$L"
+      export MGN_CACHE_DIR=/tmp/mgn-cache
+      unset __GL_SHADER_DISK_CACHE_PATH
       ;;
     *) echo "unknown job $job" >> "$OUT/errors.txt" ;;
   esac

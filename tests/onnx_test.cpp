@@ -1,6 +1,7 @@
 // ONNX import checked against PyTorch: tests/ref/onnx_export.py exports small torch models (and builds one
 // with onnx.helper) and stores the input and the float64 PyTorch output; the imported graph runs on the CPU
-// executor and must match. Malformed files must fail with a clear mgn::Error.
+// executor (f64 and f32) and on Vulkan (lavapipe in CI, validation layer on, poisoned intermediates) and
+// must match. Malformed files must fail with a clear mgn::Error.
 #include "mgn/onnx.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,10 @@
 #include <sstream>
 
 #include "backend/cpu/executor.h"
+#ifdef MGN_HAVE_VULKAN
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/graph_executor.h"
+#endif
 #include "mgn/autodiff.h"
 #include "mgn/safetensors.h"
 #include "support/test_util.h"
@@ -55,6 +60,30 @@ const std::string& model_dir() {
   return dir;
 }
 
+#ifdef MGN_HAVE_VULKAN
+// One device for the whole test process (validation on: any message fails the model's check).
+vk::Context& vulkan() {
+  static vk::Context* ctx = [] {
+    vk::ContextOptions o;
+    o.validation = true;
+    return new vk::Context(o);
+  }();
+  return *ctx;
+}
+
+// The imported graph on Vulkan with input "x"; returns output "y".
+std::vector<double> run_vulkan(const ir::Graph& g, const std::vector<float>& x) {
+  vk::Context& ctx = vulkan();
+  vk::GraphExecutor ex(g, ctx, {.cache_dir = "", .poison = true});
+  ex.set_input("x", x);
+  ex.run();
+  std::vector<float> y = ex.read_output("y");
+  for (const std::string& m : ctx.validation_messages()) ADD_FAILURE() << m;
+  ctx.clear_validation_messages();
+  return std::vector<double>(y.begin(), y.end());
+}
+#endif
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -88,6 +117,11 @@ void check_model(const std::string& name, int want_opset) {
   ex32.set_input("x", x.to_f32());
   ex32.run();
   EXPECT_LE(test::rel_l2(ex32.output("y").v, y.to_f64()), 1e-4) << name << " (f32)";
+#ifdef MGN_HAVE_VULKAN
+  std::vector<double> got = run_vulkan(m.graph.ir(), x.to_f32());
+  ASSERT_EQ(got.size(), size_t(y.numel())) << name;
+  EXPECT_LE(test::rel_l2(got, y.to_f64()), 1e-4) << name << " (Vulkan)";
+#endif
 }
 
 TEST(Onnx, MlpLinearReluGeluSoftmaxMatchesPyTorch) {
@@ -240,6 +274,18 @@ TEST(Onnx, SupportedOpsAreSortedAndCoverTheExports) {
        {"Gemm", "Conv", "BatchNormalization", "LayerNormalization", "Softmax", "Where", "Trilu"})
     EXPECT_TRUE(std::find(ops.begin(), ops.end(), op) != ops.end()) << op;
   EXPECT_TRUE(std::find(ops.begin(), ops.end(), "Hardmax") == ops.end());
+}
+
+// README.md lists the supported operators between markers; the list must be the importer's own.
+TEST(Onnx, ReadmeListsExactlyTheSupportedOps) {
+  std::string readme = read_bytes(std::string(MGN_SOURCE_DIR) + "/README.md");
+  const std::string begin = "<!-- onnx-ops:begin -->", end = "<!-- onnx-ops:end -->";
+  size_t a = readme.find(begin), b = readme.find(end);
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  std::istringstream words(readme.substr(a + begin.size(), b - a - begin.size()));
+  std::vector<std::string> listed{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+  EXPECT_EQ(listed, onnx::supported_ops()) << "regenerate the README list with `mgn inspect --supported-ops`";
 }
 
 }  // namespace

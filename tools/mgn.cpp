@@ -12,9 +12,14 @@
 #include "mgn/checkpoint.h"
 #include "mgn/data.h"
 #include "mgn/graph.h"
+#include "mgn/llama.h"
 #include "mgn/models.h"
+#include "mgn/plan.h"
 #include "mgn/session.h"
+#include "mgn/tokenizer.h"
 #include "mgn/train.h"
+#include "bench.h"
+#include "onnx_cmd.h"
 
 namespace {
 
@@ -23,14 +28,34 @@ void usage() {
       "usage: mgn <command> [args]\n"
       "\n"
       "commands:\n"
-      "  train-fashion-mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--limit-train N]\n"
+      "  train-fashion-mnist [--model cnn|mlp] [--epochs N] [--batch B] [--lr X] [--limit-train N]\n"
       "                      [--limit-test N] [--out ckpt.safetensors] [--backend auto|cpu|vulkan]\n"
-      "                      [--seed S] [--data DIR] [--no-progress]\n"
-      "      trains with AdamW, saves the checkpoint after each epoch, then builds a fresh inference graph,\n"
-      "      loads the checkpoint into it and reports the test accuracy\n"
+      "                      [--seed S] [--data DIR] [--no-progress] [--full]\n"
+      "      trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, then builds\n"
+      "      a fresh inference graph, loads the checkpoint into it and reports the test accuracy. On a device\n"
+      "      without a GPU (lavapipe, or the CPU executor) and without --epochs/--limit-train it runs a short\n"
+      "      version (1 epoch over 6400 images) unless --full is given\n"
       "  dump-checkpoint FILE  lists the tensors of a safetensors file or sharded index\n"
+      "  inspect MODEL.onnx    opset, inputs/outputs with shapes, op histogram (unsupported ops marked),\n"
+      "                        initializer and parameter counts; --supported-ops lists the importable ops\n"
+      "  run MODEL.onnx [--input NAME=random|zeros|FILE.npy]... [--shape NAME=1x3x224x224]...\n"
+      "                 [--backend auto|cpu|vulkan] [--seed S] [--save-outputs DIR]\n"
+      "      imports the model, runs it once and prints every output (shape, min/max/mean, first values)\n"
+      "  plan [--model cnn|mlp] [--batch B] [--show all|report] [--reuse on|off]\n"
+      "      prints the static plan (barrier groups, buffers with lifetimes and offsets) and the memory\n"
+      "      report of one Fashion-MNIST AdamW training step, as a GPU backend plans it\n"
       "  bench-gemm MxNxK...   times f32 matmul sessions (wall clock per synchronized run, after warm-up)\n"
-      "                        on the default backend; prints one JSON line per shape\n");
+      "                        on the default backend; prints one JSON line per shape\n"
+      "  bench fashion-cnn|fashion-mlp [--phases compile,inference,flb,step] [--warmup 5] [--samples 20]\n"
+      "        [--batch 64] [--json FILE] [--weights FILE] [--outputs FILE] [--backend auto|cpu|vulkan]\n"
+      "        [--mode strict|accelerated] [--data DIR] [--seed S] [--lr X]\n"
+      "      times each phase (median, IQR, min, max, raw samples; one JSON line per phase); --weights loads\n"
+      "      the file or writes the initial weights there; --outputs writes the gate tensors (docs/benchmarks.md)\n"
+      "  generate MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+      "           [--backend auto|cpu|vulkan] [--weights PATH|random]\n"
+      "      streams a continuation of the prompt from a Hugging Face Llama-family directory (config.json,\n"
+      "      safetensors weights, tokenizer.json) with the KV-cache decode graph; temperature 0 (the\n"
+      "      default) is greedy; --weights random keeps the random initialization (for timing)\n");
 }
 
 // --key value pairs (and bare --flags) after the command.
@@ -40,7 +65,7 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv, int first)
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw mgn::Error("unexpected argument '" + a + "'");
     std::string key = a.substr(2);
-    if (key == "no-progress") {
+    if (key == "no-progress" || key == "full") {
       f[key] = "1";
       continue;
     }
@@ -75,14 +100,14 @@ std::string str_flag(const std::map<std::string, std::string>& f, const std::str
 
 int train_fashion_mnist(const std::map<std::string, std::string>& f) {
   static const char* known[] = {"model", "epochs", "batch", "lr", "limit-train", "limit-test", "out",
-                                "backend", "seed", "data", "no-progress", "eval-batch"};
+                                "backend", "seed", "data", "no-progress", "eval-batch", "full"};
   for (auto& [k, v] : f) {
     bool ok = false;
     for (const char* n : known) ok = ok || k == n;
     if (!ok) throw mgn::Error("train-fashion-mnist: unknown flag --" + k);
   }
   using namespace mgn;
-  models::FashionArch arch = models::fashion_arch_from_name(str_flag(f, "model", "mlp"));
+  models::FashionArch arch = models::fashion_arch_from_name(str_flag(f, "model", "cnn"));
   int64_t epochs = int_flag(f, "epochs", 5), batch = int_flag(f, "batch", 64);
   int64_t eval_batch = int_flag(f, "eval-batch", 500);
   double lr = float_flag(f, "lr", 1e-3);
@@ -93,15 +118,22 @@ int train_fashion_mnist(const std::map<std::string, std::string>& f) {
   bool progress = !f.count("no-progress");
 
   auto t0 = std::chrono::steady_clock::now();
-  Dataset train = load_fashion_mnist(dir, Split::Train, int_flag(f, "limit-train", 0));
+  Graph g = models::fashion_mnist({.arch = arch, .batch = batch, .mode = Mode::Train, .seed = seed});
+  Session session = compile(g, {.mode = Mode::Train, .optimizer = AdamW{.lr = lr}, .backend = backend});
+  std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s (%s)\n", models::fashion_arch_name(arch),
+               (long long)batch, lr, session.backend(), session.device_type());
+  int64_t limit_train = int_flag(f, "limit-train", 0);
+  const std::string dev = session.device_type();
+  if ((dev == "CPU" || dev == "host") && !f.count("full") && !f.count("epochs") && !f.count("limit-train")) {
+    epochs = 1;
+    limit_train = 6400;
+    std::fprintf(stderr, "no GPU: running the short version (1 epoch over %lld images); --full runs all %s\n",
+                 (long long)limit_train, "5 epochs");
+  }
+  Dataset train = load_fashion_mnist(dir, Split::Train, limit_train);
   Dataset test = load_fashion_mnist(dir, Split::Test, int_flag(f, "limit-test", 0));
   std::fprintf(stderr, "Fashion-MNIST: %lld training and %lld test images from %s\n", (long long)train.count,
                (long long)test.count, dir.c_str());
-
-  Graph g = models::fashion_mnist({.arch = arch, .batch = batch, .mode = Mode::Train, .seed = seed});
-  Session session = compile(g, {.mode = Mode::Train, .optimizer = AdamW{.lr = lr}, .backend = backend});
-  std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s\n", models::fashion_arch_name(arch),
-               (long long)batch, lr, session.backend());
   BatchLoader loader(train, {.batch = batch, .shuffle = true, .seed = seed});
   Trainer trainer(session, {.epochs = epochs, .progress = progress, .checkpoint = out});
   std::vector<EpochReport> reports = trainer.fit(loader);
@@ -173,6 +205,90 @@ int bench_gemm(int argc, char** argv) {
   return 0;
 }
 
+// `mgn generate`: tokenizer.json encodes the prompt (with the post-processor's special tokens, as HF's
+// tokenizer(prompt) does), llama::generate runs the decode graph token by token, and each new token's bytes
+// are written as it arrives (a character split across tokens completes on the terminal).
+int generate_text(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
+    throw mgn::Error("expected a model directory first");
+  const std::string dir = argv[2];
+  std::map<std::string, std::string> f = parse_flags(argc, argv, 3);
+  static const char* known[] = {"prompt", "max-tokens", "temperature", "top-k", "seed", "backend", "weights"};
+  for (auto& [k, v] : f)
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* n) { return k == n; }) ==
+        std::end(known))
+      throw mgn::Error("unknown flag --" + k);
+  if (!f.count("prompt")) throw mgn::Error("--prompt is required");
+  using namespace mgn;
+  llama::Config cfg = llama::Config::from_file(dir + "/config.json");
+  Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  const std::string prompt_text = f["prompt"];
+  std::vector<int32_t> prompt = tok.encode(prompt_text, true);
+  if (prompt.empty() && tok.bos_id()) prompt.push_back(*tok.bos_id());
+  if (prompt.empty()) throw Error("the prompt encodes to no tokens and the tokenizer has no bos token");
+  const int64_t max_new = int_flag(f, "max-tokens", 64);
+  if (max_new < 1) throw Error("--max-tokens must be positive");
+  const int64_t cache = int64_t(prompt.size()) + max_new;
+  if (cache > cfg.max_position_embeddings)
+    throw Error("the prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens " +
+                std::to_string(max_new) + " exceeds max_position_embeddings " +
+                std::to_string(cfg.max_position_embeddings));
+
+  auto t0 = std::chrono::steady_clock::now();
+  Graph g = llama::decode_graph(cfg, {.batch = 1, .seq = cache});
+  Session s = compile(g, {.mode = Mode::Infer, .backend = backend_from_name(str_flag(f, "backend", "auto"))});
+  const std::string weights = str_flag(f, "weights", dir);
+  if (weights != "random") llama::load_weights(s, llama::read_weights(cfg, weights));
+  double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr,
+               "%s: %lld layers, hidden %lld, vocab %lld; backend %s; prompt %zu tokens; loaded in %.1f s\n",
+               dir.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
+               (long long)cfg.vocab_size, s.backend(), prompt.size(), load_s);
+
+  std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
+  std::fflush(stdout);
+  auto t1 = std::chrono::steady_clock::now();
+  auto emit = [](int32_t id, void* user) {
+    const Tokenizer& t = *static_cast<const Tokenizer*>(user);
+    std::string bytes;
+    try {
+      if (t.is_special(id)) return;  // eos and the like
+      bytes = t.token_bytes(id);
+    } catch (const Error&) {  // a model row past the tokenizer's vocabulary
+      bytes = "[" + std::to_string(id) + "]";
+    }
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    std::fflush(stdout);
+  };
+  llama::SampleOptions opt{.max_new_tokens = max_new,
+                           .temperature = float_flag(f, "temperature", 0.0),
+                           .top_k = int_flag(f, "top-k", 0),
+                           .seed = uint64_t(int_flag(f, "seed", 0)),
+                           .eos_id = tok.eos_id().value_or(-1)};
+  std::vector<int32_t> out = llama::generate(s, cfg, prompt, opt, emit, &tok);
+  double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  std::printf("\n");
+  std::fprintf(stderr, "%zu new tokens in %.2f s (%.1f tokens/s, prompt included)\n", out.size(), gen_s,
+               double(out.size()) / gen_s);
+  return 0;
+}
+
+// `mgn plan`: the static plan of one Fashion-MNIST training step (forward, backward, AdamW update).
+int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
+  for (auto& [k, v] : f)
+    if (k != "model" && k != "batch" && k != "show" && k != "reuse")
+      throw mgn::Error("plan: unknown flag --" + k);
+  using namespace mgn;
+  models::FashionArch arch = models::fashion_arch_from_name(str_flag(f, "model", "cnn"));
+  Graph g = models::fashion_mnist({.arch = arch, .batch = int_flag(f, "batch", 64), .mode = Mode::Train});
+  std::string show = str_flag(f, "show", "all"), reuse = str_flag(f, "reuse", "on");
+  if ((show != "all" && show != "report") || (reuse != "on" && reuse != "off"))
+    throw mgn::Error("plan: --show takes all or report, --reuse takes on or off");
+  std::fputs(describe_training_plan(g, "loss", AdamW{}, {.dump = show == "all", .reuse = reuse == "on"}).c_str(),
+             stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,7 +300,12 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "train-fashion-mnist") return train_fashion_mnist(parse_flags(argc, argv, 2));
     if (cmd == "dump-checkpoint") return dump_checkpoint(argc, argv);
+    if (cmd == "inspect") return mgn::tool::inspect_command(argc, argv);
+    if (cmd == "run") return mgn::tool::run_command(argc, argv);
+    if (cmd == "plan") return plan_fashion_mnist(parse_flags(argc, argv, 2));
     if (cmd == "bench-gemm") return bench_gemm(argc, argv);
+    if (cmd == "bench") return bench_command(argc, argv);
+    if (cmd == "generate") return generate_text(argc, argv);
   } catch (const mgn::Error& e) {
     std::fprintf(stderr, "mgn %s: %s\n", cmd.c_str(), e.what());
     return 1;

@@ -1,0 +1,275 @@
+"""PyTorch side of `mgn bench fashion-cnn` (and fashion-mlp): the same model as src/models/fashion_mnist.cpp,
+the same weights (the safetensors file `mgn bench --weights` wrote), the same inputs (the first BATCH
+Fashion-MNIST training images, read from the IDX files), AdamW with the hyperparameters of mgn::AdamW.
+Times the phases inference (no-grad forward), flb (forward + loss + backward) and step (flb + AdamW update)
+for eager and torch.compile, strict (TF32 off, matmul precision "highest") and accelerated (TF32 on), each
+sample synchronized; compile is the wall time of the first call of each compiled phase. Writes one JSON line
+per (impl, mode, phase) in the schema of `mgn bench`, and with --outputs the gate tensors of the strict eager
+model (logits, loss, every gradient, every parameter after one step). Falls back to the CPU without CUDA.
+
+  python3 bench/pytorch/fashion_cnn.py --weights w.safetensors --batch 64 --json torch.jsonl \\
+      --outputs torch_out.safetensors
+"""
+import argparse
+import gzip
+import importlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_lite  # noqa: E402
+
+# mgn::AdamW defaults (include/mgn/optim.h); the lr is a flag on both sides.
+ADAMW = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
+
+
+class FashionCnn(nn.Module):
+    """conv1 (16, 3x3, pad 1) -> relu -> max-pool 2 -> conv2 (32, 3x3, pad 1) -> relu -> max-pool 2 -> flatten
+    -> fc1 (hidden) -> relu -> fc2 (10)."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, hidden)
+        self.fc2 = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+class FashionMlp(nn.Module):
+    """flatten -> fc1 (hidden) -> relu -> fc2 (10)."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(28 * 28, hidden)
+        self.fc2 = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+def read_idx(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise ValueError(f"{path}: not an IDX file of unsigned bytes")
+    rank = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+def load_batch(data_dir, batch):
+    def pick(base):
+        for p in (os.path.join(data_dir, base + ".gz"), os.path.join(data_dir, base)):
+            if os.path.exists(p):
+                return p
+        raise FileNotFoundError(f"Fashion-MNIST: no {base}(.gz) in {data_dir} (set MGN_FASHION_MNIST_DIR)")
+    images = read_idx(pick("train-images-idx3-ubyte"))
+    labels = read_idx(pick("train-labels-idx1-ubyte"))
+    if images.shape[0] < batch:
+        raise ValueError(f"{data_dir} holds {images.shape[0]} training images, batch is {batch}")
+    # The same f32 division as mgn::load_fashion_mnist: float(byte) / 255.0f.
+    x = images[:batch].astype(np.float32).reshape(batch, 1, 28, 28) / np.float32(255.0)
+    return x, labels[:batch].astype(np.int64)
+
+
+def build_model(workload, weights):
+    hidden = weights["fc1.weight"].shape[0]
+    model = FashionCnn(hidden) if workload == "fashion-cnn" else FashionMlp(hidden)
+    expected = set(model.state_dict())
+    if set(weights) != expected:
+        raise ValueError(f"weights file: tensors {sorted(weights)}, the model expects {sorted(expected)}")
+    model.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in weights.items()})
+    return model
+
+
+def set_mode(mode):
+    strict = mode == "strict"
+    torch.backends.cuda.matmul.allow_tf32 = not strict
+    torch.backends.cudnn.allow_tf32 = not strict
+    if hasattr(torch, "set_float32_matmul_precision"):
+        torch.set_float32_matmul_precision("highest" if strict else "high")
+
+
+class Phases:
+    """The three timed functions of one configuration (model, optimizer, eager or compiled)."""
+
+    def __init__(self, model, lr, x, y, compiled):
+        self.model, self.x, self.y = model, x, y
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, **ADAMW)
+        self.fwd = torch.compile(model) if compiled else model
+        if compiled:
+            opt = self.opt
+
+            # The update compiled as well (PyTorch's recipe "compiling the optimizer").
+            @torch.compile(fullgraph=False)
+            def opt_step():
+                opt.step()
+            self.opt_step = opt_step
+        else:
+            self.opt_step = self.opt.step
+        self.loss = None
+
+    def inference(self):
+        with torch.no_grad():
+            self.logits = self.fwd(self.x)
+
+    def flb(self):
+        self.opt.zero_grad(set_to_none=True)
+        self.loss = F.cross_entropy(self.fwd(self.x), self.y)
+        self.loss.backward()
+
+    def step(self):
+        self.flb()
+        self.opt_step()
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_calls(fn, warmup, samples, device):
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    ms = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return ms
+
+
+def record(common, phase, ms, warmup, **extra):
+    p25, p50, p75 = (float(np.percentile(ms, q)) for q in (25, 50, 75))
+    r = dict(common)
+    r.update({"phase": phase, "warmup": warmup, "samples": len(ms), "median_ms": p50, "p25_ms": p25,
+              "p75_ms": p75, "iqr_ms": p75 - p25, "min_ms": min(ms), "max_ms": max(ms), "samples_ms": ms})
+    r.update(extra)
+    return r
+
+
+def gate_outputs(args, weights, x, y, device, meta):
+    """Strict eager: logits, loss, every gradient, and every parameter after one AdamW step."""
+    set_mode("strict")
+    out = {"input.x": x.cpu().numpy(), "input.labels": y.cpu().numpy().astype(np.int32)}
+    ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled=False)
+    ph.inference()
+    out["logits"] = ph.logits.cpu().numpy()
+    ph.flb()
+    out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
+    for name, p in ph.model.named_parameters():
+        out["grad." + name] = p.grad.detach().cpu().numpy()
+    ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled=False)
+    ph.step()
+    out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
+    for name, p in ph.model.named_parameters():
+        out["step." + name] = p.detach().cpu().numpy()
+    safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
+                                                   workload=args.workload, batch=args.batch, lr=args.lr))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", default="fashion-cnn", choices=["fashion-cnn", "fashion-mlp"])
+    ap.add_argument("--weights", required=True, help="safetensors file written by `mgn bench --weights`")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--phases", default="compile,inference,flb,step")
+    ap.add_argument("--modes", default="strict,accelerated", help="on the CPU only strict is run")
+    ap.add_argument("--impls", default="eager,compiled")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--json", help="write the JSON lines here too (they always go to stdout)")
+    ap.add_argument("--outputs", help="write the gate tensors of the strict eager model here")
+    ap.add_argument("--data", default=os.environ.get("MGN_FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    args = ap.parse_args()
+
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+                          else "cpu")
+    weights, _ = safetensors_lite.read(args.weights)
+    xs, ys = load_batch(args.data, args.batch)
+    x, y = torch.from_numpy(xs).to(device), torch.from_numpy(ys).to(device)
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    meta = {"backend": device.type, "device": dev_name, "torch": torch.__version__}
+    params = sum(int(np.prod(v.shape)) for v in weights.values())
+
+    out_file = open(args.json, "w") if args.json else None
+
+    def emit(r):
+        s = json.dumps(r)
+        print(s, flush=True)
+        if out_file:
+            out_file.write(s + "\n")
+            out_file.flush()
+
+    if args.outputs:
+        gate_outputs(args, weights, x, y, device, meta)
+        print(f"fashion_cnn.py: gate outputs in {args.outputs}", file=sys.stderr)
+
+    phases = [p for p in args.phases.split(",") if p]
+    modes = [m for m in args.modes.split(",") if m]
+    impls = [i for i in args.impls.split(",") if i]
+    if device.type == "cpu" and "accelerated" in modes:
+        modes.remove("accelerated")
+        print("fashion_cnn.py: CPU: accelerated (TF32) has no meaning, strict only", file=sys.stderr)
+    if "compiled" in impls and not hasattr(torch, "compile"):
+        impls.remove("compiled")
+        print(f"fashion_cnn.py: torch {torch.__version__} has no torch.compile, eager only", file=sys.stderr)
+
+    for mode in modes:
+        for impl in impls:
+            set_mode(mode)
+            compiled = impl == "compiled"
+            if compiled:
+                importlib.import_module("torch._dynamo").reset()  # every configuration compiles from scratch
+            ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled)
+            common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
+                          device=dev_name, batch=args.batch, params=params, torch=torch.__version__)
+            if compiled:
+                # Compile: the first call of each phase, which traces, compiles and runs it once.
+                parts = {}
+                for name in ("inference", "flb", "step"):
+                    if name not in phases and "compile" not in phases:
+                        continue
+                    t0 = time.perf_counter()
+                    getattr(ph, name)()
+                    sync(device)
+                    parts[name] = (time.perf_counter() - t0) * 1e3
+                if "compile" in phases:
+                    emit(record(common, "compile", [sum(parts.values())], 0, parts_ms=parts))
+            for name in ("inference", "flb", "step"):
+                if name not in phases:
+                    continue
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                ms = time_calls(getattr(ph, name), args.warmup, args.samples, device)
+                extra = {}
+                if device.type == "cuda":
+                    extra["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
+                value = ph.logits[0, 0].item() if name == "inference" else ph.loss.item()
+                if not np.isfinite(value):
+                    raise RuntimeError(f"{impl} {mode} {name}: non-finite result {value}")
+                emit(record(common, name, ms, args.warmup, **extra))
+    if out_file:
+        out_file.close()
+
+
+if __name__ == "__main__":
+    main()

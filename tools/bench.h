@@ -1,0 +1,7 @@
+// `mgn bench`: whole-model phase timings (compile, inference, F+L+B, training step) with the protocol of
+// docs/benchmarks.md, and the outputs of one step for the correctness gates of bench/compare.py.
+#pragma once
+
+// argv[1] is "bench"; the workload and flags follow. Returns the process exit status; throws mgn::Error
+// for bad arguments.
+int bench_command(int argc, char** argv);

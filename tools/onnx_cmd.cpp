@@ -1,0 +1,278 @@
+// `mgn inspect` and `mgn run`: an ONNX model from the command line.
+//
+//   mgn inspect model.onnx
+//   mgn run model.onnx [--input NAME=random|zeros|FILE.npy]... [--shape NAME=1x3x224x224]...
+//                      [--backend auto|cpu|vulkan] [--seed S] [--save-outputs DIR]
+//
+// `run` imports the model (dynamic axes bound by --shape, or by the shape of an .npy input), compiles an
+// inference session and prints each output's shape, a summary (min, max, mean) and its first values;
+// --save-outputs writes every output as DIR/<name>.npy (float32).
+#include "onnx_cmd.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mgn/onnx.h"
+#include "mgn/session.h"
+#include "mgn/types.h"
+
+namespace mgn::tool {
+namespace {
+
+Shape parse_dims(const std::string& s, const std::string& what) {
+  Shape out;
+  size_t p = 0;
+  while (p <= s.size()) {
+    size_t q = s.find('x', p);
+    if (q == std::string::npos) q = s.size();
+    std::string part = s.substr(p, q - p);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos)
+      throw Error(what + ": '" + s + "' is not a shape like 1x3x224x224");
+    out.push_back(std::stoll(part));
+    p = q + 1;
+  }
+  return out;
+}
+
+// A NumPy .npy array (format 1.x/2.x/3.x, C order, little-endian f4/f8/i4/i8/u1/b1), as float or int32.
+struct Npy {
+  Shape shape;
+  std::vector<float> f;
+  std::vector<int32_t> i;
+  bool is_int = false;
+};
+
+Npy read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string& why) { return Error(path + ": not a supported .npy file: " + why); };
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) throw bad("missing the \\x93NUMPY magic");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t hlen, hstart;
+  if (major == 1) {
+    hlen = size_t(static_cast<unsigned char>(bytes[8])) | size_t(static_cast<unsigned char>(bytes[9])) << 8;
+    hstart = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) throw bad("truncated header");
+    hlen = 0;
+    for (int b = 0; b < 4; ++b) hlen |= size_t(static_cast<unsigned char>(bytes[8 + b])) << (8 * b);
+    hstart = 12;
+  } else {
+    throw bad("format version " + std::to_string(major));
+  }
+  if (hstart + hlen > bytes.size()) throw bad("truncated header");
+  const std::string h = bytes.substr(hstart, hlen);
+  auto field = [&](const std::string& key) {
+    size_t k = h.find("'" + key + "'");
+    if (k == std::string::npos) throw bad("header has no '" + key + "'");
+    size_t c = h.find(':', k);
+    if (c == std::string::npos) throw bad("malformed header");
+    return h.substr(c + 1);
+  };
+  std::string descr = field("descr");
+  size_t q0 = descr.find('\''), q1 = descr.find('\'', q0 + 1);
+  if (q0 == std::string::npos || q1 == std::string::npos) throw bad("malformed descr");
+  descr = descr.substr(q0 + 1, q1 - q0 - 1);
+  std::string fo = field("fortran_order");
+  if (fo.find("True") < fo.find(',')) throw bad("Fortran-order arrays are not supported (save a C-order copy)");
+  std::string sh = field("shape");
+  size_t p0 = sh.find('('), p1 = sh.find(')');
+  if (p0 == std::string::npos || p1 == std::string::npos) throw bad("malformed shape");
+  Npy a;
+  std::string dims = sh.substr(p0 + 1, p1 - p0 - 1);
+  size_t p = 0;
+  while (p < dims.size()) {
+    size_t e = dims.find(',', p);
+    if (e == std::string::npos) e = dims.size();
+    std::string d = dims.substr(p, e - p);
+    d.erase(std::remove(d.begin(), d.end(), ' '), d.end());
+    if (!d.empty()) a.shape.push_back(std::stoll(d));
+    p = e + 1;
+  }
+  const size_t n = size_t(numel(a.shape));
+  const char* data = bytes.data() + hstart + hlen;
+  const size_t avail = bytes.size() - hstart - hlen;
+  auto need = [&](size_t w) {
+    if (avail < n * w) throw bad("data holds " + std::to_string(avail) + " bytes, the shape needs " + std::to_string(n * w));
+  };
+  if (descr == "<f4" || descr == "<f8") {
+    const size_t w = descr == "<f4" ? 4 : 8;
+    need(w);
+    a.f.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      if (w == 4) {
+        std::memcpy(&a.f[k], data + 4 * k, 4);
+      } else {
+        double v;
+        std::memcpy(&v, data + 8 * k, 8);
+        a.f[k] = float(v);
+      }
+    }
+  } else if (descr == "<i4" || descr == "<i8" || descr == "|u1" || descr == "|b1") {
+    const size_t w = descr == "<i4" ? 4 : descr == "<i8" ? 8 : 1;
+    need(w);
+    a.is_int = true;
+    a.i.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      int64_t v = 0;
+      if (w == 4) {
+        int32_t t;
+        std::memcpy(&t, data + 4 * k, 4);
+        v = t;
+      } else if (w == 8) {
+        std::memcpy(&v, data + 8 * k, 8);
+      } else {
+        v = static_cast<unsigned char>(data[k]);
+      }
+      if (v < INT32_MIN || v > INT32_MAX) throw bad("integer " + std::to_string(v) + " does not fit int32");
+      a.i[k] = int32_t(v);
+    }
+  } else {
+    throw bad("dtype '" + descr + "' (supported: <f4 <f8 <i4 <i8 |u1 |b1)");
+  }
+  return a;
+}
+
+void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& v) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ", ";
+  if (shape.size() == 1) dims = std::to_string(shape[0]) + ",";
+  else if (!dims.empty()) dims.resize(dims.size() - 2);
+  std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + h.size() + 1) % 64 != 0) h += ' ';
+  h += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const char len[2] = {char(h.size() & 0xff), char(h.size() >> 8)};
+  out.write(len, 2);
+  out.write(h.data(), std::streamsize(h.size()));
+  out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  if (!out) throw Error(path + ": write failed");
+}
+
+std::pair<std::string, std::string> split_eq(const std::string& s, const char* flag) {
+  size_t e = s.find('=');
+  if (e == std::string::npos || e == 0) throw Error(std::string("--") + flag + " takes NAME=VALUE, got '" + s + "'");
+  return {s.substr(0, e), s.substr(e + 1)};
+}
+
+}  // namespace
+
+int inspect_command(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[2]) == "--supported-ops") {
+    // The README's list is this output (a test compares them).
+    for (const std::string& op : onnx::supported_ops()) std::printf("%s\n", op.c_str());
+    return 0;
+  }
+  if (argc != 3) throw Error("inspect takes one .onnx file (or --supported-ops)");
+  std::fputs(onnx::inspect(argv[2]).c_str(), stdout);
+  return 0;
+}
+
+int run_command(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0) throw Error("run takes an .onnx file first");
+  const std::string path = argv[2];
+  std::map<std::string, std::string> inputs;  // name -> random | zeros | file.npy
+  std::map<std::string, Npy> arrays;
+  onnx::ImportOptions io;
+  Backend backend = Backend::Auto;
+  uint64_t seed = 0;
+  std::string save_dir;
+  for (int i = 3; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("flag " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--input") {
+      auto [name, spec] = split_eq(value(), "input");
+      inputs[name] = spec;
+    } else if (a == "--shape") {
+      auto [name, dims] = split_eq(value(), "shape");
+      io.input_shapes[name] = parse_dims(dims, "--shape " + name);
+    } else if (a == "--backend") {
+      backend = backend_from_name(value());
+    } else if (a == "--seed") {
+      seed = std::stoull(value());
+    } else if (a == "--save-outputs") {
+      save_dir = value();
+    } else {
+      throw Error("run: unknown argument '" + a + "'");
+    }
+  }
+  // An .npy input binds its own shape unless --shape says otherwise.
+  for (const auto& [name, spec] : inputs) {
+    if (spec == "random" || spec == "zeros") continue;
+    arrays[name] = read_npy(spec);
+    if (!io.input_shapes.count(name)) io.input_shapes[name] = arrays[name].shape;
+  }
+  onnx::Imported m = onnx::import_file(path, io);
+  for (const auto& [name, spec] : inputs)
+    if (std::find(m.inputs.begin(), m.inputs.end(), name) == m.inputs.end())
+      throw Error("run: the model has no input '" + name + "'");
+  Session s = compile(m.graph, {.mode = Mode::Infer, .backend = backend});
+  std::fprintf(stderr, "%s: opset %d, %lld parameter elements, backend %s\n", path.c_str(), m.opset,
+               static_cast<long long>(m.parameter_count), s.backend());
+  std::mt19937_64 rng(seed);
+  for (const std::string& name : m.inputs) {
+    Tensor t = m.graph.get(name);
+    const size_t n = size_t(t.numel());
+    const bool is_int = t.dtype() == DType::I32 || t.dtype() == DType::Bool;
+    auto it = inputs.find(name);
+    const std::string spec = it == inputs.end() ? "random" : it->second;
+    if (it == inputs.end()) std::fprintf(stderr, "input %s: random (no --input given)\n", name.c_str());
+    if (spec == "random" || spec == "zeros") {
+      if (is_int) {
+        std::vector<int32_t> v(n, 0);
+        std::uniform_int_distribution<int32_t> d(0, t.dtype() == DType::Bool ? 1 : 9);
+        if (spec == "random") for (int32_t& e : v) e = d(rng);
+        s.set_input(name, v);
+      } else {
+        std::vector<float> v(n, 0.0f);
+        std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+        if (spec == "random") for (float& e : v) e = d(rng);
+        s.set_input(name, v);
+      }
+      continue;
+    }
+    const Npy& a = arrays.at(name);
+    if (size_t(numel(a.shape)) != n)
+      throw Error("run: " + spec + " has shape " + shape_str(a.shape) + ", input '" + name + "' is " + shape_str(t.shape()));
+    if (is_int) {
+      if (!a.is_int) throw Error("run: input '" + name + "' is an integer tensor; " + spec + " holds floats");
+      s.set_input(name, a.i);
+    } else {
+      s.set_input(name, a.is_int ? std::vector<float>(a.i.begin(), a.i.end()) : a.f);
+    }
+  }
+  s.run();
+  if (!save_dir.empty()) std::filesystem::create_directories(save_dir);
+  for (const std::string& name : m.outputs) {
+    std::vector<float> v = s.read(name);
+    Shape sh = s.shape_of(name);
+    double lo = v.empty() ? 0 : v[0], hi = lo, sum = 0;
+    for (float e : v) lo = std::min<double>(lo, e), hi = std::max<double>(hi, e), sum += e;
+    std::printf("%s %s  min %.6g  max %.6g  mean %.6g\n ", name.c_str(), shape_str(sh).c_str(), lo, hi,
+                v.empty() ? 0.0 : sum / double(v.size()));
+    for (size_t k = 0; k < std::min<size_t>(v.size(), 8); ++k) std::printf(" %.6g", v[k]);
+    std::printf("%s\n", v.size() > 8 ? " ..." : "");
+    if (!save_dir.empty()) {
+      std::string file = name;  // ONNX value names may hold path separators
+      for (char& c : file)
+        if (c == '/' || c == '\\' || c == ':') c = '_';
+      write_npy(save_dir + "/" + file + ".npy", sh, v);
+    }
+  }
+  return 0;
+}
+
+}  // namespace mgn::tool
