@@ -8,6 +8,7 @@ PKGS=(
   libshaderc-dev glslang-dev spirv-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   python3-torch python3-numpy python3-onnx libopenblas0-pthread
+  clang libclang-rt-14-dev
   dataset-fashion-mnist
 )
 # Node.js runs the Hugging Face tokenizers library (npm package) as the tokenizer tests' reference.
