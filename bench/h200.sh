@@ -7,6 +7,9 @@
 #                GPU machine has no layer package)
 #   cnn          compile time per phase for the Fashion-MNIST CNN, cold and warm caches, a profiled short
 #                run, then the main job: the CNN, 5 epochs, AdamW, checkpoint, reload, test accuracy
+#   bench        mgn bench fashion-cnn next to bench/pytorch/fashion_cnn.py, then bench/compare.py
+#   llama        SmolLM2-135M, random weights: transformers as the reference, then mgn llama-check
+#                (gates of issue 6 and timings next to PyTorch eager)
 #   bench        the harness of docs/benchmarks.md: mgn bench fashion-cnn and bench/pytorch/fashion_cnn.py
 #                (eager and torch.compile, strict and accelerated) at batch $BENCH_BATCHES (default "64 256"),
 #                same weights and inputs, then bench/compare.py (gates + table) -> bench_table.md
@@ -19,6 +22,7 @@ mkdir -p "$OUT"
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } > "$OUT/env.txt" 2>&1
+export LD_LIBRARY_PATH="$(realpath "$B")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export MGN_VALIDATION=0 MGN_CACHE_DIR=/tmp/mgn-cache MGN_FASHION_MNIST_DIR="$(realpath "$DATA")"
 for job in "$@"; do
   case "$job" in
@@ -29,7 +33,7 @@ for job in "$@"; do
       ;;
     conformance)
       # The oracle files sit next to the binaries; the test looks for them where they were built.
-      for t in vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test; do
+      for t in ${CONF_TESTS:-vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test}; do
         [ -x "$B/tests/$t" ] && (cd "$B" && MGN_ORACLE_DIR="$PWD/oracle" "./tests/$t") > "$OUT/$t.txt" 2>&1
         echo "$t rc=$?" >> "$OUT/conformance_rc.txt"
       done
@@ -72,6 +76,13 @@ for job in "$@"; do
       echo "compare rc=$?" >> "$L"
       export MGN_CACHE_DIR=/tmp/mgn-cache
       unset __GL_SHADER_DISK_CACHE_PATH
+      ;;
+    llama)
+      rm -rf /tmp/llm
+      python3 bench/pytorch/llama_ref.py /tmp/llm --config smollm2-135m --device cuda > "$OUT/llama_ref.txt" 2>&1 \
+        && "$B/mgn" llama-check /tmp/llm --json "$OUT/llama_check.json" > "$OUT/llama_check.txt" 2>&1
+      echo "llama rc=$?" >> "$OUT/llama_ref.txt"
+      [ -f /tmp/llm/torch_times.json ] && cp /tmp/llm/torch_times.json "$OUT/torch_times.json"
       ;;
     *) echo "unknown job $job" >> "$OUT/errors.txt" ;;
   esac

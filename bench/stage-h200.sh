@@ -12,6 +12,9 @@ for t in vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vul
   [ -x "$B/tests/$t" ] && cp "$B/tests/$t" .h200/bin/tests/
 done
 strip .h200/bin/mgn .h200/bin/tests/* 2>/dev/null || true
+# Shared libraries the GPU machine's image lacks (ONNX's protobuf classes); h200.sh puts lib/ on the path.
+mkdir -p .h200/bin/lib
+for l in $(ldd .h200/bin/mgn | awk '/libonnx_proto|libprotobuf/ {print $3}'); do cp -L "$l" .h200/bin/lib/; done
 [ -d "$B/oracle" ] && cp -r "$B/oracle" .h200/bin/oracle
 tar -cJf .h200/bin.tar.xz -C .h200 bin && rm -rf .h200/bin
 cp bench/h200.sh .h200/h200.sh

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-60}
 B=${FUZZ_BUILD_DIR:-build-fuzz}
 CC=clang CXX=clang++ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMGN_FUZZ=ON -DMGN_VULKAN=OFF \
-  -DMGN_BUILD_TESTS=OFF > "$B.configure.log" 2>&1 || { cat "$B.configure.log"; exit 1; }
+  -DMGN_BUILD_TESTS=OFF > /tmp/mgn-fuzz-configure.log 2>&1 || { cat /tmp/mgn-fuzz-configure.log; exit 1; }
 cmake --build "$B" -j2 --target onnx_fuzz
 CORPUS=$(mktemp -d)
 /usr/bin/python3 tests/ref/onnx_export.py "$CORPUS/export" > "$CORPUS/export.log" 2>&1 || { cat "$CORPUS/export.log"; exit 1; }

@@ -19,6 +19,7 @@
 #include "mgn/tokenizer.h"
 #include "mgn/train.h"
 #include "bench.h"
+#include "llama_check.h"
 #include "onnx_cmd.h"
 
 namespace {
@@ -36,6 +37,9 @@ void usage() {
       "      without a GPU (lavapipe, or the CPU executor) and without --epochs/--limit-train it runs a short\n"
       "      version (1 epoch over 6400 images) unless --full is given\n"
       "  dump-checkpoint FILE  lists the tensors of a safetensors file or sharded index\n"
+      "  llama-check DIR [--backend auto|cpu|vulkan] [--seq S] [--tokens N] [--json FILE] [--no-time]\n"
+      "      checks a directory written by bench/pytorch/llama_ref.py (logits, loss, every gradient, greedy\n"
+      "      KV-cache decoding vs the reference) and times prefill, one decode token and F+L+B\n"
       "  inspect MODEL.onnx    opset, inputs/outputs with shapes, op histogram (unsupported ops marked),\n"
       "                        initializer and parameter counts; --supported-ops lists the importable ops\n"
       "  run MODEL.onnx [--input NAME=random|zeros|FILE.npy]... [--shape NAME=1x3x224x224]...\n"
@@ -306,6 +310,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench-gemm") return bench_gemm(argc, argv);
     if (cmd == "bench") return bench_command(argc, argv);
     if (cmd == "generate") return generate_text(argc, argv);
+    if (cmd == "llama-check") return llama_check_command(argc, argv);
   } catch (const mgn::Error& e) {
     std::fprintf(stderr, "mgn %s: %s\n", cmd.c_str(), e.what());
     return 1;

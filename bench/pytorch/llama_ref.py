@@ -1,0 +1,343 @@
+"""Reference side of `mgn llama-check`: a Hugging Face Llama-family directory with random weights, and what
+transformers' LlamaForCausalLM computes on it in strict f32 (and how long PyTorch eager takes).
+
+    python3 bench/pytorch/llama_ref.py DIR [--config smollm2-135m|tiny] [--seq 128] [--tokens 32]
+                                           [--prompt P] [--device cuda|cpu] [--impl auto|hf|plain]
+
+Writes into DIR:
+  config.json          HF config (SmolLM2-135M's published fields, or the tiny test config); bos/eos are null
+                       so that greedy generation never stops early on random weights
+  model.safetensors    random weights (fixed seed) under HF names; tied models store no lm_head.weight
+  inputs.safetensors   ref.ids i32 [1, S] (random, fixed seed), ref.logits f32 [1, S, V], ref.prompt i32 [P]
+                       (the first P ids), ref.greedy i32 [N] (greedy continuation of the prompt with the KV
+                       cache), ref.loss f32 [] (next-token cross-entropy, labels = ids, shifted inside the model
+                       as HF does), grad.<name> f32 for every parameter; metadata says which implementation
+  torch_times.json     PyTorch eager, CUDA-synchronized: prefill at S tokens, one decode token with a cache of
+                       P tokens, F+L+B (forward + loss + backward) at S tokens; median of 20 after 5 warm-ups
+
+--impl hf (the default when transformers imports) loads DIR with LlamaForCausalLM.from_pretrained, eager
+attention, f32. --impl plain (the default without transformers, e.g. Debian's python3-torch) computes the same
+function with plain torch ops written from the HF modeling code (the semantics of tests/ref/llama_ref.py).
+Weights: matrices ~ N(0, initializer_range^2) (1/sqrt(hidden), the published SmolLM2 value for 135M), norm
+weights 1 + N(0, 0.1^2) so that a dropped norm weight shows.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_lite  # noqa: E402
+
+# The numbers of ../shared/reference/workloads.md (SmolLM2-135M) and of mgn::llama::Config::tiny().
+CONFIGS = {
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, head_dim=64, intermediate_size=1536, rms_norm_eps=1e-5,
+                         rope_theta=10000.0, tie_word_embeddings=True, max_position_embeddings=8192,
+                         initializer_range=0.041666666666666664),
+    "tiny": dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=16, intermediate_size=128, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+                 max_position_embeddings=256, initializer_range=0.125),
+}
+
+
+def hf_config(c):
+    j = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "attention_bias": False,
+         "attention_dropout": 0.0, "mlp_bias": False, "pretraining_tp": 1, "rope_scaling": None, "use_cache": True,
+         "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "torch_dtype": "float32"}
+    j.update(c)
+    return j
+
+
+def parameter_shapes(c):
+    """HF names in the order of mgn::llama::parameter_shapes."""
+    H, D, Fd = c["hidden_size"], c["head_dim"], c["intermediate_size"]
+    q, kv = c["num_attention_heads"] * D, c["num_key_value_heads"] * D
+    r = [("model.embed_tokens.weight", (c["vocab_size"], H))]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        r += [(p + "input_layernorm.weight", (H,)), (p + "self_attn.q_proj.weight", (q, H)),
+              (p + "self_attn.k_proj.weight", (kv, H)), (p + "self_attn.v_proj.weight", (kv, H)),
+              (p + "self_attn.o_proj.weight", (H, q)), (p + "post_attention_layernorm.weight", (H,)),
+              (p + "mlp.gate_proj.weight", (Fd, H)), (p + "mlp.up_proj.weight", (Fd, H)),
+              (p + "mlp.down_proj.weight", (H, Fd))]
+    r.append(("model.norm.weight", (H,)))
+    if not c["tie_word_embeddings"]:
+        r.append(("lm_head.weight", (c["vocab_size"], H)))
+    return r
+
+
+def random_weights(c, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = {}
+    for name, shape in parameter_shapes(c):
+        r = torch.randn(shape, generator=g, dtype=torch.float32)
+        w[name] = (1.0 + 0.1 * r) if len(shape) == 1 else r * c["initializer_range"]
+    return w
+
+
+# ---- plain PyTorch (no transformers): LlamaForCausalLM's function, written from the HF modeling code
+
+class PlainLlama:
+    def __init__(self, c, weights, device):
+        self.c = c
+        self.W = {k: v.to(device).clone().requires_grad_(True) for k, v in weights.items()}
+        self.device = device
+
+    def named_parameters(self):
+        return self.W.items()
+
+    def zero_grad(self):
+        for v in self.W.values():
+            v.grad = None
+
+    @staticmethod
+    def rms_norm(x, w, eps):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    @staticmethod
+    def rotate_half(x):
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+    def logits(self, ids):
+        c, W = self.c, self.W
+        b, s = ids.shape
+        nh, kvh, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        x = W["model.embed_tokens.weight"][ids.long()]
+        inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64, device=self.device).float() / d))
+        freqs = torch.arange(s, device=self.device).float()[:, None] * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        causal = torch.full((s, s), float("-inf"), device=self.device).triu(1)
+        for i in range(c["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            h = self.rms_norm(x, W[p + "input_layernorm.weight"], c["rms_norm_eps"])
+            q = F.linear(h, W[p + "self_attn.q_proj.weight"]).view(b, s, nh, d).transpose(1, 2)
+            k = F.linear(h, W[p + "self_attn.k_proj.weight"]).view(b, s, kvh, d).transpose(1, 2)
+            v = F.linear(h, W[p + "self_attn.v_proj.weight"]).view(b, s, kvh, d).transpose(1, 2)
+            q = q * cos + self.rotate_half(q) * sin
+            k = k * cos + self.rotate_half(k) * sin
+            k = k.repeat_interleave(nh // kvh, dim=1)
+            v = v.repeat_interleave(nh // kvh, dim=1)
+            att = torch.softmax(torch.matmul(q, k.transpose(2, 3)) / (d ** 0.5) + causal, dim=-1)
+            o = torch.matmul(att, v).transpose(1, 2).reshape(b, s, nh * d)
+            x = x + F.linear(o, W[p + "self_attn.o_proj.weight"])
+            h = self.rms_norm(x, W[p + "post_attention_layernorm.weight"], c["rms_norm_eps"])
+            x = x + F.linear(F.silu(F.linear(h, W[p + "mlp.gate_proj.weight"])) * F.linear(h, W[p + "mlp.up_proj.weight"]),
+                             W[p + "mlp.down_proj.weight"])
+        x = self.rms_norm(x, W["model.norm.weight"], c["rms_norm_eps"])
+        return F.linear(x, W["model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"])
+
+    def loss(self, ids):
+        lg = self.logits(ids)
+        return F.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), ids[:, 1:].reshape(-1).long())
+
+    def greedy(self, prompt, n):
+        # No cache: the whole prefix again for every token (the prefill-only path).
+        seq = prompt.clone()
+        out = []
+        with torch.no_grad():
+            for _ in range(n):
+                nxt = int(torch.argmax(self.logits(seq)[0, -1]).item())
+                out.append(nxt)
+                seq = torch.cat([seq, torch.tensor([[nxt]], device=self.device, dtype=seq.dtype)], dim=1)
+        return out
+
+    decode_step = None  # no KV cache here: decode is not timed
+
+
+# ---- transformers
+
+class HfLlama:
+    def __init__(self, c, directory, weights, device):
+        import transformers
+        from transformers import LlamaForCausalLM
+        self.c, self.device = c, device
+        self.version = transformers.__version__
+        kw = {"attn_implementation": "eager", "output_loading_info": True}
+        try:
+            model, info = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32, **kw)
+        except TypeError:  # transformers 4 names it torch_dtype
+            model, info = LlamaForCausalLM.from_pretrained(directory, torch_dtype=torch.float32, **kw)
+        bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        if bad:
+            raise SystemExit(f"llama_ref.py: transformers loaded {directory}/model.safetensors with problems: {bad}")
+        self.model = model.to(device).eval()
+        emb = self.model.model.embed_tokens.weight
+        if c["tie_word_embeddings"] != (self.model.lm_head.weight.data_ptr() == emb.data_ptr()):
+            raise SystemExit("llama_ref.py: lm_head tying differs from tie_word_embeddings")
+        # The weights and the rotary frequencies are what we wrote and what mgn computes.
+        params = dict(self.model.named_parameters())
+        for name, v in weights.items():
+            if not torch.equal(params[name].detach().cpu(), v):
+                raise SystemExit(f"llama_ref.py: {name} differs after from_pretrained")
+        d = c["head_dim"]
+        want = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        got = self.model.model.rotary_emb.inv_freq.detach().double().cpu()
+        if not torch.allclose(got, want, rtol=1e-6, atol=0):
+            raise SystemExit(f"llama_ref.py: transformers' rotary inv_freq is not theta {c['rope_theta']}")
+
+    def named_parameters(self):
+        return self.model.named_parameters()
+
+    def zero_grad(self):
+        self.model.zero_grad(set_to_none=True)
+
+    def logits(self, ids):
+        return self.model(input_ids=ids, use_cache=False).logits
+
+    def loss(self, ids):
+        return self.model(input_ids=ids, labels=ids, use_cache=False).loss
+
+    def greedy(self, prompt, n):
+        with torch.no_grad():
+            out = self.model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                                      do_sample=False, num_beams=1, use_cache=True)
+            gen = out[0, prompt.shape[1]:].tolist()
+            # The same with the cache driven by hand (no logits processors), as a cross-check of generate().
+            o = self.model(input_ids=prompt, use_cache=True)
+            cache, loop = o.past_key_values, [int(torch.argmax(o.logits[0, -1]))]
+            while len(loop) < n:
+                o = self.model(input_ids=torch.tensor([[loop[-1]]], device=self.device), past_key_values=cache,
+                               use_cache=True)
+                cache = o.past_key_values
+                loop.append(int(torch.argmax(o.logits[0, -1])))
+        if gen != loop:
+            print(f"llama_ref.py: warning: generate() {gen} differs from the hand-driven cache {loop}", file=sys.stderr)
+        return gen
+
+    def decode_step(self, prompt):
+        """One token after a cache of len(prompt) tokens, timed; the cache is cut back after each call."""
+        with torch.no_grad():
+            o = self.model(input_ids=prompt, use_cache=True)
+        cache = o.past_key_values
+        tok = torch.argmax(o.logits[:, -1:], dim=-1)
+
+        if not hasattr(cache, "crop"):
+            raise SystemExit("llama_ref.py: this transformers' cache has no crop(); cannot time one decode token")
+
+        def step():
+            with torch.no_grad():
+                self.model(input_ids=tok, past_key_values=cache, use_cache=True)
+            cache.crop(-1)  # drop the token just appended (a positive length is deprecated in transformers 5.17)
+        return step
+
+
+# ---- timing
+
+def set_strict():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_calls(fn, warmup, samples, device):
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    ms = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        ms.append((time.perf_counter() - t0) * 1e3)
+    p25, p50, p75 = (float(np.percentile(ms, q)) for q in (25, 50, 75))
+    return {"warmup": warmup, "samples": len(ms), "median_ms": p50, "p25_ms": p25, "p75_ms": p75, "iqr_ms": p75 - p25,
+            "min_ms": min(ms), "max_ms": max(ms), "samples_ms": ms}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="smollm2-135m")
+    ap.add_argument("--seq", type=int, default=128, help="tokens of the prefill / loss input")
+    ap.add_argument("--tokens", type=int, default=32, help="greedy tokens generated")
+    ap.add_argument("--prompt", type=int, default=0, help="prompt length for generation (default: --seq)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--impl", choices=["auto", "hf", "plain"], default="auto")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--no-time", action="store_true")
+    a = ap.parse_args()
+    c = dict(CONFIGS[a.config])
+    P = a.prompt or a.seq
+    if a.seq < 2 or a.tokens < 1 or P < 1 or P > a.seq or P + a.tokens > c["max_position_embeddings"]:
+        raise SystemExit("llama_ref.py: need --seq >= 2, --tokens >= 1, 1 <= --prompt <= --seq and prompt + tokens "
+                         f"<= max_position_embeddings ({c['max_position_embeddings']})")
+    impl = a.impl
+    if impl == "auto":
+        try:
+            import transformers  # noqa: F401
+            impl = "hf"
+        except ImportError:
+            impl = "plain"
+    device = torch.device(a.device)
+    set_strict()
+
+    os.makedirs(a.dir, exist_ok=True)
+    with open(os.path.join(a.dir, "config.json"), "w") as f:
+        json.dump(hf_config(c), f, indent=2)
+    weights = random_weights(c, a.seed)
+    safetensors_lite.write(os.path.join(a.dir, "model.safetensors"), {k: v.numpy() for k, v in weights.items()},
+                           {"format": "pt"})
+    g = torch.Generator().manual_seed(a.seed + 1)
+    ids = torch.randint(0, c["vocab_size"], (1, a.seq), generator=g, dtype=torch.int64)
+
+    model = HfLlama(c, a.dir, weights, device) if impl == "hf" else PlainLlama(c, weights, device)
+    ids_d = ids.to(device)
+    out = {"ref.ids": ids.numpy().astype(np.int32), "ref.prompt": ids[0, :P].numpy().astype(np.int32)}
+    with torch.no_grad():
+        out["ref.logits"] = model.logits(ids_d).float().cpu().numpy()
+    model.zero_grad()
+    loss = model.loss(ids_d)
+    loss.backward()
+    out["ref.loss"] = np.array(loss.item(), dtype=np.float32)
+    for name, p in model.named_parameters():
+        out["grad." + name] = p.grad.detach().float().cpu().numpy()
+    missing = [n for n, _ in parameter_shapes(c) if "grad." + n not in out]
+    if missing:
+        raise SystemExit(f"llama_ref.py: no gradient for {missing}")
+    model.zero_grad()
+    out["ref.greedy"] = np.array(model.greedy(ids_d[:, :P], a.tokens), dtype=np.int32)
+    meta = {"impl": impl, "config": a.config, "seed": str(a.seed), "device": str(device), "torch": torch.__version__,
+            "transformers": getattr(model, "version", "none"), "prompt": str(P)}
+    safetensors_lite.write(os.path.join(a.dir, "inputs.safetensors"), out, meta)
+    print(f"llama_ref.py: {a.config} ({impl}, {device}): loss {out['ref.loss']:.6f}, greedy {out['ref.greedy'].tolist()}",
+          file=sys.stderr)
+
+    if a.no_time:
+        return
+    times = dict(meta, seq=a.seq, phases={})
+
+    def prefill():
+        with torch.no_grad():
+            model.logits(ids_d)
+
+    def flb():
+        model.zero_grad()
+        model.loss(ids_d).backward()
+
+    times["phases"]["prefill"] = time_calls(prefill, a.warmup, a.samples, device)
+    if model.decode_step is not None:
+        times["phases"]["decode"] = time_calls(model.decode_step(ids_d[:, :P]), a.warmup, a.samples, device)
+    times["phases"]["flb"] = time_calls(flb, a.warmup, a.samples, device)
+    with open(os.path.join(a.dir, "torch_times.json"), "w") as f:
+        json.dump(times, f, indent=1)
+    for k, v in times["phases"].items():
+        print(f"llama_ref.py: {k}: median {v['median_ms']:.3f} ms (IQR {v['iqr_ms']:.3f})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
