@@ -45,6 +45,7 @@ bool profiling() {
 vk::GraphExecutorOptions executor_options() {
   vk::GraphExecutorOptions o;
   o.timestamps = profiling();
+  o.lazy_parameters = true;  // load_checkpoint right after compile skips the random initial weights
   return o;
 }
 
@@ -90,8 +91,8 @@ class VulkanEngine final : public Engine {
   void print_profile() const {
     const vk::CompileStats& c = exec_.compile_stats();
     std::fprintf(stderr, "mgn profile: %s, %d nodes; compile: lowering %.1f ms, shaderc %.1f ms, pipelines %.1f ms, "
-                 "record %.1f ms\n", name_.c_str(), graph_->size(), c.lowering_ms, c.shaderc_ms, c.pipeline_ms,
-                 c.record_ms);
+                 "record %.1f ms (plan %.1f, initial values %.1f)\n", name_.c_str(), graph_->size(), c.lowering_ms,
+                 c.shaderc_ms, c.pipeline_ms, c.record_ms, c.plan_ms, c.upload_ms);
     if (runs_ == 0) return;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(kernel_ms_.begin(), kernel_ms_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });

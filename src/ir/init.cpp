@@ -1,6 +1,10 @@
 // Deterministic parameter initializers: a counter-based generator keyed by (seed, parameter name), so
-// every backend and every run produces the same initial values.
+// every backend and every run produces the same initial values. Each element depends only on its index,
+// so large tensors are filled by several threads with identical results.
+#include <algorithm>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "mgn/init.h"
 
@@ -50,6 +54,26 @@ uint64_t fnv1a(const std::string& s) {
 }
 // Uniform in (0, 1), never 0 (safe for log).
 double unit(uint64_t key, uint64_t i) { return (double(splitmix64(key ^ splitmix64(i)) >> 11) + 0.5) * 0x1.0p-53; }
+
+// Runs f(begin, end) over [0, n) in chunks on up to hardware_concurrency threads (one thread below ~1M
+// elements, where starting threads costs more than it saves).
+template <typename F>
+void parallel_chunks(int64_t n, F&& f) {
+  constexpr int64_t kPerThread = int64_t(1) << 20;
+  const int64_t hw = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+  const int64_t threads = std::min<int64_t>(hw, (n + kPerThread - 1) / kPerThread);
+  if (threads <= 1) {
+    f(int64_t(0), n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t chunk = (n + threads - 1) / threads;
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t b = t * chunk, e = std::min(n, b + chunk);
+    if (b < e) pool.emplace_back([&f, b, e] { f(b, e); });
+  }
+  for (std::thread& th : pool) th.join();
+}
 }  // namespace
 
 std::vector<float> materialize(const Init& init, const Shape& shape, const std::string& name) {
@@ -57,13 +81,17 @@ std::vector<float> materialize(const Init& init, const Shape& shape, const std::
   std::vector<float> v(size_t(n), 0.0f);
   uint64_t key = splitmix64(fnv1a(name) ^ splitmix64(init.seed));
   auto uniform = [&](double lo, double hi) {
-    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(lo + (hi - lo) * unit(key, uint64_t(i)));
+    parallel_chunks(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) v[size_t(i)] = float(lo + (hi - lo) * unit(key, uint64_t(i)));
+    });
   };
   auto normal = [&](double mean, double std) {
-    for (int64_t i = 0; i < n; ++i) {  // Box-Muller on two independent streams
-      double u1 = unit(key, uint64_t(2 * i)), u2 = unit(key, uint64_t(2 * i + 1));
-      v[size_t(i)] = float(mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-    }
+    parallel_chunks(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {  // Box-Muller on two independent streams
+        double u1 = unit(key, uint64_t(2 * i)), u2 = unit(key, uint64_t(2 * i + 1));
+        v[size_t(i)] = float(mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+      }
+    });
   };
   switch (init.kind) {
     case Init::Kind::Zeros: break;

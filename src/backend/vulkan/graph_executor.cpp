@@ -113,8 +113,7 @@ void GraphExecutor::build() {
     if (!need_[size_t(i)]) continue;
     const ir::Node& node = g_.node(i);
     if (node.op == ir::Op::Parameter) {
-      upload_words(storage_of_[size_t(i)], from_float(materialize(node.init, node.shape, node.name), node.dtype,
-                                                      "parameter '" + node.name + "'"));
+      init_parameter(i);
     } else if (node.op == ir::Op::Constant) {
       std::vector<float> v(node.data->begin(), node.data->end());
       upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
@@ -339,7 +338,9 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
     return low.kernels.size() == 1 && low.scratch_words.empty() && !low.output_zero_filled &&
            plan::default_in_place_ok(g, d, node, input);
   };
+  auto tp = std::chrono::steady_clock::now();
   plan_ = plan::make_plan(g_, po);
+  stats_.plan_ms = ms_since(tp);
   const plan::Plan& p = *plan_;
 
   // Arena segments, then one view per tensor (its own byte size) and per scratch buffer.
@@ -379,12 +380,12 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   for (auto& [id, s] : output_copy_) poison_.push_back(s);
 
   // Initial contents of sources.
+  auto tu = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
     if (!need_[size_t(i)] || storage_of_[size_t(i)] < 0) continue;
     const ir::Node& node = g_.node(i);
     if (node.op == ir::Op::Parameter) {
-      upload_words(storage_of_[size_t(i)], from_float(materialize(node.init, node.shape, node.name), node.dtype,
-                                                      "parameter '" + node.name + "'"));
+      init_parameter(i);
     } else if (node.op == ir::Op::Constant) {
       std::vector<float> v(node.data->begin(), node.data->end());
       upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
@@ -393,6 +394,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
       upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
     }
   }
+  stats_.upload_ms = ms_since(tu);
 
   // Steps in plan order: a barrier before every group but the first, between the kernels of one node,
   // and after a zero fill.
@@ -563,7 +565,27 @@ void GraphExecutor::set_input(const std::string& name, const std::vector<int32_t
   set_input_words(name, values.size(), w);
 }
 
+void GraphExecutor::init_parameter(int id) {
+  if (opt_.lazy_parameters) {
+    pending_init_.insert(id);
+    return;
+  }
+  const ir::Node& node = g_.node(id);
+  upload_words(storage_of_[size_t(id)],
+               from_float(materialize(node.init, node.shape, node.name), node.dtype, "parameter '" + node.name + "'"));
+}
+
+void GraphExecutor::flush_pending_init() {
+  std::set<int> pending;
+  pending.swap(pending_init_);
+  const bool lazy = opt_.lazy_parameters;
+  opt_.lazy_parameters = false;
+  for (int id : pending) init_parameter(id);
+  opt_.lazy_parameters = lazy;
+}
+
 void GraphExecutor::run() {
+  flush_pending_init();
   if (opt_.poison)
     for (int s : poison_) upload_words(s, std::vector<uint32_t>(storages_[size_t(s)].words, kNanBits));
   stream_->submit();
@@ -589,6 +611,7 @@ const ir::Node& GraphExecutor::named_state(const std::string& name) const {
 
 std::vector<float> GraphExecutor::read_state(const std::string& name) {
   const ir::Node& n = named_state(name);
+  flush_pending_init();
   std::vector<float> r = to_float(download_words(storage_of_[size_t(n.id)]), n.dtype);
   r.resize(size_t(numel(n.shape)));
   return r;
@@ -600,6 +623,7 @@ void GraphExecutor::write_state(const std::string& name, const std::vector<float
     throw Error("write_state '" + name + "': got " + std::to_string(values.size()) + " values, expected " +
                 std::to_string(numel(n.shape)));
   upload_words(storage_of_[size_t(n.id)], from_float(values, n.dtype, "write_state '" + name + "'"));
+  pending_init_.erase(n.id);  // its initializer is never needed now
 }
 
 std::vector<std::string> GraphExecutor::state_names() const {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,10 @@ struct GraphExecutorOptions {
   // false: the older one-buffer-per-tensor path, kept for comparison. MGN_PLAN=0 in the environment
   // forces the older path.
   bool use_plan = true;
+  // Parameters receive their initializer's values only when first needed (run, read_state), and not at
+  // all if write_state gave them values first: a session that loads a checkpoint right after compiling
+  // never computes (and uploads) random initial weights. Results are the same either way.
+  bool lazy_parameters = false;
   plan::PlanOptions plan;  // tuning (in_place, reuse, ...); sizes, alignment and limits come from the device
 };
 
@@ -41,6 +46,8 @@ struct CompileStats {
   double shaderc_ms = 0;   // GLSL -> validated SPIR-V (wall time, parallel)
   double pipeline_ms = 0;  // pipeline creation (wall time, parallel)
   double record_ms = 0;    // allocation, uploads of parameters/constants, command recording
+  double plan_ms = 0;      // of record_ms: the static plan (planned path)
+  double upload_ms = 0;    // of record_ms: initial parameter/constant values (host init + upload)
   size_t kernels = 0;      // dispatches in the stream
   size_t unique_kernels = 0;
   size_t barriers = 0;
@@ -97,6 +104,8 @@ class GraphExecutor {
   int arena_view(uint64_t offset, uint64_t bytes, int owner);
   void record_planned();
   void upload_words(int storage, const std::vector<uint32_t>& words);
+  void init_parameter(int id);  // uploads its initial values now, or records it (lazy_parameters)
+  void flush_pending_init();
   std::vector<uint32_t> download_words(int storage);
   void set_input_words(const std::string& name, size_t count, const std::vector<uint32_t>& words);
   const ir::Node& named_state(const std::string& name) const;
@@ -111,6 +120,7 @@ class GraphExecutor {
   std::unique_ptr<codegen::ShaderCompiler> compiler_;
   std::unique_ptr<PipelineCache> pipelines_;
   std::unique_ptr<CommandStream> stream_;
+  std::set<int> pending_init_;  // parameters whose initial values are not uploaded yet (lazy_parameters)
 
   std::vector<bool> need_;
   std::vector<int> storage_of_;           // node -> storage id (-1: none)
