@@ -45,9 +45,11 @@ void usage() {
       "  run MODEL.onnx [--input NAME=random|zeros|FILE.npy]... [--shape NAME=1x3x224x224]...\n"
       "                 [--backend auto|cpu|vulkan] [--seed S] [--save-outputs DIR]\n"
       "      imports the model, runs it once and prints every output (shape, min/max/mean, first values)\n"
-      "  plan [--model cnn|mlp] [--batch B] [--show all|report] [--reuse on|off]\n"
+      "  plan [--model cnn|mlp|smollm2-135m|llama:CONFIG.json] [--batch B] [--seq S] [--show all|report]\n"
+      "       [--reuse on|off]\n"
       "      prints the static plan (barrier groups, buffers with lifetimes and offsets) and the memory\n"
-      "      report of one Fashion-MNIST AdamW training step, as a GPU backend plans it\n"
+      "      report of one AdamW training step (Fashion-MNIST, or a Llama-family model), as a GPU backend\n"
+      "      plans it\n"
       "  bench-gemm MxNxK...   times f32 matmul sessions (wall clock per synchronized run, after warm-up)\n"
       "                        on the default backend; prints one JSON line per shape\n"
       "  bench fashion-cnn|fashion-mlp [--phases compile,inference,flb,step] [--warmup 5] [--samples 20]\n"
@@ -280,11 +282,19 @@ int generate_text(int argc, char** argv) {
 // `mgn plan`: the static plan of one Fashion-MNIST training step (forward, backward, AdamW update).
 int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
   for (auto& [k, v] : f)
-    if (k != "model" && k != "batch" && k != "show" && k != "reuse")
+    if (k != "model" && k != "batch" && k != "show" && k != "reuse" && k != "seq")
       throw mgn::Error("plan: unknown flag --" + k);
   using namespace mgn;
-  models::FashionArch arch = models::fashion_arch_from_name(str_flag(f, "model", "cnn"));
-  Graph g = models::fashion_mnist({.arch = arch, .batch = int_flag(f, "batch", 64), .mode = Mode::Train});
+  const std::string model = str_flag(f, "model", "cnn");
+  Graph g;
+  if (model == "smollm2-135m" || model.rfind("llama:", 0) == 0) {
+    // A Llama-family training step: next-token loss over [batch, seq] tokens.
+    llama::Config cfg = model == "smollm2-135m" ? llama::Config::smollm2_135m() : llama::Config::from_file(model.substr(6));
+    g = llama::loss_graph(cfg, {.batch = int_flag(f, "batch", 1), .seq = int_flag(f, "seq", 128)});
+  } else {
+    g = models::fashion_mnist(
+        {.arch = models::fashion_arch_from_name(model), .batch = int_flag(f, "batch", 64), .mode = Mode::Train});
+  }
   std::string show = str_flag(f, "show", "all"), reuse = str_flag(f, "reuse", "on");
   if ((show != "all" && show != "report") || (reuse != "on" && reuse != "off"))
     throw mgn::Error("plan: --show takes all or report, --reuse takes on or off");
