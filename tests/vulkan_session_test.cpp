@@ -96,3 +96,20 @@ TEST(VulkanSession, LazyInitialValuesMatchCpu) {
   }
   EXPECT_NEAR(gpu2.read_scalar("loss"), cpu.read_scalar("loss"), 1e-5 * std::fabs(cpu.read_scalar("loss")));
 }
+
+// The GLSL of a compiled session is inspectable (mgn kernels): one entry per dispatch, complete shaders;
+// the CPU reference executor has none.
+TEST(VulkanSession, KernelSourcesOfACompiledSession) {
+  Session gpu = make(models::FashionArch::Cnn, Backend::Vulkan, Mode::Infer, 2);
+  auto kernels = gpu.kernel_sources();
+  ASSERT_FALSE(kernels.empty());
+  bool conv = false, pool = false;
+  for (const auto& [name, glsl] : kernels) {
+    EXPECT_EQ(glsl.rfind("#version 450", 0), 0u) << name;
+    EXPECT_NE(glsl.find("void main()"), std::string::npos) << name;
+    conv = conv || name.rfind("conv2d", 0) == 0;
+    pool = pool || name.rfind("max_pool2d", 0) == 0;
+  }
+  EXPECT_TRUE(conv && pool);
+  EXPECT_TRUE(make(models::FashionArch::Cnn, Backend::Cpu, Mode::Infer, 2).kernel_sources().empty());
+}

@@ -37,6 +37,8 @@ void usage() {
       "      without a GPU (lavapipe, or the CPU executor) and without --epochs/--limit-train it runs a short\n"
       "      version (1 epoch over 6400 images) unless --full is given\n"
       "  dump-checkpoint FILE  lists the tensors of a safetensors file or sharded index\n"
+      "  kernels [--model cnn|mlp] [--mode train|infer] [--batch B] [--filter SUBSTR] [--list]\n"
+      "      prints the generated GLSL of every dispatch of the compiled Vulkan session (--list: names)\n"
       "  llama-check DIR [--backend auto|cpu|vulkan] [--seq S] [--tokens N] [--json FILE] [--no-time]\n"
       "      checks a directory written by bench/pytorch/llama_ref.py (logits, loss, every gradient, greedy\n"
       "      KV-cache decoding vs the reference) and times prefill, one decode token and F+L+B\n"
@@ -71,7 +73,7 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv, int first)
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw mgn::Error("unexpected argument '" + a + "'");
     std::string key = a.substr(2);
-    if (key == "no-progress" || key == "full") {
+    if (key == "no-progress" || key == "full" || key == "list") {
       f[key] = "1";
       continue;
     }
@@ -280,6 +282,31 @@ int generate_text(int argc, char** argv) {
 }
 
 // `mgn plan`: the static plan of one Fashion-MNIST training step (forward, backward, AdamW update).
+// `mgn kernels`: the generated GLSL of every dispatch of a compiled Fashion-MNIST session.
+int print_kernels(const std::map<std::string, std::string>& f) {
+  for (auto& [k, v] : f)
+    if (k != "model" && k != "batch" && k != "mode" && k != "filter" && k != "list")
+      throw mgn::Error("kernels: unknown flag --" + k);
+  using namespace mgn;
+  const std::string mode = str_flag(f, "mode", "train"), filter = str_flag(f, "filter", "");
+  if (mode != "train" && mode != "infer") throw Error("kernels: --mode takes train or infer");
+  const Mode m = mode == "train" ? Mode::Train : Mode::Infer;
+  Graph g = models::fashion_mnist({.arch = models::fashion_arch_from_name(str_flag(f, "model", "cnn")),
+                                   .batch = int_flag(f, "batch", 64), .mode = m});
+  Session s = compile(g, {.mode = m, .backend = Backend::Vulkan});
+  int shown = 0;
+  for (const auto& [name, glsl] : s.kernel_sources()) {
+    if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+    ++shown;
+    if (f.count("list"))
+      std::printf("%s\n", name.c_str());
+    else
+      std::printf("// ===== %s\n%s\n", name.c_str(), glsl.c_str());
+  }
+  if (shown == 0) throw Error("kernels: no kernel matches --filter '" + filter + "'");
+  return 0;
+}
+
 int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
   for (auto& [k, v] : f)
     if (k != "model" && k != "batch" && k != "show" && k != "reuse" && k != "seq")
@@ -317,6 +344,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return mgn::tool::inspect_command(argc, argv);
     if (cmd == "run") return mgn::tool::run_command(argc, argv);
     if (cmd == "plan") return plan_fashion_mnist(parse_flags(argc, argv, 2));
+    if (cmd == "kernels") return print_kernels(parse_flags(argc, argv, 2));
     if (cmd == "bench-gemm") return bench_gemm(argc, argv);
     if (cmd == "bench") return bench_command(argc, argv);
     if (cmd == "generate") return generate_text(argc, argv);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mgn/graph.h"
@@ -79,6 +80,9 @@ class Session {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   std::vector<std::string> state_names() const;  // parameters, then state, in graph order
+  // (kernel name, GLSL) of every dispatch of the compiled step, in order ("<kernel> %<node id>"); empty
+  // on the CPU reference executor. `mgn kernels` prints them.
+  std::vector<std::pair<std::string, std::string>> kernel_sources() const;
 
   // Learning rate: set_lr replaces the base lr the schedule scales; lr() is the one the next step uses.
   void set_lr(double base);

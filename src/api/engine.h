@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -28,6 +29,8 @@ class Engine {
   virtual std::vector<float> read_state(const std::string& name) = 0;
   virtual void write_state(const std::string& name, const std::vector<float>& values) = 0;
   virtual std::vector<std::string> state_names() const = 0;
+  // (kernel name, GLSL source) of every dispatch, in order; empty for engines without generated kernels.
+  virtual std::vector<std::pair<std::string, std::string>> kernel_sources() const { return {}; }
 };
 
 // Takes ownership of the graph (engines keep references into it).

@@ -86,6 +86,7 @@ class VulkanEngine final : public Engine {
     exec_.write_state(name, values);
   }
   std::vector<std::string> state_names() const override { return exec_.state_names(); }
+  std::vector<std::pair<std::string, std::string>> kernel_sources() const override { return exec_.kernel_sources(); }
 
  private:
   void print_profile() const {

@@ -82,6 +82,9 @@ Session::~Session() = default;
 Mode Session::mode() const { return impl_->mode; }
 const char* Session::backend() const { return impl_->engine->name(); }
 const char* Session::device_type() const { return impl_->engine->device_type(); }
+std::vector<std::pair<std::string, std::string>> Session::kernel_sources() const {
+  return impl_->engine->kernel_sources();
+}
 
 void Session::set_input(const std::string& name, std::span<const float> values) {
   const ir::Node& n = impl_->input_node(name, DType::F32);
