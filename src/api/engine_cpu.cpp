@@ -1,4 +1,9 @@
-// The CPU engine: the reference executor behind the Session interface, rounding like a real f32 backend.
+// The CPU engine: the reference executor behind the Session interface, rounding like a real f32 backend,
+// running from the static plan (one arena, tensors at their planned offsets, as the Vulkan engine does),
+// so a session's memory on the CPU is the planned figure too. MGN_PLAN=0 runs it unplanned.
+#include <cstdlib>
+#include <string>
+
 #include "api/engine.h"
 #include "backend/cpu/executor.h"
 
@@ -6,9 +11,16 @@ namespace mgn::detail {
 
 namespace {
 
+cpu::ExecutorOptions options() {
+  cpu::ExecutorOptions o;
+  const char* env = std::getenv("MGN_PLAN");
+  if (!(env && std::string(env) == "0")) o.plan = plan::PlanOptions{};
+  return o;
+}
+
 class CpuEngine final : public Engine {
  public:
-  explicit CpuEngine(std::shared_ptr<const ir::Graph> g) : graph_(std::move(g)), exec_(*graph_) {}
+  explicit CpuEngine(std::shared_ptr<const ir::Graph> g) : graph_(std::move(g)), exec_(*graph_, options()) {}
 
   const char* name() const override { return "cpu"; }
   void set_input(const std::string& name, const std::vector<float>& values) override { exec_.set_input(name, values); }
