@@ -19,6 +19,7 @@
 #include "mgn/tokenizer.h"
 #include "mgn/train.h"
 #include "bench.h"
+#include "finetune.h"
 #include "llama_check.h"
 #include "onnx_cmd.h"
 
@@ -39,6 +40,10 @@ void usage() {
       "  dump-checkpoint FILE  lists the tensors of a safetensors file or sharded index\n"
       "  kernels [--model cnn|mlp] [--mode train|infer] [--batch B] [--filter SUBSTR] [--list]\n"
       "      prints the generated GLSL of every dispatch of the compiled Vulkan session (--list: names)\n"
+      "  finetune MODEL_DIR --text FILE --out DIR [--steps N] [--batch B] [--seq S] [--lr X]\n"
+      "           [--backend auto|cpu|vulkan] [--weights PATH|random] [--seed S]\n"
+      "      AdamW next-token training on a text file (tokenizer.json of MODEL_DIR) with a progress bar;\n"
+      "      DIR gets config.json, tokenizer.json and model.safetensors, loadable by generate\n"
       "  llama-check DIR [--backend auto|cpu|vulkan] [--seq S] [--tokens N] [--json FILE] [--no-time]\n"
       "      checks a directory written by bench/pytorch/llama_ref.py (logits, loss, every gradient, greedy\n"
       "      KV-cache decoding vs the reference) and times prefill, one decode token and F+L+B\n"
@@ -281,7 +286,6 @@ int generate_text(int argc, char** argv) {
   return 0;
 }
 
-// `mgn plan`: the static plan of one Fashion-MNIST training step (forward, backward, AdamW update).
 // `mgn kernels`: the generated GLSL of every dispatch of a compiled Fashion-MNIST session.
 int print_kernels(const std::map<std::string, std::string>& f) {
   for (auto& [k, v] : f)
@@ -307,6 +311,7 @@ int print_kernels(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+// `mgn plan`: the static plan of one training step (forward, backward, AdamW update).
 int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
   for (auto& [k, v] : f)
     if (k != "model" && k != "batch" && k != "show" && k != "reuse" && k != "seq")
@@ -349,6 +354,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return bench_command(argc, argv);
     if (cmd == "generate") return generate_text(argc, argv);
     if (cmd == "llama-check") return llama_check_command(argc, argv);
+    if (cmd == "finetune") return mgn::tool::finetune_command(argc, argv);
   } catch (const mgn::Error& e) {
     std::fprintf(stderr, "mgn %s: %s\n", cmd.c_str(), e.what());
     return 1;

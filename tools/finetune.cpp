@@ -1,0 +1,130 @@
+// `mgn finetune MODEL_DIR --text FILE --out DIR [--steps N] [--batch B] [--seq S] [--lr X]
+//               [--backend auto|cpu|vulkan] [--weights PATH|random] [--seed S]`
+//
+// Fine-tunes a Hugging Face Llama-family model on a text file: tokenizer.json encodes the file, the token
+// stream is cut into [B, S] windows (in order, wrapping around), and each AdamW step trains next-token
+// cross-entropy on one window batch. DIR receives config.json, tokenizer.json (and tokenizer_config.json
+// when the model has one) and model.safetensors with the trained weights under their HF names, written
+// atomically, so `mgn generate DIR` and `mgn finetune DIR` load it like the original.
+#include "finetune.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mgn/llama.h"
+#include "mgn/optim.h"
+#include "mgn/safetensors.h"
+#include "mgn/session.h"
+#include "mgn/tokenizer.h"
+#include "mgn/types.h"
+
+namespace mgn::tool {
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("finetune: cannot open --text file " + path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const std::string& need(const std::map<std::string, std::string>& f, const std::string& k) {
+  auto it = f.find(k);
+  if (it == f.end()) throw Error("finetune: --" + k + " is required");
+  return it->second;
+}
+
+}  // namespace
+
+int finetune_command(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0) throw Error("finetune takes a model directory first");
+  const std::string dir = argv[2];
+  std::map<std::string, std::string> f;
+  for (int i = 3; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc) throw Error("finetune: expected --flag value, got '" + a + "'");
+    f[a.substr(2)] = argv[++i];
+  }
+  for (const auto& [k, v] : f)
+    if (k != "text" && k != "out" && k != "steps" && k != "batch" && k != "seq" && k != "lr" && k != "backend" &&
+        k != "weights" && k != "seed")
+      throw Error("finetune: unknown flag --" + k);
+  auto num = [&](const char* k, double def) { return f.count(k) ? std::stod(f[k]) : def; };
+  const std::string out = need(f, "out");
+  const int64_t steps = int64_t(num("steps", 100)), batch = int64_t(num("batch", 4)), seq = int64_t(num("seq", 128));
+  if (steps < 1 || batch < 1 || seq < 2) throw Error("finetune: --steps and --batch must be >= 1, --seq >= 2");
+  if (std::filesystem::weakly_canonical(dir) == std::filesystem::weakly_canonical(out))
+    throw Error("finetune: --out must differ from the model directory (the original is never overwritten)");
+
+  llama::Config cfg = llama::Config::from_file(dir + "/config.json");
+  Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  if (seq > cfg.max_position_embeddings)
+    throw Error("finetune: --seq " + std::to_string(seq) + " exceeds max_position_embeddings " +
+                std::to_string(cfg.max_position_embeddings));
+  std::vector<int32_t> tokens = tok.encode(read_text(need(f, "text")));
+  if (int64_t(tokens.size()) < seq)
+    throw Error("finetune: the text encodes to " + std::to_string(tokens.size()) + " tokens, fewer than --seq " +
+                std::to_string(seq));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= cfg.vocab_size)
+      throw Error("finetune: token id " + std::to_string(t) + " is outside the model's vocabulary (" +
+                  std::to_string(cfg.vocab_size) + "): tokenizer and config do not match");
+
+  Graph g = llama::loss_graph(cfg, {.batch = batch, .seq = seq, .seed = uint64_t(num("seed", 0))});
+  Session s = compile(g, {.mode = Mode::Train,
+                          .optimizer = AdamW{.lr = num("lr", 1e-4)},
+                          .backend = backend_from_name(f.count("backend") ? f["backend"] : "auto")});
+  const std::string weights = f.count("weights") ? f["weights"] : dir;
+  if (weights != "random") llama::load_weights(s, llama::read_weights(cfg, weights));
+  std::fprintf(stderr, "%s: %lld layers, hidden %lld; %zu tokens of text; %lld steps of %lldx%lld on %s\n",
+               dir.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, tokens.size(),
+               (long long)steps, (long long)batch, (long long)seq, s.backend());
+
+  // Windows of seq tokens in text order; the stream wraps around when it runs out.
+  size_t cursor = 0;
+  std::vector<int32_t> ids(size_t(batch * seq));
+  const auto t0 = std::chrono::steady_clock::now();
+  float first = 0, last = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int64_t b = 0; b < batch; ++b) {
+      if (cursor + size_t(seq) > tokens.size()) cursor = 0;
+      std::copy(tokens.begin() + std::ptrdiff_t(cursor), tokens.begin() + std::ptrdiff_t(cursor + size_t(seq)),
+                ids.begin() + std::ptrdiff_t(b * seq));
+      cursor += size_t(seq);
+    }
+    s.set_input("ids", ids);
+    s.set_input("labels", llama::next_token_labels(ids, batch, seq));
+    s.step();
+    last = s.read_scalar("loss");
+    if (step == 0) first = last;
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int width = 30, done = int(width * (step + 1) / steps);
+    std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.1f steps/s", (long long)(step + 1), (long long)steps,
+                 std::string(size_t(done), '=').c_str(), std::string(size_t(width - done), ' ').c_str(), last,
+                 double(step + 1) / el);
+  }
+  std::fprintf(stderr, "\n");
+
+  std::filesystem::create_directories(out);
+  for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
+    const std::filesystem::path src = std::filesystem::path(dir) / file;
+    if (std::filesystem::exists(src))
+      std::filesystem::copy_file(src, std::filesystem::path(out) / file,
+                                 std::filesystem::copy_options::overwrite_existing);
+  }
+  std::vector<StoredTensor> tensors;
+  for (const auto& [name, shape] : llama::parameter_shapes(cfg))
+    tensors.push_back(StoredTensor::from_f32(name, shape, s.read(name)));
+  write_safetensors(out + "/model.safetensors", tensors,
+                    {{"format", "pt"}, {"mgn.finetune_steps", std::to_string(steps)}});
+  std::printf("loss: first step %.4f, last step %.4f\n", first, last);
+  std::printf("saved: %s/model.safetensors (%zu tensors), config.json, tokenizer.json\n", out.c_str(), tensors.size());
+  return 0;
+}
+
+}  // namespace mgn::tool
