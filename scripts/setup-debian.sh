@@ -7,7 +7,7 @@ PKGS=(
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   libshaderc-dev glslang-dev spirv-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
-  python3-torch python3-numpy python3-onnx libopenblas0-pthread
+  python3-torch python3-torchvision python3-numpy python3-onnx libopenblas0-pthread
   clang libclang-rt-14-dev
   dataset-fashion-mnist
 )

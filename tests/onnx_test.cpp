@@ -151,6 +151,27 @@ TEST(Onnx, MlpDynamicBatchBoundAtImportMatchesPyTorch) {
 TEST(Onnx, TransformerDynamicBatchAndSequenceMatchesPyTorch) {
   check_model("block_dyn", 17);
 }
+TEST(Onnx, TorchvisionResnet18BatchNormFoldedMatchesPyTorch) {
+  check_model("resnet18", 13);
+}
+TEST(Onnx, TorchvisionResnet18BatchNormalizationNodesMatchesPyTorch) {
+  check_model("resnet18_bn", 17);
+}
+TEST(Onnx, VitBlockPatchEmbedClassTokenMultiheadAttentionMatchesPyTorch) {
+  check_model("vit", 17);
+}
+TEST(Onnx, VitBlockOpset13WithoutConstantFoldingMatchesPyTorch) {
+  check_model("vit_op13", 13);
+}
+TEST(Onnx, LlamaBlockRopeRmsNormCausalSwiGluMatchesPyTorch) {
+  check_model("llama", 17);
+}
+TEST(Onnx, LlamaBlockOpset14WithoutConstantFoldingMatchesPyTorch) {
+  check_model("llama_nofold", 14);
+}
+TEST(Onnx, LlamaBlockDynamicSequenceRangeAndMaskFromShapeMatchesPyTorch) {
+  check_model("llama_dyn", 15);
+}
 
 TEST(Onnx, DynamicAxesMustBeBoundToValidInputs) {
   std::string path = model_dir() + "/mlp_dyn.onnx";

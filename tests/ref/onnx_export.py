@@ -25,12 +25,16 @@ def save(name, tensors):
     torch_io.write(os.path.join(OUT, name + ".safetensors"), tensors)
 
 
-def export(name, model, x, opset, fold=True, dynamic=None, run_x=None):
-    """dynamic: {axis: name} of x and y left symbolic in the file; the reference then runs on run_x."""
+def export(name, model, x, opset, fold=True, dynamic=None, run_x=None, keep_bn=False):
+    """dynamic: {axis: name} of x and y left symbolic in the file; the reference then runs on run_x.
+    keep_bn: export in TrainingMode.PRESERVE (the module is in eval mode) so the exporter does not fuse
+    BatchNormalization into the preceding Conv; it stays as an inference-mode BatchNormalization node."""
     model.eval()
     path = os.path.join(OUT, name + ".onnx")
+    mode = torch.onnx.TrainingMode.PRESERVE if keep_bn else torch.onnx.TrainingMode.EVAL
     torch.onnx.export(model, (x,), path, input_names=["x"], output_names=["y"], opset_version=opset,
-                      do_constant_folding=fold, dynamic_axes={"x": dynamic, "y": dynamic} if dynamic else None)
+                      do_constant_folding=fold, dynamic_axes={"x": dynamic, "y": dynamic} if dynamic else None,
+                      training=mode)
     if run_x is not None:
         x = run_x
     with torch.no_grad():
@@ -104,6 +108,95 @@ class MlpGrad(nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class VitBlock(nn.Module):
+    """ViT: 4x4 patch embedding conv, class token, position embedding, pre-LN encoder block
+    (nn.MultiheadAttention, GELU MLP), final LayerNorm and a linear head on the class token."""
+
+    def __init__(self, d=16, heads=2, patch=4, img=16, classes=5):
+        super().__init__()
+        n = (img // patch) ** 2
+        self.embed = nn.Conv2d(3, d, patch, stride=patch)
+        self.cls = nn.Parameter(0.5 * torch.randn(1, 1, d))
+        self.pos = nn.Parameter(0.5 * torch.randn(1, n + 1, d))
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.ff1 = nn.Linear(d, 4 * d)
+        self.ff2 = nn.Linear(4 * d, d)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        h = self.embed(x).flatten(2).transpose(1, 2)               # [B, N, D]
+        h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1) + self.pos
+        a = self.ln1(h)
+        h = h + self.attn(a, a, a, need_weights=False)[0]
+        h = h + self.ff2(nn.functional.gelu(self.ff1(self.ln2(h))))
+        return self.head(self.ln(h)[:, 0])
+
+
+class RmsNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    """Llama decoder block on float embeddings [B, S, D]: RMSNorm, RoPE (half-split rotation, cos/sin from
+    positions computed in the model), causal attention through a triu mask, SwiGLU MLP."""
+
+    def __init__(self, d=16, heads=2, hidden=40, theta=10000.0):
+        super().__init__()
+        self.heads, self.hd, self.theta = heads, d // heads, theta
+        self.norm1 = RmsNorm(d)
+        self.wq = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, d, bias=False)
+        self.wv = nn.Linear(d, d, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
+        self.norm2 = RmsNorm(d)
+        self.w1 = nn.Linear(d, hidden, bias=False)
+        self.w3 = nn.Linear(d, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        inv = 1.0 / (self.theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
+        ang = torch.arange(s, dtype=torch.float32)[:, None] * inv[None, :]   # [S, hd/2]
+        ang = torch.cat([ang, ang], dim=-1).to(x.dtype)
+        cos, sin = ang.cos(), ang.sin()
+        h = self.norm1(x)
+        q = self.wq(h).view(b, s, self.heads, self.hd).transpose(1, 2)
+        k = self.wk(h).view(b, s, self.heads, self.hd).transpose(1, 2)
+        v = self.wv(h).view(b, s, self.heads, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        mask = torch.triu(torch.full((s, s), float("-inf"), dtype=x.dtype), diagonal=1)
+        sc = torch.matmul(q, k.transpose(2, 3)) / (self.hd ** 0.5) + mask
+        a = torch.matmul(torch.softmax(sc, dim=-1), v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.wo(a)
+        h = self.norm2(x)
+        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+
+def randomize_bn(model):
+    with torch.no_grad():  # non-trivial running statistics so BatchNorm(eval) is really exercised
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
 
 
 def helper_ops():
@@ -245,6 +338,23 @@ def main():
     torch.manual_seed(7)  # symbolic batch and sequence: the Shape/Gather/Concat/Slice pieces see bound sizes
     export("block_dyn", Block(), torch.randn(2, 6, 16), 17, dynamic={0: "batch", 1: "seq"},
            run_x=torch.randn(3, 4, 16))
+
+    import torchvision  # noqa: E402  (Debian python3-torchvision)
+    torch.manual_seed(20)
+    resnet = torchvision.models.resnet18(weights=None, num_classes=10)
+    randomize_bn(resnet)
+    export("resnet18", resnet, torch.randn(1, 3, 32, 32), 13)  # batch norms folded into the convs
+    export("resnet18_bn", resnet, torch.randn(1, 3, 64, 64), 17, fold=False, keep_bn=True)  # BatchNormalization
+    torch.manual_seed(21)
+    export("vit", VitBlock(), torch.randn(1, 3, 16, 16), 17)
+    torch.manual_seed(22)
+    export("vit_op13", VitBlock(), torch.randn(2, 3, 16, 16), 13, fold=False)  # LayerNorm decomposed
+    torch.manual_seed(23)
+    export("llama", LlamaBlock(), torch.randn(1, 7, 16), 17)
+    torch.manual_seed(24)
+    export("llama_nofold", LlamaBlock(), torch.randn(2, 5, 16), 14, fold=False)  # RoPE/mask as subgraphs
+    torch.manual_seed(25)  # symbolic sequence: positions (Range) and the mask are computed from Shape
+    export("llama_dyn", LlamaBlock(), torch.randn(1, 6, 16), 15, dynamic={1: "seq"}, run_x=torch.randn(1, 9, 16))
 
     torch.manual_seed(4)
     m = MlpGrad()
