@@ -317,6 +317,34 @@ def main():
     print(f"llama_ref.py: {a.config} ({impl}, {device}): loss {out['ref.loss']:.6f}, greedy {out['ref.greedy'].tolist()}",
           file=sys.stderr)
 
+    if device.type == "cuda":
+        # Peak device memory of PyTorch's training step (F+L+B, then F+L+B + AdamW.step() with the
+        # optimizer state allocated), for the planner's comparison (docs/perf-notes.md).
+        mem = {}
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        model.zero_grad()
+        model.loss(ids_d).backward()
+        torch.cuda.synchronize()
+        mem["flb_peak_bytes"] = torch.cuda.max_memory_allocated()
+        opt = torch.optim.AdamW([p for _, p in model.named_parameters()], lr=1e-4)
+        for _ in range(2):  # the first step allocates the moments
+            model.zero_grad()
+            model.loss(ids_d).backward()
+            opt.step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        model.zero_grad()
+        model.loss(ids_d).backward()
+        opt.step()
+        torch.cuda.synchronize()
+        mem["train_step_peak_bytes"] = torch.cuda.max_memory_allocated()
+        del opt
+        with open(os.path.join(a.dir, "torch_memory.json"), "w") as f:
+            json.dump(dict(meta, seq=a.seq, **mem), f, indent=1)
+        print(f"llama_ref.py: peak memory: F+L+B {mem['flb_peak_bytes'] / 2**20:.1f} MiB, "
+              f"AdamW step {mem['train_step_peak_bytes'] / 2**20:.1f} MiB", file=sys.stderr)
+
     if a.no_time:
         return
     times = dict(meta, seq=a.seq, phases={})
