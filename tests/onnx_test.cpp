@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -22,7 +23,9 @@
 #include "backend/vulkan/graph_executor.h"
 #endif
 #include "mgn/autodiff.h"
+#include "mgn/optim.h"
 #include "mgn/safetensors.h"
+#include "mgn/session.h"
 #include "support/test_util.h"
 
 namespace mgn {
@@ -194,18 +197,18 @@ TEST(Onnx, InitializersBecomeNamedParameters) {
   EXPECT_EQ(m.graph.get("fc3.bias").shape(), (Shape{5}));
 }
 
-TEST(Onnx, MlpGradientsMatchTorchAutograd) {
+// Gradients of loss = sum(y * y) through an imported (trainable) graph against torch autograd.
+void check_gradients(const std::string& name, const std::vector<std::string>& params) {
   const std::string& dir = model_dir();
-  SafetensorsFile ref = SafetensorsFile::read(dir + "/mlp_grad.safetensors");
-  onnx::Imported m = onnx::import_file(dir + "/mlp_grad.onnx", {.trainable = true});
+  SafetensorsFile ref = SafetensorsFile::read(dir + "/" + name + ".safetensors");
+  onnx::Imported m = onnx::import_file(dir + "/" + name + ".onnx", {.trainable = true});
   Graph& g = m.graph;
   std::optional<int> yid = g.ir().find_output("y");
   ASSERT_TRUE(yid.has_value());
   Tensor y(&g.ir(), *yid);
   Tensor loss = sum(y * y);
   Gradients grads = backward(g, loss);
-  const std::vector<std::string> names = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
-  for (const std::string& n : names) {
+  for (const std::string& n : params) {
     ASSERT_TRUE(grads.params.count(n)) << n;
     g.output("grad." + n, grads.params.at(n));
   }
@@ -213,12 +216,69 @@ TEST(Onnx, MlpGradientsMatchTorchAutograd) {
   ex.set_input("x", ref.get("x").to_f64());
   ex.run();
   EXPECT_LE(test::rel_l2(ex.output("y").v, ref.get("y").to_f64()), 1e-4);
-  for (const std::string& n : names) {
+  for (const std::string& n : params) {
     const StoredTensor& want = ref.get("grad." + n);
     const cpu::Buffer& got = ex.output("grad." + n);
     EXPECT_EQ(got.shape, want.shape) << n;
-    EXPECT_LE(test::rel_l2(got.v, want.to_f64()), 1e-4) << n;
+    EXPECT_LE(test::rel_l2(got.v, want.to_f64()), 1e-4) << name << " " << n;
   }
+}
+
+TEST(Onnx, MlpGradientsMatchTorchAutograd) {
+  check_gradients("mlp_grad", {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
+}
+TEST(Onnx, CnnGradientsMatchTorchAutograd) {
+  check_gradients("cnn_grad", {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc.weight", "fc.bias"});
+}
+
+// An imported graph trains through mgn::compile: one SGD step moves every parameter by -lr times torch's
+// gradient (closed form), and the checkpoint it saves loads into a fresh import whose output equals the
+// trained session's.
+TEST(Onnx, ImportedCnnTrainsSavesAndReloads) {
+  const std::string& dir = model_dir();
+  SafetensorsFile ref = SafetensorsFile::read(dir + "/cnn_grad.safetensors");
+  onnx::Imported m = onnx::import_file(dir + "/cnn_grad.onnx", {.trainable = true});
+  Graph& g = m.graph;
+  Tensor y(&g.ir(), *g.ir().find_output("y"));
+  g.output("loss", sum(y * y));
+  const double lr = 0.01;
+  Session s = compile(g, {.mode = Mode::Train, .optimizer = SGD{.lr = lr}});
+  const std::vector<std::string> params = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc.weight", "fc.bias"};
+  std::map<std::string, std::vector<float>> before;
+  for (const std::string& n : params) before[n] = s.read(n);
+  s.set_input("x", ref.get("x").to_f32());
+  s.step();
+  const std::vector<double> y_ref = ref.get("y").to_f64();
+  double want_loss = 0;
+  for (double v : y_ref) want_loss += v * v;
+  EXPECT_NEAR(s.read_scalar("loss"), want_loss, 1e-5 * want_loss);
+  for (const std::string& n : params) {
+    std::vector<double> grad = ref.get("grad." + n).to_f64(), step(grad.size()), want_step(grad.size());
+    std::vector<float> after = s.read(n);
+    for (size_t i = 0; i < grad.size(); ++i) {
+      step[i] = double(after[i]) - double(before[n][i]);
+      want_step[i] = -lr * grad[i];
+    }
+    EXPECT_LE(test::rel_l2(step, want_step), 1e-3) << n << " (update vs -lr * torch gradient)";
+  }
+  const std::string ckpt = test::make_temp_dir("onnx_train") + "/cnn.safetensors";
+  s.save_checkpoint(ckpt);
+  onnx::Imported fresh = onnx::import_file(dir + "/cnn_grad.onnx", {.trainable = true});
+  Session infer = compile(fresh.graph, {.mode = Mode::Infer});
+  infer.load_checkpoint(ckpt);
+  infer.set_input("x", ref.get("x").to_f32());
+  infer.run();
+  std::vector<float> y2 = infer.read("y");
+  // Reference for the reloaded output: the trained parameters in the CPU executor.
+  onnx::Imported check = onnx::import_file(dir + "/cnn_grad.onnx", {.trainable = true});
+  cpu::Executor ex(check.graph.ir());
+  for (const std::string& n : params) {
+    std::vector<float> v = s.read(n);
+    ex.set_state(n, std::vector<double>(v.begin(), v.end()));
+  }
+  ex.set_input("x", ref.get("x").to_f32());
+  ex.run();
+  EXPECT_LE(test::rel_l2(std::vector<double>(y2.begin(), y2.end()), ex.output("y").v), 1e-5);
 }
 
 TEST(Onnx, TruncatedFileIsAClearError) {

@@ -3,8 +3,8 @@
 For each model NAME writes OUTDIR/NAME.onnx and OUTDIR/NAME.safetensors holding the input "x" and the
 PyTorch reference output "y" (computed in float64 from the very float32 parameters that were exported).
 The torch models are exported with torch.onnx.export; "helper_ops" is built with onnx.helper and its
-reference is computed with the equivalent torch ops. "mlp_grad" also holds torch autograd gradients
-"grad.<param>" of loss = sum(y * y)."""
+reference is computed with the equivalent torch ops. "mlp_grad" and "cnn_grad" also hold torch autograd
+gradients "grad.<param>" of loss = sum(y * y)."""
 import copy
 import os
 import sys
@@ -108,6 +108,19 @@ class MlpGrad(nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class CnnGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(2, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 3, 3)
+        self.fc = nn.Linear(3 * 2 * 2, 3)
+
+    def forward(self, x):
+        h = nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)  # 4x4x4
+        h = torch.relu(self.conv2(h))                                # 3x2x2
+        return self.fc(torch.flatten(h, 1))
 
 
 class VitBlock(nn.Module):
@@ -356,19 +369,22 @@ def main():
     torch.manual_seed(25)  # symbolic sequence: positions (Range) and the mask are computed from Shape
     export("llama_dyn", LlamaBlock(), torch.randn(1, 6, 16), 15, dynamic={1: "seq"}, run_x=torch.randn(1, 9, 16))
 
-    torch.manual_seed(4)
-    m = MlpGrad()
-    x = torch.randn(4, 6)
-    m.eval()
-    torch.onnx.export(m, (x,), os.path.join(OUT, "mlp_grad.onnx"), input_names=["x"], output_names=["y"],
-                      opset_version=13, do_constant_folding=False)
-    md = m.double()
-    y = md(x.double())
-    (y * y).sum().backward()
-    out = {"x": x, "y": y.detach()}
-    for name, p in md.named_parameters():
-        out["grad." + name] = p.grad
-    save("mlp_grad", out)
+    # Models whose gradients are checked: torch autograd of loss = sum(y * y), in float64.
+    for name, make, x in (("mlp_grad", MlpGrad, lambda: torch.randn(4, 6)),
+                          ("cnn_grad", CnnGrad, lambda: torch.randn(2, 2, 8, 8))):
+        torch.manual_seed(4)
+        m = make()
+        x = x()
+        m.eval()
+        torch.onnx.export(m, (x,), os.path.join(OUT, name + ".onnx"), input_names=["x"], output_names=["y"],
+                          opset_version=13, do_constant_folding=False)
+        md = m.double()
+        y = md(x.double())
+        (y * y).sum().backward()
+        out = {"x": x, "y": y.detach()}
+        for pname, p in md.named_parameters():
+            out["grad." + pname] = p.grad
+        save(name, out)
 
     helper_ops()
     helper_logic()
