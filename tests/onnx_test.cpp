@@ -130,6 +130,14 @@ void check_model(const std::string& name, int want_opset) {
 TEST(Onnx, MlpLinearReluGeluSoftmaxMatchesPyTorch) {
   check_model("mlp", 13);
 }
+TEST(Onnx, ExternalDataInitializersLoad) {
+  check_model("mlp_ext", 13);
+  // Without its data file the model is a clear error naming the missing location.
+  const std::string& dir = model_dir();
+  std::string bytes = read_bytes(dir + "/mlp_ext.onnx");
+  std::string err = error_of([&] { onnx::import_bytes(bytes, "mlp_ext (moved)", {.external_data_dir = "/nonexistent"}); });
+  EXPECT_NE(err.find("mlp_ext.data"), std::string::npos) << err;
+}
 TEST(Onnx, CnnConvBatchNormPoolsMatchesPyTorch) {
   check_model("cnn", 15);
 }

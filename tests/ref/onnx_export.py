@@ -7,6 +7,7 @@ reference is computed with the equivalent torch ops. "mlp_grad" and "cnn_grad" a
 gradients "grad.<param>" of loss = sum(y * y)."""
 import copy
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -330,6 +331,11 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     export("mlp", Mlp(), torch.randn(4, 10), 13)
+    # The same model with every initializer in an external data file next to the .onnx.
+    ext = onnx.load(os.path.join(OUT, "mlp.onnx"))
+    onnx.save_model(ext, os.path.join(OUT, "mlp_ext.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="mlp_ext.data", size_threshold=0)
+    shutil.copy(os.path.join(OUT, "mlp.safetensors"), os.path.join(OUT, "mlp_ext.safetensors"))
     torch.manual_seed(1)
     cnn = Cnn()
     with torch.no_grad():  # non-trivial running statistics so BatchNorm(eval) is really exercised
