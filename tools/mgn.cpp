@@ -49,7 +49,7 @@ void usage() {
       "      KV-cache decoding vs the reference) and times prefill, one decode token and F+L+B\n"
       "  inspect MODEL.onnx    opset, inputs/outputs with shapes, op histogram (unsupported ops marked),\n"
       "                        initializer and parameter counts; --supported-ops lists the importable ops\n"
-      "  run MODEL.onnx [--input NAME=random|zeros|FILE.npy]... [--shape NAME=1x3x224x224]...\n"
+      "  run MODEL.onnx [--input NAME=random|zeros|FILE.npy|1x3x224x224]... [--shape NAME=1x3x224x224]...\n"
       "                 [--backend auto|cpu|vulkan] [--seed S] [--save-outputs DIR]\n"
       "      imports the model, runs it once and prints every output (shape, min/max/mean, first values)\n"
       "  plan [--model cnn|mlp|smollm2-135m|llama:CONFIG.json] [--batch B] [--seq S] [--show all|report]\n"

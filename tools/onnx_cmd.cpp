@@ -1,10 +1,11 @@
 // `mgn inspect` and `mgn run`: an ONNX model from the command line.
 //
 //   mgn inspect model.onnx
-//   mgn run model.onnx [--input NAME=random|zeros|FILE.npy]... [--shape NAME=1x3x224x224]...
+//   mgn run model.onnx [--input NAME=random|zeros|FILE.npy|1x3x224x224]... [--shape NAME=1x3x224x224]...
 //                      [--backend auto|cpu|vulkan] [--seed S] [--save-outputs DIR]
 //
-// `run` imports the model (dynamic axes bound by --shape, or by the shape of an .npy input), compiles an
+// `run` imports the model (dynamic axes bound by --shape, by --input NAME=SHAPE (random values of that
+// shape), or by the shape of an .npy input), compiles an
 // inference session and prints each output's shape, a summary (min, max, mean) and its first values;
 // --save-outputs writes every output as DIR/<name>.npy (float32).
 #include "onnx_cmd.h"
@@ -195,6 +196,11 @@ int run_command(int argc, char** argv) {
     };
     if (a == "--input") {
       auto [name, spec] = split_eq(value(), "input");
+      if (!spec.empty() && spec.find_first_not_of("0123456789x") == std::string::npos) {
+        // NAME=1x3x224x224: binds the input's shape (dynamic axes) and feeds random values.
+        io.input_shapes[name] = parse_dims(spec, "--input " + name);
+        spec = "random";
+      }
       inputs[name] = spec;
     } else if (a == "--shape") {
       auto [name, dims] = split_eq(value(), "shape");

@@ -43,6 +43,14 @@ def main():
     print(f"mgn run vs torch: relative L2 {err:.3g} ({run.stderr.strip()})")
     assert err <= 1e-4, err
 
+    # A dynamic batch axis bound from the command line: --input x=5x2x6x6 (random values of that shape).
+    dyn = os.path.join(work, "dyn.onnx")
+    torch.onnx.export(model.float(), (x,), dyn, input_names=["x"], output_names=["y"], opset_version=13,
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    run = subprocess.run([mgn, "run", dyn, "--input", "x=5x2x6x6"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("y [5,5]"), run.stdout
+
     bad = os.path.join(work, "bad.npy")
     with open(bad, "wb") as f:
         f.write(b"\x93NUMPY\x01\x00garbage")
