@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_lite  # noqa: E402
+from timing import sync, time_calls  # noqa: E402
 
 # mgn::AdamW defaults (include/mgn/optim.h); the lr is a flag on both sides.
 ADAMW = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
@@ -135,24 +136,6 @@ class Phases:
     def step(self):
         self.flb()
         self.opt_step()
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_calls(fn, warmup, samples, device):
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    ms = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        ms.append((time.perf_counter() - t0) * 1e3)
-    return ms
 
 
 def record(common, phase, ms, warmup, **extra):

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -33,6 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_lite  # noqa: E402
+import timing  # noqa: E402
 
 # The numbers of ../shared/reference/workloads.md (SmolLM2-135M) and of mgn::llama::Config::tiny().
 CONFIGS = {
@@ -237,24 +237,8 @@ def set_strict():
     torch.set_float32_matmul_precision("highest")
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def time_calls(fn, warmup, samples, device):
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    ms = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        ms.append((time.perf_counter() - t0) * 1e3)
-    p25, p50, p75 = (float(np.percentile(ms, q)) for q in (25, 50, 75))
-    return {"warmup": warmup, "samples": len(ms), "median_ms": p50, "p25_ms": p25, "p75_ms": p75, "iqr_ms": p75 - p25,
-            "min_ms": min(ms), "max_ms": max(ms), "samples_ms": ms}
+    return timing.summary(timing.time_calls(fn, warmup, samples, device), warmup)
 
 
 def main():

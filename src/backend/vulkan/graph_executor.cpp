@@ -108,20 +108,7 @@ void GraphExecutor::build() {
   } else {
   allocate_storage();
 
-  // Initial contents of sources.
-  for (int i = 0; i < n; ++i) {
-    if (!need_[size_t(i)]) continue;
-    const ir::Node& node = g_.node(i);
-    if (node.op == ir::Op::Parameter) {
-      init_parameter(i);
-    } else if (node.op == ir::Op::Constant) {
-      std::vector<float> v(node.data->begin(), node.data->end());
-      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
-    } else if (node.op == ir::Op::Full) {
-      std::vector<float> v(size_t(numel(node.shape)), float(node.attrs.f("value")));
-      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
-    }
-  }
+  upload_sources();
   stats_.record_ms += ms_since(t0);
 
   // Lowering.
@@ -151,11 +138,7 @@ void GraphExecutor::build() {
     }
     for (size_t k = 0; k < low.kernels.size(); ++k) {
       codegen::Kernel& kern = low.kernels[k];
-      for (int d = 0; d < 3; ++d)
-        if (kern.groups[size_t(d)] > L.max_workgroup_count[size_t(d)])
-          throw Error(g_.describe(i) + ": kernel " + kern.name + " needs " + std::to_string(kern.groups[size_t(d)]) +
-                      " workgroups in dimension " + std::to_string(d) + ", the device allows " +
-                      std::to_string(L.max_workgroup_count[size_t(d)]));
+      check_grid(i, kern);
       Step st;
       st.kernel = kernels_.size();
       st.node_start = k == 0 && !low.output_zero_filled;
@@ -379,22 +362,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   }
   for (auto& [id, s] : output_copy_) poison_.push_back(s);
 
-  // Initial contents of sources.
-  auto tu = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) {
-    if (!need_[size_t(i)] || storage_of_[size_t(i)] < 0) continue;
-    const ir::Node& node = g_.node(i);
-    if (node.op == ir::Op::Parameter) {
-      init_parameter(i);
-    } else if (node.op == ir::Op::Constant) {
-      std::vector<float> v(node.data->begin(), node.data->end());
-      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
-    } else if (node.op == ir::Op::Full) {
-      std::vector<float> v(size_t(numel(node.shape)), float(node.attrs.f("value")));
-      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
-    }
-  }
-  stats_.upload_ms = ms_since(tu);
+  upload_sources();
 
   // Steps in plan order: a barrier before every group but the first, between the kernels of one node,
   // and after a zero fill.
@@ -419,11 +387,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
       }
       for (size_t k = 0; k < low.kernels.size(); ++k) {
         codegen::Kernel& kern = low.kernels[k];
-        for (int dim = 0; dim < 3; ++dim)
-          if (kern.groups[size_t(dim)] > L.max_workgroup_count[size_t(dim)])
-            throw Error(g_.describe(i) + ": kernel " + kern.name + " needs " + std::to_string(kern.groups[size_t(dim)]) +
-                        " workgroups in dimension " + std::to_string(dim) + ", the device allows " +
-                        std::to_string(L.max_workgroup_count[size_t(dim)]));
+        check_grid(i, kern);
         Step st;
         st.kernel = kernels_.size();
         st.barrier_before = group_start || k > 0 || (k == 0 && low.output_zero_filled);
@@ -563,6 +527,34 @@ void GraphExecutor::set_input(const std::string& name, const std::vector<int32_t
     }
   }
   set_input_words(name, values.size(), w);
+}
+
+// Initial contents of the sources the step reads: parameters (now, or lazily), constants, fills.
+void GraphExecutor::upload_sources() {
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < g_.size(); ++i) {
+    if (!need_[size_t(i)] || storage_of_[size_t(i)] < 0) continue;
+    const ir::Node& node = g_.node(i);
+    if (node.op == ir::Op::Parameter) {
+      init_parameter(i);
+    } else if (node.op == ir::Op::Constant) {
+      std::vector<float> v(node.data->begin(), node.data->end());
+      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
+    } else if (node.op == ir::Op::Full) {
+      std::vector<float> v(size_t(numel(node.shape)), float(node.attrs.f("value")));
+      upload_words(storage_of_[size_t(i)], from_float(v, node.dtype, g_.describe(i)));
+    }
+  }
+  stats_.upload_ms = ms_since(t0);
+}
+
+void GraphExecutor::check_grid(int node, const codegen::Kernel& kern) const {
+  const DeviceLimits& L = ctx_.limits();
+  for (int d = 0; d < 3; ++d)
+    if (kern.groups[size_t(d)] > L.max_workgroup_count[size_t(d)])
+      throw Error(g_.describe(node) + ": kernel " + kern.name + " needs " + std::to_string(kern.groups[size_t(d)]) +
+                  " workgroups in dimension " + std::to_string(d) + ", the device allows " +
+                  std::to_string(L.max_workgroup_count[size_t(d)]));
 }
 
 void GraphExecutor::init_parameter(int id) {

@@ -104,6 +104,8 @@ class GraphExecutor {
   int arena_view(uint64_t offset, uint64_t bytes, int owner);
   void record_planned();
   void upload_words(int storage, const std::vector<uint32_t>& words);
+  void upload_sources();                                        // parameters, constants, fills
+  void check_grid(int node, const codegen::Kernel& kern) const;  // workgroup counts within the device
   void init_parameter(int id);  // uploads its initial values now, or records it (lazy_parameters)
   void flush_pending_init();
   std::vector<uint32_t> download_words(int storage);
