@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -39,6 +40,27 @@ struct CompileOptions {
   std::string loss = "loss";  // Train: the output differentiated
   // Train: gradients already in the graph (parameter name -> gradient); empty = run mgn::backward on `loss`.
   std::map<std::string, Tensor> gradients;
+  // Vulkan: split every step into this many queue submissions (at barrier groups of the static plan, as
+  // even in dispatches as the groups allow; fewer when the step has fewer groups), for callers that share
+  // the queue with other work such as a renderer. Results are the same for any value.
+  int submissions = 1;
+  // Vulkan: called on the host after submission i of a step is queued and before submission i + 1 is
+  // (never after the last), e.g. to queue a frame's rendering between the pieces of a training step.
+  std::function<void(int submission)> between_submissions;
+};
+
+// Memory one session holds, measured (not planned) where the device can say.
+struct DeviceMemoryReport {
+  uint64_t allocated_bytes = 0;  // VkDeviceMemory the session's allocator reserved (device + staging)
+  uint64_t device_bytes = 0;     // of which device memory (tensors, the plan's arena, scratch)
+  uint64_t staging_bytes = 0;    // of which host-visible staging (uploads, readbacks)
+  uint64_t arena_bytes = 0;      // the static plan's arena (planned physical bytes); 0 without a plan
+  // VK_EXT_memory_budget, device-local heaps, read when asked: process-wide usage (every session and the
+  // driver's own allocations) and the budget the driver grants. Zero when budget_ext is false.
+  uint64_t heap_usage_bytes = 0;
+  uint64_t heap_budget_bytes = 0;
+  bool budget_ext = false;
+  int submissions = 1;  // queue submissions per step
 };
 
 struct LoadOptions {
@@ -83,6 +105,8 @@ class Session {
   // (kernel name, GLSL) of every dispatch of the compiled step, in order ("<kernel> %<node id>"); empty
   // on the CPU reference executor. `mgn kernels` prints them.
   std::vector<std::pair<std::string, std::string>> kernel_sources() const;
+  // What the session's engine holds now (the CPU engine reports its plan's arena only).
+  DeviceMemoryReport device_memory() const;
 
   // Learning rate: set_lr replaces the base lr the schedule scales; lr() is the one the next step uses.
   void set_lr(double base);

@@ -9,8 +9,15 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "mgn/session.h"
 
 namespace mgn::detail {
+
+// What CompileOptions passes to an engine besides the graph.
+struct EngineOptions {
+  int submissions = 1;
+  std::function<void(int)> between_submissions;
+};
 
 class Engine {
  public:
@@ -31,6 +38,7 @@ class Engine {
   virtual std::vector<std::string> state_names() const = 0;
   // (kernel name, GLSL source) of every dispatch, in order; empty for engines without generated kernels.
   virtual std::vector<std::pair<std::string, std::string>> kernel_sources() const { return {}; }
+  virtual DeviceMemoryReport device_memory() const { return {}; }
 };
 
 // Takes ownership of the graph (engines keep references into it).
@@ -38,12 +46,13 @@ std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ir::Graph> graph);
 
 #ifdef MGN_HAVE_VULKAN
 // The built-in Vulkan engine (src/api/engine_vulkan.cpp); it is the default factory below.
-std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph);
+std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph, const EngineOptions& options);
 #endif
 
 // A GPU backend plugs in here (e.g. from a static initializer in its own engine file, referenced by the
 // tool); without one, Backend::Vulkan is a clear error and Backend::Auto picks the CPU.
-using EngineFactory = std::function<std::unique_ptr<Engine>(std::shared_ptr<const ir::Graph>)>;
+using EngineFactory =
+    std::function<std::unique_ptr<Engine>(std::shared_ptr<const ir::Graph>, const EngineOptions&)>;
 void register_vulkan_engine(EngineFactory factory);
 const EngineFactory* vulkan_engine_factory();  // nullptr when none is registered
 

@@ -40,6 +40,11 @@ class CpuEngine final : public Engine {
     exec_.set_state(name, std::vector<double>(values.begin(), values.end()));
   }
   std::vector<std::string> state_names() const override { return exec_.state_names(); }
+  DeviceMemoryReport device_memory() const override {
+    DeviceMemoryReport r;
+    if (const plan::Plan* p = exec_.plan()) r.arena_bytes = p->arena_bytes;
+    return r;
+  }
 
  private:
   std::shared_ptr<const ir::Graph> graph_;

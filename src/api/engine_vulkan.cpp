@@ -42,8 +42,10 @@ bool profiling() {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
-vk::GraphExecutorOptions executor_options() {
+vk::GraphExecutorOptions executor_options(const EngineOptions& eo) {
   vk::GraphExecutorOptions o;
+  o.plan.submissions = eo.submissions;
+  o.between_submissions = eo.between_submissions;
   o.timestamps = profiling();
   o.lazy_parameters = true;  // load_checkpoint right after compile skips the random initial weights
   return o;
@@ -51,8 +53,8 @@ vk::GraphExecutorOptions executor_options() {
 
 class VulkanEngine final : public Engine {
  public:
-  explicit VulkanEngine(std::shared_ptr<const ir::Graph> g)
-      : graph_(std::move(g)), ctx_(shared_context()), exec_(*graph_, ctx_, executor_options()),
+  VulkanEngine(std::shared_ptr<const ir::Graph> g, const EngineOptions& eo)
+      : graph_(std::move(g)), ctx_(shared_context()), exec_(*graph_, ctx_, executor_options(eo)),
         profile_(profiling()) {
     check_validation(ctx_, "compile");
     name_ = "vulkan (" + ctx_.info().name + ")";
@@ -87,6 +89,24 @@ class VulkanEngine final : public Engine {
   }
   std::vector<std::string> state_names() const override { return exec_.state_names(); }
   std::vector<std::pair<std::string, std::string>> kernel_sources() const override { return exec_.kernel_sources(); }
+  DeviceMemoryReport device_memory() const override {
+    const vk::SessionMemory m = exec_.memory();
+    DeviceMemoryReport r;
+    r.device_bytes = m.device_bytes;
+    r.staging_bytes = m.staging_bytes;
+    r.allocated_bytes = m.device_bytes + m.staging_bytes;
+    r.arena_bytes = m.arena_bytes;
+    r.submissions = m.submissions;
+    if (ctx_.has(vk::Feature::MemoryBudget)) {
+      r.budget_ext = true;
+      for (const vk::HeapBudget& h : ctx_.heap_budgets())
+        if (h.device_local) {
+          r.heap_usage_bytes += h.usage;
+          r.heap_budget_bytes += h.budget;
+        }
+    }
+    return r;
+  }
 
  private:
   void print_profile() const {
@@ -117,8 +137,8 @@ class VulkanEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph) {
-  return std::make_unique<VulkanEngine>(std::move(graph));
+std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph, const EngineOptions& options) {
+  return std::make_unique<VulkanEngine>(std::move(graph), options);
 }
 
 }  // namespace mgn::detail

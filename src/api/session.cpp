@@ -87,6 +87,7 @@ const char* Session::device_type() const { return impl_->engine->device_type(); 
 std::vector<std::pair<std::string, std::string>> Session::kernel_sources() const {
   return impl_->engine->kernel_sources();
 }
+DeviceMemoryReport Session::device_memory() const { return impl_->engine->device_memory(); }
 
 void Session::set_input(const std::string& name, std::span<const float> values) {
   const ir::Node& n = impl_->input_node(name, DType::F32);
@@ -241,7 +242,8 @@ std::map<std::string, Tensor> gradients_for(Graph& g, const CompileOptions& opt)
 #endif
 }
 
-std::unique_ptr<detail::Engine> make_engine(Backend b, std::shared_ptr<const ir::Graph> graph) {
+std::unique_ptr<detail::Engine> make_engine(Backend b, std::shared_ptr<const ir::Graph> graph,
+                                            const detail::EngineOptions& eo) {
   const detail::EngineFactory* vk = detail::vulkan_engine_factory();
   switch (b) {
     case Backend::Cpu:
@@ -249,11 +251,11 @@ std::unique_ptr<detail::Engine> make_engine(Backend b, std::shared_ptr<const ir:
     case Backend::Vulkan:
       if (!vk)
         throw Error("Backend::Vulkan: no Vulkan engine is available in this build (use Backend::Cpu or Auto)");
-      return (*vk)(std::move(graph));
+      return (*vk)(std::move(graph), eo);
     case Backend::Auto:
       if (vk) {
         try {
-          return (*vk)(graph);
+          return (*vk)(graph, eo);
         } catch (const Error& e) {
           // No usable device (or the graph cannot run there): the CPU reference runs every graph. Said
           // once per session, so a slow fallback is never silent.
@@ -282,7 +284,9 @@ Session compile(Graph& g, const CompileOptions& opt) {
   g.verify();
   impl->graph = std::make_shared<const ir::Graph>(g.ir());
   const auto t1 = std::chrono::steady_clock::now();
-  impl->engine = make_engine(opt.backend, impl->graph);
+  if (opt.submissions < 1)
+    throw Error("compile: submissions must be >= 1, got " + std::to_string(opt.submissions));
+  impl->engine = make_engine(opt.backend, impl->graph, {opt.submissions, opt.between_submissions});
   // MGN_PROFILE: the graph passes' share of compile time (the Vulkan engine prints its own phases).
   const char* prof = std::getenv("MGN_PROFILE");
   if (prof && *prof && std::string(prof) != "0") {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <exception>
 
 #include "mgn/types.h"
 
@@ -79,7 +80,7 @@ CommandStream::~CommandStream() {
   if (fence_) vkDestroyFence(dev, fence_, nullptr);
   if (query_pool_) vkDestroyQueryPool(dev, query_pool_, nullptr);
   if (descriptor_pool_) vkDestroyDescriptorPool(dev, descriptor_pool_, nullptr);
-  if (pool_) vkDestroyCommandPool(dev, pool_, nullptr);  // frees cmd_
+  if (pool_) vkDestroyCommandPool(dev, pool_, nullptr);  // frees cmds_
 }
 
 void CommandStream::require_not_recorded(const char* what) const {
@@ -134,9 +135,22 @@ void CommandStream::copy(const Buffer& src, const Buffer& dst, VkDeviceSize byte
 void CommandStream::barrier() {
   require_not_recorded("barrier");
   // Two barriers in a row, or one at the start, order nothing.
-  if (commands_.empty() || commands_.back().kind == Command::Kind::Barrier) return;
+  if (commands_.empty() || commands_.back().kind == Command::Kind::Barrier ||
+      commands_.back().kind == Command::Kind::Split)  // a later submission's buffer starts with one
+    return;
   commands_.emplace_back(Command::Kind::Barrier);
   ++n_barriers_;
+}
+
+void CommandStream::split() {
+  require_not_recorded("split");
+  if (commands_.empty() || commands_.back().kind == Command::Kind::Split) return;
+  if (commands_.back().kind == Command::Kind::Barrier) {  // the next buffer starts with one anyway
+    commands_.pop_back();
+    --n_barriers_;
+  }
+  commands_.emplace_back(Command::Kind::Split);
+  ++n_splits_;
 }
 
 void CommandStream::record() {
@@ -198,15 +212,27 @@ void CommandStream::record() {
     check(vkCreateQueryPool(dev, &qci, nullptr, &query_pool_), "vkCreateQueryPool");
   }
 
-  VkCommandBuffer cmd = make_command_buffer(dev, pool_);
-  auto bi = make<VkCommandBufferBeginInfo>(
-      VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);  // no ONE_TIME: resubmitted
-  check(vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
-  if (timestamps_) {
-    vkCmdResetQueryPool(cmd, query_pool_, 0, n_queries_);
-    vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, query_pool_, n_queries_ - 2);
-  }
-  begin_barrier(cmd);
+  // Each submission's buffer: the first starts with the host-write barrier (and resets the queries), a
+  // later one with a group barrier (ordering it after the previous submission's work); the last ends with
+  // the device-to-host barrier.
+  auto begin = [&](bool first) {
+    VkCommandBuffer cmd = make_command_buffer(dev, pool_);
+    auto bi = make<VkCommandBufferBeginInfo>(
+        VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);  // no ONE_TIME: resubmitted
+    check(vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+    if (first) {
+      if (timestamps_) {
+        vkCmdResetQueryPool(cmd, query_pool_, 0, n_queries_);
+        vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, query_pool_, n_queries_ - 2);
+      }
+      begin_barrier(cmd);
+    } else {
+      group_barrier(cmd);
+    }
+    cmds_.push_back(cmd);
+    return cmd;
+  };
+  VkCommandBuffer cmd = begin(true);
   size_t set = 0;
   uint32_t query = 0;
   const Pipeline* bound = nullptr;
@@ -237,24 +263,41 @@ void CommandStream::record() {
       case Command::Kind::Barrier:
         group_barrier(cmd);
         break;
+      case Command::Kind::Split:
+        check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+        cmd = begin(false);
+        bound = nullptr;  // pipeline bindings do not carry over between command buffers
+        break;
     }
   }
   end_barrier(cmd);
   if (timestamps_)
     vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, n_queries_ - 1);
   check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
-  cmd_ = cmd;
 }
 
 void CommandStream::submit_async() {
   if (!recorded()) record();
   if (in_flight_) wait();
   check(vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
-  auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &cmd_;
-  ctx_.submit(si, fence_);
-  in_flight_ = true;
+  std::exception_ptr hook_error;  // the rest of the step is still submitted (its buffers must not dangle)
+  for (size_t i = 0; i < cmds_.size(); ++i) {
+    auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmds_[i];
+    const bool last = i + 1 == cmds_.size();
+    ctx_.submit(si, last ? fence_ : VK_NULL_HANDLE);  // the last signals: queue order covers the rest
+    if (last) {
+      in_flight_ = true;
+    } else if (between_ && !hook_error) {
+      try {
+        between_(int(i));
+      } catch (...) {
+        hook_error = std::current_exception();
+      }
+    }
+  }
+  if (hook_error) std::rethrow_exception(hook_error);
 }
 
 void CommandStream::wait() {

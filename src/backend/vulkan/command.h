@@ -43,6 +43,14 @@ class CommandStream {
   // bytes = 0 copies min(src.size, dst.size).
   void copy(const Buffer& src, const Buffer& dst, VkDeviceSize bytes = 0);
   void barrier();  // everything before is complete and visible to everything after
+  // Ends the current submission: what follows is recorded into the next command buffer, submitted by its
+  // own vkQueueSubmit after the previous one (same queue, so a barrier at the start of each later buffer
+  // orders it after everything before). Lets a caller that shares the queue (a renderer) submit its own
+  // work between the pieces of a step. A split at the start or right after another split does nothing.
+  void split();
+  // Called on the host after submission i (0-based) of a step is queued and before submission i + 1 is;
+  // never after the last. Set before or after record().
+  void set_between_submissions(std::function<void(int)> hook) { between_ = std::move(hook); }
 
   // Allocates descriptor sets and records the command buffer; implied by the first submit().
   void record();
@@ -52,7 +60,8 @@ class CommandStream {
 
   size_t dispatch_count() const { return n_dispatches_; }
   size_t barrier_count() const { return n_barriers_; }
-  bool recorded() const { return cmd_ != VK_NULL_HANDLE; }
+  size_t submission_count() const { return n_splits_ + 1; }  // vkQueueSubmit calls per step
+  bool recorded() const { return !cmds_.empty(); }
   // False where the device lacks timestamp queries (Feature::Timestamps) or they were not requested.
   bool timestamps_enabled() const { return timestamps_; }
   // Per dispatch, of the last completed submission. Throws mgn::Error if timestamps are not enabled.
@@ -61,7 +70,7 @@ class CommandStream {
 
  private:
   struct Command {
-    enum class Kind : uint8_t { Dispatch, Copy, Barrier };
+    enum class Kind : uint8_t { Dispatch, Copy, Barrier, Split };
     explicit Command(Kind k) : kind(k) {}
     Kind kind;
     const Pipeline* pipeline = nullptr;
@@ -80,11 +89,12 @@ class CommandStream {
   bool timestamps_requested_ = false;
   bool timestamps_ = false;
   std::vector<Command> commands_;
-  size_t n_dispatches_ = 0, n_barriers_ = 0;
+  size_t n_dispatches_ = 0, n_barriers_ = 0, n_splits_ = 0;
+  std::function<void(int)> between_;
   uint32_t n_queries_ = 0;
 
   VkCommandPool pool_ = VK_NULL_HANDLE;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  std::vector<VkCommandBuffer> cmds_;  // one per submission
   VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;

@@ -524,6 +524,29 @@ std::string Context::feature_report() const {
   return s.str();
 }
 
+std::vector<HeapBudget> Context::heap_budgets() const {
+  auto budget = make<VkPhysicalDeviceMemoryBudgetPropertiesEXT>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT);
+  auto mp2 = make<VkPhysicalDeviceMemoryProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2);
+  const bool ext = has(Feature::MemoryBudget);
+  if (ext) {
+    mp2.pNext = &budget;
+    vkGetPhysicalDeviceMemoryProperties2(physical_, &mp2);
+  }
+  std::vector<HeapBudget> r;
+  for (uint32_t h = 0; h < memory_properties_.memoryHeapCount; ++h) {
+    HeapBudget b;
+    b.size = memory_properties_.memoryHeaps[h].size;
+    b.device_local = (memory_properties_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0;
+    if (ext) {
+      b.budget = budget.heapBudget[h];
+      b.usage = budget.heapUsage[h];
+    }
+    r.push_back(b);
+  }
+  return r;
+}
+
 void Context::submit(const VkSubmitInfo& info, VkFence fence) {
   std::lock_guard lock(queue_mutex_);
   check(vkQueueSubmit(queue_, 1, &info, fence), "vkQueueSubmit");

@@ -69,6 +69,15 @@ static_assert(feature_table_in_order(), "kFeatureTable rows must follow the Feat
 
 const FeatureInfo& feature_info(Feature f);
 
+// One memory heap as the device reports it now. budget/usage come from VK_EXT_memory_budget (process-wide
+// usage, including other sessions and the driver's own allocations); without it both are 0.
+struct HeapBudget {
+  uint64_t size = 0;
+  uint64_t budget = 0;
+  uint64_t usage = 0;
+  bool device_local = false;
+};
+
 // Limits the code generator and memory planner must respect.
 struct DeviceLimits {
   uint32_t subgroup_size = 0;  // default; min/max differ only with subgroup size control
@@ -133,6 +142,9 @@ class Context {
   bool has(Feature f) const { return present_[static_cast<size_t>(f)]; }
   // One line per row of kFeatureTable: present or what we do without it.
   std::string feature_report() const;
+
+  // Every heap's size and, where VK_EXT_memory_budget is enabled, its current budget and usage.
+  std::vector<HeapBudget> heap_budgets() const;
 
   // Queues are externally synchronized in Vulkan; every submission in the backend goes through here.
   void submit(const VkSubmitInfo& info, VkFence fence);

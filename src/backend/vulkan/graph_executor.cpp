@@ -28,6 +28,7 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
   compiler_ = std::make_unique<codegen::ShaderCompiler>(opt_.cache_dir);
   pipelines_ = std::make_unique<PipelineCache>(ctx_, opt_.cache_dir);
   stream_ = std::make_unique<CommandStream>(ctx_, opt_.timestamps);
+  stream_->set_between_submissions(opt_.between_submissions);
   build();
 }
 
@@ -382,6 +383,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
         z.copy_src = zero_storage;
         z.copy_dst = storage_of_[size_t(i)];
         z.barrier_before = group_start;
+        z.group = grp;
         group_start = false;
         steps_.push_back(z);
       }
@@ -391,6 +393,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
         Step st;
         st.kernel = kernels_.size();
         st.barrier_before = group_start || k > 0 || (k == 0 && low.output_zero_filled);
+        st.group = grp;
         group_start = false;
         for (const codegen::Binding& b : kern.bindings) {
           int sid = -1;
@@ -424,7 +427,15 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
 void GraphExecutor::record_planned() {
   auto t0 = std::chrono::steady_clock::now();
   const plan::Plan& p = *plan_;
+  // Submission chunking: a new command buffer at the first step of every group that starts a submission.
+  std::vector<bool> starts_submission(size_t(p.num_groups()) + 1, false);
+  for (size_t k = 1; k + 1 < p.submission_begin.size(); ++k) starts_submission[size_t(p.submission_begin[k])] = true;
+  int current_group = -1;
   for (const Step& st : steps_) {
+    if (st.group != current_group) {
+      if (st.group > 0 && starts_submission[size_t(st.group)]) stream_->split();
+      current_group = st.group;
+    }
     if (st.barrier_before) stream_->barrier();
     if (st.pipeline) {
       std::vector<Buffer> bufs;
@@ -631,5 +642,15 @@ std::vector<std::pair<std::string, std::string>> GraphExecutor::kernel_sources()
 }
 
 std::vector<DispatchTiming> GraphExecutor::timings() const { return stream_->timings(); }
+
+SessionMemory GraphExecutor::memory() const {
+  const MemoryStats m = alloc_->stats();
+  SessionMemory r;
+  r.device_bytes = m.reserved[size_t(MemoryKind::Device)];
+  r.staging_bytes = m.reserved[size_t(MemoryKind::Upload)] + m.reserved[size_t(MemoryKind::Readback)];
+  r.arena_bytes = plan_ ? plan_->arena_bytes : 0;
+  r.submissions = int(stream_->submission_count());
+  return r;
+}
 
 }  // namespace mgn::vk

@@ -4,6 +4,7 @@
 // and assigns committed at the end of the step (reads in the step see the old values).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,7 +39,17 @@ struct GraphExecutorOptions {
   // all if write_state gave them values first: a session that loads a checkpoint right after compiling
   // never computes (and uploads) random initial weights. Results are the same either way.
   bool lazy_parameters = false;
-  plan::PlanOptions plan;  // tuning (in_place, reuse, ...); sizes, alignment and limits come from the device
+  plan::PlanOptions plan;  // tuning (in_place, reuse, submissions...); sizes, alignment and limits from the device
+  // Called after submission i of a step is queued, before submission i + 1 (plan.submissions > 1).
+  std::function<void(int)> between_submissions;
+};
+
+// What one executor holds (VkDeviceMemory its allocator reserved) and how it submits.
+struct SessionMemory {
+  uint64_t device_bytes = 0;   // device-kind blocks (tensors, arena, scratch)
+  uint64_t staging_bytes = 0;  // upload + readback staging blocks
+  uint64_t arena_bytes = 0;    // the plan's arena (0 without a plan)
+  int submissions = 1;         // vkQueueSubmit calls per step
 };
 
 struct CompileStats {
@@ -80,6 +91,7 @@ class GraphExecutor {
   const plan::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }
   // Per-dispatch GPU times of the last run; throws mgn::Error if timestamps are off or unsupported.
   std::vector<DispatchTiming> timings() const;
+  SessionMemory memory() const;
 
  private:
   struct Storage {
@@ -96,6 +108,7 @@ class GraphExecutor {
     int copy_src = -1, copy_dst = -1;          // copy step when pipeline is null
     bool node_start = false;                   // first kernel of a node: barrier only on dependence
     bool barrier_before = false;               // planned path: a barrier precedes this step
+    int group = -1;                            // planned path: the plan's barrier group
   };
   void build();
   void allocate_storage();  // one buffer per tensor for now; the memory planner will replace this
