@@ -2,7 +2,9 @@
 // (the same files tests/oracle_test.cpp runs on the CPU executor) is rebuilt with the builder API, lowered
 // and run on the device (lavapipe under ctest, validation layer on) with poisoned intermediates, and its
 // output compared with PyTorch's by relative L2 error with the case's own tolerance. Every op archetype has a
-// Vulkan lowering, so every case runs; one the lowering cannot handle fails (it is not skipped). One Context is shared by the whole suite.
+// Vulkan lowering, so every case runs; one the lowering cannot handle fails (it is not skipped). One Context
+// is shared by the whole suite. The implicit-GEMM conv kernels also run a few cases under pinned tiles
+// (VulkanConvTiles).
 #include <gtest/gtest.h>
 
 #ifdef MGN_HAVE_VULKAN
@@ -55,39 +57,16 @@ std::string kernel_names(const vk::GraphExecutor& ex) {
   return s;
 }
 
-}  // namespace
-
-TEST(VulkanOps, CasesExist) {
-  auto files = all_cases();
-  ASSERT_GT(files.size(), 100u) << "oracle data missing in " << MGN_ORACLE_DIR;
-}
-
-class VulkanOpsForward : public testing::TestWithParam<std::string> {
- protected:
-  static void SetUpTestSuite() {
-    vk::ContextOptions o;
-    o.validation = want_validation();
-    ctx_ = std::make_unique<vk::Context>(o);
-  }
-  static void TearDownTestSuite() { ctx_.reset(); }
-  void TearDown() override {
-    EXPECT_EQ(ctx_->validation_message_count(), 0u);
-    for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
-    ctx_->clear_validation_messages();
-  }
-  static std::unique_ptr<vk::Context> ctx_;
-};
-std::unique_ptr<vk::Context> VulkanOpsForward::ctx_;
-
-TEST_P(VulkanOpsForward, VulkanMatchesPyTorch) {
-  oracle::Case c = oracle::load_case(GetParam());
+// Builds the case on the device, runs it twice and compares the output with PyTorch's.
+void check_case(const std::string& path, vk::Context& ctx) {
+  oracle::Case c = oracle::load_case(path);
   const ir::Graph& ir = c.graph->ir();
   vk::GraphExecutorOptions opt;
   opt.cache_dir = "";  // memory only: every run compiles from scratch
   opt.poison = true;
   std::unique_ptr<vk::GraphExecutor> ex;
   try {
-    ex = std::make_unique<vk::GraphExecutor>(ir, *ctx_, opt);
+    ex = std::make_unique<vk::GraphExecutor>(ir, ctx, opt);
   } catch (const std::exception& e) {
     FAIL() << c.name << " (" << c.key << "): Vulkan lowering/build failed: " << e.what();
   }
@@ -112,13 +91,81 @@ TEST_P(VulkanOpsForward, VulkanMatchesPyTorch) {
   } else {
     std::vector<double> g(got.begin(), got.end());
     for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_TRUE(std::isfinite(g[i])) << c.name << ": non-finite output at element " << i << " via"
-                                       << kernel_names(*ex);
+      ASSERT_TRUE(std::isfinite(g[i]))
+          << c.name << ": non-finite output at element " << i << " via" << kernel_names(*ex);
     double err = test::rel_l2(g, want);
     EXPECT_LE(err, c.tol) << c.name << ": relative L2 error " << err << " via" << kernel_names(*ex);
   }
 }
 
+}  // namespace
+
+TEST(VulkanOps, CasesExist) {
+  auto files = all_cases();
+  ASSERT_GT(files.size(), 100u) << "oracle data missing in " << MGN_ORACLE_DIR;
+}
+
+// One Context per suite, validation messages turned into failures.
+class VulkanDevice : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    vk::ContextOptions o;
+    o.validation = want_validation();
+    ctx_ = std::make_unique<vk::Context>(o);
+  }
+  static void TearDownTestSuite() { ctx_.reset(); }
+  void TearDown() override {
+    EXPECT_EQ(ctx_->validation_message_count(), 0u);
+    for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
+    ctx_->clear_validation_messages();
+  }
+  static std::unique_ptr<vk::Context> ctx_;
+};
+std::unique_ptr<vk::Context> VulkanDevice::ctx_;
+
+class VulkanOpsForward : public VulkanDevice, public testing::WithParamInterface<std::string> {};
+
+TEST_P(VulkanOpsForward, VulkanMatchesPyTorch) {
+  check_case(GetParam(), *ctx_);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, VulkanOpsForward, testing::ValuesIn(all_cases()), case_label);
+
+// The implicit-GEMM conv kernels under tiles their heuristic would only pick for shapes too large for
+// lavapipe (MGN_CONV_TILE pins the tile): every slot layout of the loads (rows per thread above 1, several
+// threads per row, a K slice shorter than the thread count), stride phases, groups and K splits.
+struct TileCase {
+  std::string tile, name;
+};
+void PrintTo(const TileCase& c, std::ostream* os) {
+  *os << c.name << " under MGN_CONV_TILE=" << c.tile;
+}
+
+std::vector<TileCase> tile_cases() {
+  std::vector<TileCase> v;
+  for (const char* tile : {"128x128x16", "128x16x8", "64x64x32", "32x128x8"})
+    for (const char* name :
+         {"conv2d_wide_dilated_s2", "conv2d_grad_input_wide_dilated_s2", "conv2d_grad_weight_wide_dilated_s2",
+          "conv2d_grouped_wide", "conv2d_grad_input_grouped_wide", "conv2d_grad_weight_grouped_wide"})
+      v.push_back({tile, name});
+  return v;
+}
+
+class VulkanConvTiles : public VulkanDevice, public testing::WithParamInterface<TileCase> {};
+
+TEST_P(VulkanConvTiles, VulkanMatchesPyTorch) {
+  const char* dir = std::getenv("MGN_ORACLE_DIR");
+  const std::string path =
+      std::string(dir && *dir ? dir : MGN_ORACLE_DIR) + "/" + GetParam().name + ".safetensors";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  setenv("MGN_CONV_TILE", GetParam().tile.c_str(), 1);
+  check_case(path, *ctx_);
+  unsetenv("MGN_CONV_TILE");
+}
+
+INSTANTIATE_TEST_SUITE_P(Pinned, VulkanConvTiles, testing::ValuesIn(tile_cases()),
+                         [](const testing::TestParamInfo<TileCase>& info) {
+                           return info.param.name + "_" + info.param.tile;
+                         });
 
 #endif  // MGN_HAVE_VULKAN

@@ -118,6 +118,17 @@ CONVS = [  # name, x shape, w shape, stride, padding [t, l, b, r], dilation, gro
     ("conv2d_depthwise", (1, 5, 7, 7), (5, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 5),
     ("conv2d_1x1", (2, 7, 3, 5), (3, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     ("conv2d_stem_k7", (1, 3, 13, 12), (4, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),  # > 25 taps
+    # Implicit-GEMM tiling on Vulkan: channel counts above one tile, no dimension a multiple of a tile,
+    # several stride phases (grad_input) and K splits (grad_weight). Each stays under 20 MFLOP.
+    ("conv2d_wide_3x3", (2, 40, 9, 9), (70, 40, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ("conv2d_wide_3x3_s2", (2, 40, 9, 9), (70, 40, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    ("conv2d_wide_1x1", (2, 160, 6, 5), (144, 160, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # ResNet bottleneck, small: the 3x3 conv and the strided 1x1 projection of a downsampling block
+    ("conv2d_bottleneck_3x3", (2, 64, 10, 10), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ("conv2d_bottleneck_proj_s2", (2, 64, 10, 10), (128, 64, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    ("conv2d_grouped_wide", (2, 32, 7, 7), (48, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
+    # stride 2 with dilation 2 in height: odd input rows are read by no tap (an empty stride phase)
+    ("conv2d_wide_dilated_s2", (1, 24, 11, 10), (20, 24, 3, 3), (2, 2), (2, 1, 1, 2), (2, 1), 1),
 ]
 for name, xs, ws, st, pd, dl, gr in CONVS:
     add(Case(name, "conv2d", [In(xs), In(ws)], conv_ref(st, pd, dl, gr), attrs=conv_attrs(st, pd, dl, gr)))
