@@ -132,8 +132,13 @@ Plan make_plan(const ir::Graph& g, const PlanOptions& opt) {
         p.storage_of[size_t(i)] = new_storage(MemClass(c), a.bytes[size_t(i)], 0, L);
   }
   std::vector<int> in_place_value_target(size_t(n), -1);  // value node -> parameter it is written into
+  std::vector<int> in_place_assign_of(size_t(n), -1);     // parameter -> its in-place assign
   for (int as : g.assigns())
-    if (a.in_place_assign[size_t(as)] >= 0) in_place_value_target[size_t(g.node(as).inputs[1])] = g.node(as).inputs[0];
+    if (a.in_place_assign[size_t(as)] >= 0) {
+      in_place_value_target[size_t(g.node(as).inputs[1])] = g.node(as).inputs[0];
+      in_place_assign_of[size_t(g.node(as).inputs[0])] = as;
+    }
+  std::vector<int> into_target(size_t(n), -1);  // step-local node -> the parameter whose memory it borrows
 
   // Step-local storages in execution order: in place over a dying input where allowed, else new.
   auto in_place_ok = opt.in_place_ok ? opt.in_place_ok
@@ -142,6 +147,47 @@ Plan make_plan(const ir::Graph& g, const PlanOptions& opt) {
   std::vector<int> content(p.storages.size(), -1);  // per storage: the root whose value it holds now
   for (int i = 0; i < n; ++i)
     if (p.storage_of[size_t(i)] >= 0) content[size_t(p.storage_of[size_t(i)])] = i;
+  // A pointwise step-local result may also be written over an assigned parameter whose new value its
+  // producer writes in place (in_place_value_target), between the last read of the old value and that
+  // write: the update's intermediates (m * beta1, p * (1 - lr * wd)) then need no memory of their own.
+  // Conditions: the old value dies here (every other reader in an earlier group, nobody reads it after
+  // the step, no assign takes it as its value), the parameter's memory still holds it, and the result
+  // is read only before the group of the in-place write, or by the in-place writer itself element by
+  // element.
+  auto borrowable_target = [&](int id, int d, int grp) -> int {
+    const Dispatch& disp = a.dispatches[size_t(d)];
+    if (disp.nodes.size() != 1 || a.root_read_after_step[size_t(id)] || a.assign_viewed[size_t(id)]) return -1;
+    for (int in : g.node(id).inputs) {
+      int t = a.root[size_t(in)];
+      int as = in_place_assign_of[size_t(t)];
+      if (as < 0 || a.dispatch_of[size_t(in)] == d) continue;
+      int s = p.storage_of[size_t(t)];
+      if (s < 0 || content[size_t(s)] != t || a.bytes[size_t(id)] != a.bytes[size_t(t)]) continue;
+      if (a.root_read_after_step[size_t(t)] || a.commit_reads[size_t(t)] > 0) continue;
+      if (!in_place_ok(g, disp, id, in)) continue;
+      bool dies = true;
+      for (int rd : a.readers[size_t(t)])
+        if (rd != d && group_of_analysis(rd) >= grp) dies = false;
+      if (!dies) continue;
+      const int pd = a.in_place_assign[size_t(as)];
+      const int v = g.node(as).inputs[1];
+      const int gv = group_of_analysis(pd);
+      if (gv <= grp) continue;
+      bool ok = true;
+      for (int rd : a.readers[size_t(id)]) {
+        if (group_of_analysis(rd) < gv) continue;
+        if (rd != pd) {
+          ok = false;
+          break;
+        }
+        for (int pn : a.dispatches[size_t(pd)].nodes)
+          for (int pin : g.node(pn).inputs)
+            if (a.root[size_t(pin)] == id && (pn != v || !in_place_ok(g, a.dispatches[size_t(pd)], v, pin))) ok = false;
+      }
+      if (ok) return t;
+    }
+    return -1;
+  };
   p.scratch_of.assign(size_t(nd), {});
   for (int k = 0; k < nd; ++k) {
     int d = sch.order[size_t(k)];
@@ -158,6 +204,15 @@ Plan make_plan(const ir::Graph& g, const PlanOptions& opt) {
       }
       int chosen = -1;
       if (opt.in_place) {
+        int t = borrowable_target(id, d, grp);
+        if (t >= 0) {
+          int s = p.storage_of[size_t(t)];
+          p.storage_of[size_t(id)] = s;
+          content[size_t(s)] = id;
+          p.in_place_of[size_t(id)] = true;
+          into_target[size_t(id)] = t;
+          continue;
+        }
         for (int in : g.node(id).inputs) {
           int r = a.root[size_t(in)];
           int s = p.storage_of[size_t(r)];
@@ -275,7 +330,8 @@ Plan make_plan(const ir::Graph& g, const PlanOptions& opt) {
   for (int i = 0; i < n; ++i) {
     int s = p.storage_of[size_t(i)];
     if (s < 0 || a.is_view[size_t(i)]) continue;
-    MemClass c = in_place_value_target[size_t(i)] >= 0 ? MemClass::StepLocal : p.storages[size_t(s)].cls;
+    MemClass c = in_place_value_target[size_t(i)] >= 0 || into_target[size_t(i)] >= 0 ? MemClass::StepLocal
+                                                                                       : p.storages[size_t(s)].cls;
     rep.per_class[int(c)].logical += a.bytes[size_t(i)];
   }
   for (const Storage& st : p.storages) {

@@ -17,9 +17,12 @@
 // storages share memory when their lifetimes (in barrier groups, inclusive) are disjoint, so memory reuse
 // never adds a barrier. An assign's new value lives until the end of the step and is copied onto its
 // target after the last group, unless the value's producer could write the target in place (no later
-// reader of the old value), in which case there is nothing to copy. A graph output that shows an assigned
-// parameter (the parameter itself or a view of it), and an assign whose value is another assigned parameter,
-// read a snapshot taken after the last group and before the commits, so every read sees the old value.
+// reader of the old value), in which case there is nothing to copy. Such a target's memory may also hold
+// a pointwise result computed from its old value where that old value dies (an optimizer's m * beta1 or
+// p * (1 - lr * wd)) when nothing reads the result after the in-place write begins. A graph output that
+// shows an assigned parameter (the parameter itself or a view of it), and an assign whose value is another
+// assigned parameter, read a snapshot taken after the last group and before the commits, so every read
+// sees the old value.
 //
 // Barriers. Groups are ASAP levels of the read-after-write dependencies (the fewest any order allows);
 // nodes whose inputs stay alive anyway are then moved as late as their users allow, which shortens their
