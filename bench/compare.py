@@ -23,8 +23,11 @@ TOLERANCES = {
     "strict": {"logits": 1e-3, "loss": 1e-4, "grad": 1e-3, "step": 1e-3},
     "accelerated": {"logits": 1e-2, "loss": 1e-2, "grad": 5e-2, "step": 1e-2},
 }
-PHASES = ["compile (cold)", "compile", "inference", "flb", "step"]
-PHASE_GATES = {"inference": ["logits"], "flb": ["loss", "grad"], "step": ["step"]}
+# Microbenchmarks (attention, conv): every output tensor of a case, relative L2 against PyTorch strict.
+MICRO_TOLERANCE = {"strict": 1e-4, "accelerated": 1e-2}
+PHASES = ["compile (cold)", "compile", "inference", "minimal", "flb", "step"]
+PHASE_GATES = {"inference": ["logits"], "minimal": ["minimal"], "flb": ["loss", "grad"], "step": ["step"]}
+MEMORY_PHASES = ["inference", "minimal", "flb", "step"]
 
 
 def rel_l2(a, b):
@@ -47,10 +50,14 @@ class Gate:
         def check(group, name, value, limit, note=""):
             self.checks.append((group, name, value, limit, bool(value <= limit), note))
 
-        # Same inputs: both sides must have read the same images and labels.
-        for k in ("input.x", "input.labels"):
+        # Same inputs: both sides must have read (or computed) the same images / token ids and labels.
+        input_keys = sorted(k for k in set(o) | set(r) if k.startswith("input."))
+        if not input_keys:
+            check("inputs", "inputs", math.inf, 0.0, "no input.* tensors on either side")
+        for k in input_keys:
             same = k in o and k in r and o[k].shape == r[k].shape and np.array_equal(o[k], r[k])
-            check("inputs", k, 0.0 if same else math.inf, 0.0, "identical" if same else "differ")
+            check("inputs", k, 0.0 if same else math.inf, 0.0,
+                  "identical" if same else "missing on one side" if (k not in o or k not in r) else "differ")
         if self.ours_meta.get("lr") and self.ref_meta.get("lr"):
             same = float(self.ours_meta["lr"]) == float(self.ref_meta["lr"])
             check("inputs", "lr", 0.0 if same else math.inf, 0.0, f"{self.ours_meta['lr']} vs {self.ref_meta['lr']}")
@@ -58,6 +65,11 @@ class Gate:
         same_shape = o["logits"].shape == r["logits"].shape
         check("logits", "logits", rel_l2(o["logits"], r["logits"]) if same_shape else math.inf, tol["logits"],
               f"shape {list(o['logits'].shape)}" + ("" if same_shape else f" vs {list(r['logits'].shape)}"))
+        # The minimal phase (one decode token with the KV cache): against PyTorch's full forward, no cache.
+        if "minimal.logits" in o or "minimal.logits" in r:
+            ok = "minimal.logits" in o and "minimal.logits" in r and o["minimal.logits"].shape == r["minimal.logits"].shape
+            check("minimal", "minimal.logits", rel_l2(o["minimal.logits"], r["minimal.logits"]) if ok else math.inf,
+                  tol["logits"], f"shape {list(o['minimal.logits'].shape)}" if ok else "missing or shapes differ")
         lo, lr_ = np.asarray(o["loss"]).reshape(-1), np.asarray(r["loss"]).reshape(-1)
         if lo.size == 1 and lr_.size == 1:
             check("loss", "loss", abs(float(lo[0]) - float(lr_[0])) / max(abs(float(lr_[0])), 1e-30),
@@ -105,6 +117,73 @@ class Gate:
         return all(c[4] for c in self.checks)
 
 
+class MicroGate:
+    """Every tensor of one microbenchmark workload's pair of files: the inputs ("<case>.input.<name>") must be
+    identical, every output ("<case>.<phase>.<name>") within MICRO_TOLERANCE in relative L2."""
+
+    def __init__(self, ours_path, ref_path):
+        o, self.ours_meta = safetensors_lite.read(ours_path)
+        r, self.ref_meta = safetensors_lite.read(ref_path)
+        self.mode = self.ours_meta.get("mode", "strict")
+        limit = MICRO_TOLERANCE[self.mode]
+        self.checks = {}  # (case, phase or "input") -> [(name, value, limit, passed, note)]
+        for k in sorted(set(o) | set(r)):
+            case, rest = k.split(".", 1)
+            phase = rest.split(".", 1)[0]
+            if k not in o or k not in r:
+                row = (k, math.inf, 0.0 if phase == "input" else limit, False, "missing on one side")
+            elif phase == "input":
+                same = o[k].shape == r[k].shape and np.array_equal(o[k], r[k])
+                row = (k, 0.0 if same else math.inf, 0.0, same, "identical" if same else "differ")
+            else:
+                ok = o[k].shape == r[k].shape
+                v = rel_l2(o[k], r[k]) if ok else math.inf
+                row = (k, v, limit, bool(v <= limit), f"shape {list(o[k].shape)}" if ok else "shapes differ")
+            self.checks.setdefault((case, phase), []).append(row)
+
+    def verdict(self, case, phase):
+        rows = self.checks.get((case, phase), [])
+        if not rows:
+            return "—"
+        rows = rows + self.checks.get((case, "input"), [])
+        bad = [c for c in rows if not c[3]]
+        if bad:
+            return f"**FAIL** ({', '.join(c[0] for c in bad[:3])})"
+        return f"pass ({max(c[1] for c in rows):.1e})"
+
+    def passed(self):
+        return all(c[3] for rows in self.checks.values() for c in rows)
+
+
+def gate_rows(checks, per_tensor_limit=16):
+    """Markdown rows of a gate's checks; a group with many per-tensor rows (a 30-layer model has 272 gradients)
+    shows one summary row, its worst tensor, and every failing tensor."""
+    def row(name, value, limit, ok, note):
+        return f"| {name} | {value:.2e} | {limit:.0e} | {'pass' if ok else '**FAIL**'} | {note} |"
+
+    out = []
+    tensors = {}
+    for group, name, value, limit, ok, note in checks:
+        if name.startswith(("grad.", "step.")) and name != "step.loss":
+            tensors.setdefault(name.split(".", 1)[0], []).append((name, value, limit, ok, note))
+    summarized = {k for k, v in tensors.items() if len(v) > per_tensor_limit}
+    done = set()
+    for group, name, value, limit, ok, note in checks:
+        prefix = name.split(".", 1)[0]
+        if prefix in summarized and name.startswith(("grad.", "step.")) and name != "step.loss":
+            if prefix not in done:
+                done.add(prefix)
+                rows = tensors[prefix]
+                worst = max(rows, key=lambda r: r[1])
+                bad = [r for r in rows if not r[3]]
+                out.append(row(f"{prefix}.* ({len(rows)} tensors, worst)", worst[1], worst[2], not bad,
+                               worst[0] + (f"; {len(bad)} over the limit" if bad else "; every tensor within")))
+                out += [row(*r) for r in bad]
+            continue
+        out.append(row(name, value, limit, ok, note))
+    return out
+
+
 def fmt_ms(v):
     if v is None:
         return "—"
@@ -115,6 +194,98 @@ def fmt_ratio(a, b):
     return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}×"
 
 
+def fmt_mib(v):
+    return "—" if v is None else f"{v / 2**20:.1f}"
+
+
+def gemm_record(r):
+    """A line of `mgn bench-gemm` or bench/pytorch/gemm.py, as a microbenchmark record."""
+    m, n, k = r["m"], r["n"], r["k"]
+    mode = {"tf32": "accelerated"}.get(r.get("mode", "strict"), r.get("mode", "strict"))
+    return dict(r, workload="gemm", case=f"{m}x{n}x{k}", phase="matmul", mode=mode,
+                impl="mgn" if r["side"] == "mgn" else r.get("impl", "cublas"), flop=2.0 * m * n * k)
+
+
+def micro_tables(micro, micro_gates, notes):
+    """The microbenchmark table: ours vs PyTorch per case and phase, TFLOP/s from the same FLOP count."""
+    lines = ["Microbenchmarks: median ms per synchronized call (IQR), TFLOP/s from the same FLOP count on both "
+             "sides (attention: 4·B·Hq·S²·D/2 causal forward, 3.5× for forward + backward; conv: 2·N·Cout·Ho·Wo·Cin·k² "
+             "per phase; GEMM: 2·M·N·K); ratio = ours ÷ PyTorch time (below 1: ours faster); check: relative L2 of "
+             "every output against PyTorch strict on the same inputs.", "",
+             "| workload | case | phase | mode | ours ms (IQR) | torch ms (IQR) | ours TFLOP/s | torch TFLOP/s | "
+             "ours/torch | check |", "|---|---|---|---|---|---|---|---|---|---|"]
+    keys = []
+    for r in micro:
+        key = (r["workload"], r["case"], r["phase"])
+        if key not in keys:
+            keys.append(key)
+    modes = [m for m in ("strict", "accelerated") if any(r["mode"] == m for r in micro)]
+
+    def pick(w, c, p, mode, side):
+        for r in micro:
+            if (r["workload"], r["case"], r["phase"], r["mode"], r["side"]) == (w, c, p, mode, side):
+                return r
+        return None
+
+    def ms_iqr(r):
+        if r is None:
+            return "—"
+        iqr = r.get("iqr_ms")
+        return fmt_ms(r["median_ms"]) + ("" if iqr is None else f" ({fmt_ms(iqr)})")
+
+    def tflops(r):
+        return "—" if r is None else f"{r['flop'] / (r['median_ms'] * 1e-3) / 1e12:.3g}"
+
+    for (w, c, p) in keys:
+        for mode in modes:
+            ours = pick(w, c, p, mode, "mgn")
+            mark = ""
+            if ours is None and mode == "accelerated":
+                ours = pick(w, c, p, "strict", "mgn")
+                mark = "†" if ours else ""
+                if mark:
+                    notes.add("† our strict run: mgn has no accelerated (f16) path yet.")
+            theirs = pick(w, c, p, mode, "torch")
+            if ours is None and theirs is None:
+                continue
+            g = micro_gates.get(w)
+            verdict = g.verdict(c, p) if g and (g.mode == mode or mark) else "—"
+            lines.append(f"| {w} | {c} | {p} | {mode} | {ms_iqr(ours)}{mark} | {ms_iqr(theirs)} | {tflops(ours)} | "
+                         f"{tflops(theirs)} | {fmt_ratio(ours and ours['median_ms'], theirs and theirs['median_ms'])} | "
+                         f"{verdict} |")
+    return lines + [""]
+
+
+def memory_table(cell, keys):
+    """Planned and measured memory of our sessions next to PyTorch's peak, per phase (strict runs)."""
+    rows = []
+    for (w, b) in keys:
+        for phase in MEMORY_PHASES:
+            ours = cell.get((w, b, phase, "strict", "ours"))
+            eager = cell.get((w, b, phase, "strict", "eager"))
+            comp = cell.get((w, b, phase, "strict", "compiled"))
+            if not ours and not (eager and eager.get("peak_mem_bytes")):
+                continue
+            o = ours or {}
+            alloc = o.get("allocated_bytes")
+            heap = o.get("heap_usage_bytes") if o.get("budget_ext") else None
+            peak_e = eager.get("peak_mem_bytes") if eager else None
+            peak_c = comp.get("peak_mem_bytes") if comp else None
+            rows.append(f"| {w} | {b} | {phase} | {fmt_mib(o.get('plan_logical_bytes'))} | "
+                        f"{fmt_mib(o.get('plan_physical_bytes'))} | {fmt_mib(alloc or None)} | {fmt_mib(heap)} | "
+                        f"{fmt_mib(peak_e)} | {fmt_mib(peak_c)} | {fmt_ratio(alloc or None, peak_e)} |")
+    if not rows:
+        return []
+    return ["Memory in MiB per session (strict): planned logical (every tensor) and physical (the arena after "
+            "aliasing), as `mgn plan` plans the session's graph; allocated = the VkDeviceMemory the session's "
+            "allocator reserved (device + staging; its blocks are coarse, so small models show the block size); "
+            "heap usage = VK_EXT_memory_budget's device-local usage, process-wide (every session alive at that "
+            "point); PyTorch: torch.cuda.max_memory_allocated over the phase's calls (CUDA only).", "",
+            "| workload | batch | phase | planned logical | planned physical | allocated | heap usage | "
+            "torch eager peak | torch compiled peak | allocated ÷ eager peak |", "|---|---|---|---|---|---|---|---|---|---|"
+            ] + rows + [""]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+", help=".jsonl timing files and .safetensors gate outputs")
@@ -122,15 +293,30 @@ def main():
     ap.add_argument("--require-gates", action="store_true", help="fail when a workload has no outputs to gate")
     args = ap.parse_args()
 
-    records, outputs = [], {}
+    records, micro, outputs, micro_outputs = [], [], {}, {}
     for path in args.files:
         if path.endswith(".jsonl"):
             with open(path) as f:
-                records += [json.loads(line) for line in f if line.strip()]
+                for line in f:
+                    if not line.strip():
+                        continue
+                    r = json.loads(line)
+                    if "case" in r:
+                        micro.append(r)
+                    elif "m" in r and "phase" not in r:
+                        micro.append(gemm_record(r))
+                    else:
+                        records.append(r)
         elif path.endswith(".safetensors"):
             _, meta = safetensors_lite.read(path)
-            key = (meta.get("workload"), int(meta.get("batch", 0)))
-            outputs.setdefault(key, {})[meta.get("side")] = path
+            if meta.get("side") not in ("mgn", "torch"):
+                sys.exit(f"compare.py: {path}: not a gate output file (no 'side' in its metadata; weights files "
+                         "are not compared)")
+            if meta.get("kind") == "micro":
+                micro_outputs.setdefault(meta.get("workload"), {})[meta.get("side")] = path
+            else:
+                key = (meta.get("workload"), int(meta.get("batch", 0)))
+                outputs.setdefault(key, {})[meta.get("side")] = path
         else:
             sys.exit(f"compare.py: {path}: expected a .jsonl or .safetensors file")
 
@@ -138,6 +324,8 @@ def main():
     for key, sides in sorted(outputs.items()):
         if "mgn" in sides and "torch" in sides:
             gates[key] = Gate(sides["mgn"], sides["torch"])
+    micro_gates = {w: MicroGate(s["mgn"], s["torch"]) for w, s in sorted(micro_outputs.items())
+                   if "mgn" in s and "torch" in s}
 
     # (workload, batch, phase, mode, impl) -> record; ours may lack an accelerated run.
     cell = {}
@@ -149,16 +337,17 @@ def main():
     modes = [m for m in ("strict", "accelerated") if any(r["mode"] == m for r in records)]
 
     lines = []
-    envs = sorted({f"{r['side']}: {r.get('backend', '?')} / {r.get('device', '?')}" +
-                   (f", torch {r['torch']}" if r.get("torch") else "") for r in records})
+    envs = sorted({f"{r['side']}: {r.get('backend', '?')}" + (f" / {r['device']}" if r.get("device") else "") +
+                   (f", torch {r['torch']}" if r.get("torch") else "") for r in records + micro})
     lines += ["Devices: " + "; ".join(envs) + ".", ""]
-    lines += ["Median wall time per synchronized call in ms (IQR in the JSON). Ratio = ours ÷ PyTorch "
-              "(below 1: ours faster). Compile: our graph build + compile() of the inference, F+L+B and "
-              "training sessions (cold: empty shader and pipeline caches) vs the first calls of the "
-              "torch.compile'd phases.", ""]
-    lines += ["| workload | batch | phase | mode | ours | torch eager | torch compiled | ours/eager | "
-              "ours/compiled | gate |", "|---|---|---|---|---|---|---|---|---|---|"]
     notes = set()
+    if keys:
+        lines += ["Median wall time per synchronized call in ms (IQR in the JSON). Ratio = ours ÷ PyTorch "
+                  "(below 1: ours faster). Compile: our graph build + compile() of the inference, minimal, F+L+B "
+                  "and training sessions (cold: empty shader and pipeline caches) vs the first calls of the "
+                  "torch.compile'd phases. Minimal: one decode token with the KV cache of the prefill.", ""]
+        lines += ["| workload | batch | phase | mode | ours | torch eager | torch compiled | ours/eager | "
+                  "ours/compiled | gate |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (w, b) in keys:
         for phase in PHASES:
             for mode in modes:
@@ -181,19 +370,36 @@ def main():
                     verdict = g.verdict(PHASE_GATES[phase])
                 lines.append(f"| {w} | {b} | {phase} | {mode} | {fmt_ms(o)}{mark} | {fmt_ms(e)} | {fmt_ms(c)} | "
                              f"{fmt_ratio(o, e)} | {fmt_ratio(o, c)} | {verdict} |")
-    lines += [""] + sorted(notes) + ([""] if notes else [])
+    if keys:
+        lines += [""]
+        lines += memory_table(cell, keys)
+    if micro:
+        lines += micro_tables(micro, micro_gates, notes)
+    lines += sorted(notes) + ([""] if notes else [])
 
     failed = False
     for (w, b), g in gates.items():
         lines += [f"Gates, {w} batch {b} (ours {g.mode} vs PyTorch strict eager on {g.ref_meta.get('device', '?')}):",
                   "", "| check | value | limit | verdict | note |", "|---|---|---|---|---|"]
-        for group, name, value, limit, ok, note in g.checks:
-            lines.append(f"| {name} | {value:.2e} | {limit:.0e} | {'pass' if ok else '**FAIL**'} | {note} |")
+        lines += gate_rows(g.checks)
         lines.append("")
+        failed |= not g.passed()
+    for w, g in micro_gates.items():
+        rows = [c for (case, phase), cs in sorted(g.checks.items()) for c in cs]
+        bad = [c for c in rows if not c[3]]
+        worst = max((c[1] for c in rows if ".input." not in c[0]), default=0.0)
+        lines += [f"Checks, {w} (ours {g.mode} vs PyTorch strict on {g.ref_meta.get('device', '?')}): "
+                  f"{len(rows)} tensors, worst output relative L2 {worst:.2e} (limit "
+                  f"{MICRO_TOLERANCE[g.mode]:.0e}), " + (f"**{len(bad)} FAIL**: " + ", ".join(c[0] for c in bad[:5])
+                                                         if bad else "all pass") + ".", ""]
         failed |= not g.passed()
     for key in keys:
         if key not in gates:
             lines += [f"No gate for {key[0]} batch {key[1]}: both sides' --outputs files are needed.", ""]
+            failed |= args.require_gates
+    for w in sorted({r["workload"] for r in micro if r["workload"] != "gemm"}):
+        if w not in micro_gates:
+            lines += [f"No check for {w}: both sides' --outputs files are needed.", ""]
             failed |= args.require_gates
 
     text = "\n".join(lines)

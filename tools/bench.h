@@ -1,5 +1,6 @@
-// `mgn bench`: whole-model phase timings (compile, inference, F+L+B, training step) with the protocol of
-// docs/benchmarks.md, and the outputs of one step for the correctness gates of bench/compare.py.
+// `mgn bench`: whole-model phase timings (compile, inference, minimal, F+L+B, training step) and memory, and
+// microbenchmarks (attention, conv2d), with the protocol of docs/benchmarks.md and the tensors of one step
+// for the correctness gates of bench/compare.py.
 #pragma once
 
 // argv[1] is "bench"; the workload and flags follow. Returns the process exit status; throws mgn::Error

@@ -16,8 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/graph.h"  // the node of the "loss" output, to append the backward pass
-#include "mgn/autodiff.h"
+#include "bench_common.h"
 #include "mgn/graph.h"
 #include "mgn/llama.h"
 #include "mgn/safetensors.h"
@@ -25,12 +24,9 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using Json = nlohmann::ordered_json;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using mgn::bench::Clock;
+using mgn::bench::Json;
+using mgn::bench::ms_since;
 
 struct Args {
   std::string dir, json;
@@ -136,28 +132,10 @@ Pick pick(const float* v, int64_t n) {
   return {int32_t(best), double(v[best]) - second};
 }
 
-// Linear interpolation between order statistics (numpy.percentile's default), as mgn bench does.
-double percentile(const std::vector<double>& sorted, double q) {
-  double pos = q * double(sorted.size() - 1);
-  size_t lo = size_t(std::floor(pos)), hi = size_t(std::ceil(pos));
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
-}
-
-// Session::run returns after the device finished, so the wall time of one call is one synchronized sample.
+// Session::run returns after the device finished, so the wall time of one call is one synchronized sample
+// (the protocol of mgn bench, bench_common.h).
 Json time_calls(int64_t warmup, int64_t samples, const std::function<void()>& fn) {
-  for (int64_t i = 0; i < warmup; ++i) fn();
-  std::vector<double> ms;
-  for (int64_t i = 0; i < samples; ++i) {
-    auto t0 = Clock::now();
-    fn();
-    ms.push_back(ms_since(t0));
-  }
-  std::vector<double> s = ms;
-  std::sort(s.begin(), s.end());
-  double p25 = percentile(s, 0.25), p75 = percentile(s, 0.75);
-  return Json{{"warmup", warmup},    {"samples", samples}, {"median_ms", percentile(s, 0.5)},
-              {"p25_ms", p25},       {"p75_ms", p75},      {"iqr_ms", p75 - p25},
-              {"min_ms", s.front()}, {"max_ms", s.back()}, {"samples_ms", ms}};
+  return mgn::bench::summary(mgn::bench::time_calls(warmup, samples, fn), warmup);
 }
 
 struct Gate {
@@ -196,19 +174,10 @@ std::optional<Json> read_torch_times(const std::string& path) {
   }
 }
 
-// The F+L+B graph: the loss graph with every parameter's gradient as an output "grad.<name>".
+// The F+L+B graph: the loss graph with every parameter's gradient as an output "grad.<name>" (shared with
+// mgn bench's Llama workloads).
 mgn::Graph flb_graph(const mgn::llama::Config& cfg, int64_t batch, int64_t seq) {
-  using namespace mgn;
-  Graph g = llama::loss_graph(cfg, {.batch = batch, .seq = seq});
-  std::optional<int> loss = g.ir().find_output("loss");
-  if (!loss) throw Error("llama-check: the loss graph has no output 'loss'");
-  Gradients grads = backward(g, Tensor(&g.ir(), *loss));
-  for (auto& [name, shape] : llama::parameter_shapes(cfg)) {
-    auto it = grads.params.find(name);
-    if (it == grads.params.end()) throw Error("llama-check: parameter '" + name + "' gets no gradient");
-    g.output("grad." + name, it->second);
-  }
-  return g;
+  return mgn::bench::llama_flb_graph(cfg, batch, seq);
 }
 
 }  // namespace

@@ -25,10 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_lite  # noqa: E402
-from timing import sync, time_calls  # noqa: E402
-
-# mgn::AdamW defaults (include/mgn/optim.h); the lr is a flag on both sides.
-ADAMW = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
+from timing import ADAMW, set_mode, sync, time_calls  # noqa: E402
 
 
 class FashionCnn(nn.Module):
@@ -95,14 +92,6 @@ def build_model(workload, weights):
         raise ValueError(f"weights file: tensors {sorted(weights)}, the model expects {sorted(expected)}")
     model.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in weights.items()})
     return model
-
-
-def set_mode(mode):
-    strict = mode == "strict"
-    torch.backends.cuda.matmul.allow_tf32 = not strict
-    torch.backends.cudnn.allow_tf32 = not strict
-    if hasattr(torch, "set_float32_matmul_precision"):
-        torch.set_float32_matmul_precision("highest" if strict else "high")
 
 
 class Phases:

@@ -22,9 +22,12 @@ Weights: matrices ~ N(0, initializer_range^2) (1/sqrt(hidden), the published Smo
 weights 1 + N(0, 0.1^2) so that a dropped norm weight shows.
 """
 import argparse
+import importlib
 import json
 import os
 import sys
+import tempfile
+import time
 
 import numpy as np
 import torch
@@ -105,16 +108,20 @@ class PlainLlama:
         h = x.shape[-1] // 2
         return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
-    def logits(self, ids):
+    def forward(self, ids, past=None):
+        """Logits of ids [B, s] at positions P..P+s-1 after a cache of P tokens (past: per layer (k, v), before
+        the grouped heads are repeated), and the cache extended by these tokens."""
         c, W = self.c, self.W
         b, s = ids.shape
+        p0 = 0 if past is None else past[0][0].shape[2]
         nh, kvh, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
         x = W["model.embed_tokens.weight"][ids.long()]
         inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64, device=self.device).float() / d))
-        freqs = torch.arange(s, device=self.device).float()[:, None] * inv_freq[None, :]
+        freqs = torch.arange(p0, p0 + s, device=self.device).float()[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
-        causal = torch.full((s, s), float("-inf"), device=self.device).triu(1)
+        causal = torch.full((s, p0 + s), float("-inf"), device=self.device).triu(p0 + 1)
+        cache = []
         for i in range(c["num_hidden_layers"]):
             p = f"model.layers.{i}."
             h = self.rms_norm(x, W[p + "input_layernorm.weight"], c["rms_norm_eps"])
@@ -123,6 +130,9 @@ class PlainLlama:
             v = F.linear(h, W[p + "self_attn.v_proj.weight"]).view(b, s, kvh, d).transpose(1, 2)
             q = q * cos + self.rotate_half(q) * sin
             k = k * cos + self.rotate_half(k) * sin
+            if past is not None:
+                k, v = torch.cat([past[i][0], k], dim=2), torch.cat([past[i][1], v], dim=2)
+            cache.append((k, v))
             k = k.repeat_interleave(nh // kvh, dim=1)
             v = v.repeat_interleave(nh // kvh, dim=1)
             att = torch.softmax(torch.matmul(q, k.transpose(2, 3)) / (d ** 0.5) + causal, dim=-1)
@@ -132,7 +142,11 @@ class PlainLlama:
             x = x + F.linear(F.silu(F.linear(h, W[p + "mlp.gate_proj.weight"])) * F.linear(h, W[p + "mlp.up_proj.weight"]),
                              W[p + "mlp.down_proj.weight"])
         x = self.rms_norm(x, W["model.norm.weight"], c["rms_norm_eps"])
-        return F.linear(x, W["model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"])
+        head = W["model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"]
+        return F.linear(x, head), cache
+
+    def logits(self, ids):
+        return self.forward(ids)[0]
 
     def loss(self, ids):
         lg = self.logits(ids)
@@ -149,18 +163,31 @@ class PlainLlama:
                 seq = torch.cat([seq, torch.tensor([[nxt]], device=self.device, dtype=seq.dtype)], dim=1)
         return out
 
-    decode_step = None  # no KV cache here: decode is not timed
+    def decode_step(self, prompt, tok=None):
+        """One token (tok [B, 1], default the greedy one) after the cache of prompt; the cache is not extended."""
+        with torch.no_grad():
+            lg, cache = self.forward(prompt)
+        if tok is None:
+            tok = torch.argmax(lg[:, -1:], dim=-1)
+
+        def step():
+            with torch.no_grad():
+                self.last_logits = self.forward(tok, cache)[0]
+        return step
+
+    def compile(self):
+        self.forward = torch.compile(self.forward)
 
 
 # ---- transformers
 
 class HfLlama:
-    def __init__(self, c, directory, weights, device):
+    def __init__(self, c, directory, weights, device, attn="eager"):
         import transformers
         from transformers import LlamaForCausalLM
         self.c, self.device = c, device
         self.version = transformers.__version__
-        kw = {"attn_implementation": "eager", "output_loading_info": True}
+        kw = {"attn_implementation": attn, "output_loading_info": True}
         try:
             model, info = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32, **kw)
         except TypeError:  # transformers 4 names it torch_dtype
@@ -182,6 +209,10 @@ class HfLlama:
         got = self.model.model.rotary_emb.inv_freq.detach().double().cpu()
         if not torch.allclose(got, want, rtol=1e-6, atol=0):
             raise SystemExit(f"llama_ref.py: transformers' rotary inv_freq is not theta {c['rope_theta']}")
+        self.call = self.model
+
+    def compile(self):
+        self.call = torch.compile(self.model)
 
     def named_parameters(self):
         return self.model.named_parameters()
@@ -190,10 +221,10 @@ class HfLlama:
         self.model.zero_grad(set_to_none=True)
 
     def logits(self, ids):
-        return self.model(input_ids=ids, use_cache=False).logits
+        return self.call(input_ids=ids, use_cache=False).logits
 
     def loss(self, ids):
-        return self.model(input_ids=ids, labels=ids, use_cache=False).loss
+        return self.call(input_ids=ids, labels=ids, use_cache=False).loss
 
     def greedy(self, prompt, n):
         with torch.no_grad():
@@ -212,19 +243,21 @@ class HfLlama:
             print(f"llama_ref.py: warning: generate() {gen} differs from the hand-driven cache {loop}", file=sys.stderr)
         return gen
 
-    def decode_step(self, prompt):
-        """One token after a cache of len(prompt) tokens, timed; the cache is cut back after each call."""
+    def decode_step(self, prompt, tok=None):
+        """One token (tok [B, 1], default the greedy one) after a cache of len(prompt) tokens, timed; the cache
+        is cut back after each call."""
         with torch.no_grad():
             o = self.model(input_ids=prompt, use_cache=True)
         cache = o.past_key_values
-        tok = torch.argmax(o.logits[:, -1:], dim=-1)
+        if tok is None:
+            tok = torch.argmax(o.logits[:, -1:], dim=-1)
 
         if not hasattr(cache, "crop"):
             raise SystemExit("llama_ref.py: this transformers' cache has no crop(); cannot time one decode token")
 
         def step():
             with torch.no_grad():
-                self.model(input_ids=tok, past_key_values=cache, use_cache=True)
+                self.last_logits = self.model(input_ids=tok, past_key_values=cache, use_cache=True).logits
             cache.crop(-1)  # drop the token just appended (a positive length is deprecated in transformers 5.17)
         return step
 
@@ -232,19 +265,216 @@ class HfLlama:
 # ---- timing
 
 def set_strict():
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    timing.set_mode("strict")
 
 
 def time_calls(fn, warmup, samples, device):
     return timing.summary(timing.time_calls(fn, warmup, samples, device), warmup)
 
 
+def resolve_impl(impl):
+    if impl == "auto":
+        try:
+            import transformers  # noqa: F401
+            return "hf"
+        except ImportError:
+            return "plain"
+    return impl
+
+
+# ---- bench mode: the PyTorch side of `mgn bench smollm2-135m|llama-tiny|llama`
+
+def bench_ids(batch, cols, vocab, seed):
+    """The token ids of tools/bench_model.cpp bench_ids(): row b, position t of a [batch, cols] table."""
+    i = np.arange(batch * cols, dtype=np.uint64)
+    x = (i * np.uint64(2654435761) + np.uint64(12345 + seed * 97)) & np.uint64(0xFFFFFFFF)
+    return ((x >> np.uint64(7)) % np.uint64(vocab)).astype(np.int64).reshape(batch, cols)
+
+
+class LlamaRun:
+    """The timed functions of one configuration (model, AdamW, eager or compiled) on fixed inputs."""
+
+    def __init__(self, model, lr, ids, nxt):
+        self.model, self.ids, self.nxt = model, ids, nxt
+        self.opt = torch.optim.AdamW([p for _, p in model.named_parameters()], lr=lr, **timing.ADAMW)
+        self.opt_step = self.opt.step
+        self.decode = None
+        self.loss = None
+
+    def compile(self):
+        self.model.compile()
+        opt = self.opt
+
+        @torch.compile(fullgraph=False)
+        def opt_step():
+            opt.step()
+        self.opt_step = opt_step
+
+    def inference(self):
+        with torch.no_grad():
+            self.logits = self.model.logits(self.ids)
+
+    def prepare_minimal(self):
+        # The cache of the prefill (the S prompt tokens), then one token at position S per timed call.
+        self.decode = self.model.decode_step(self.ids, self.nxt)
+
+    def minimal(self):
+        self.decode()
+
+    def flb(self):
+        self.model.zero_grad()
+        self.loss = self.model.loss(self.ids)
+        self.loss.backward()
+
+    def step(self):
+        self.flb()
+        self.opt_step()
+
+
+def bench_main(a):
+    device = timing.pick_device(a.device)
+    wnp, wmeta = safetensors_lite.read(a.weights)
+    if "config" in wmeta:  # written by mgn bench: the very config its graphs were built from
+        c = json.loads(wmeta["config"])
+    elif a.config:
+        c = load_config(a.config)
+    else:
+        raise SystemExit(f"llama_ref.py: {a.weights} names no config (metadata 'config'); pass --config")
+    workload = a.workload or wmeta.get("workload") or "llama"
+    names = [n for n, _ in parameter_shapes(c)]
+    extra = sorted(set(wnp) - set(names) - ({"lm_head.weight"} if c["tie_word_embeddings"] else set()))
+    missing = [n for n in names if n not in wnp]
+    if missing or extra:
+        raise SystemExit(f"llama_ref.py: {a.weights}: missing {missing[:5]}, unexpected {extra[:5]}")
+    weights = {n: torch.from_numpy(wnp[n].astype(np.float32)) for n in names}
+    for n, shape in parameter_shapes(c):
+        if tuple(weights[n].shape) != tuple(shape):
+            raise SystemExit(f"llama_ref.py: {a.weights}: {n} has shape {list(weights[n].shape)}, expected {list(shape)}")
+    B, S, V = a.batch, a.seq, c["vocab_size"]
+    table = bench_ids(B, S + 1, V, a.seed)
+    ids = torch.from_numpy(table[:, :S].copy()).to(device)
+    nxt = torch.from_numpy(table[:, S:].copy()).to(device)
+    impl = resolve_impl(a.impl)
+    params = sum(int(np.prod(s)) for _, s in parameter_shapes(c))
+    out_lines = timing.JsonLines(a.json)
+    with tempfile.TemporaryDirectory(prefix="llama_bench_") as tmp:
+        if impl == "hf":  # from_pretrained wants a directory: the config and (a link to) the weights
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(hf_config(c), f, indent=2)
+            os.symlink(os.path.abspath(a.weights), os.path.join(tmp, "model.safetensors"))
+
+        def build():
+            return HfLlama(c, tmp, weights, device, a.attn) if impl == "hf" else PlainLlama(c, weights, device)
+
+        probe = build()
+        meta = {"backend": device.type, "device": timing.device_name(device), "torch": torch.__version__,
+                "model": impl, "transformers": getattr(probe, "version", "none"),
+                "attn": a.attn if impl == "hf" else "math"}
+        del probe
+        if a.outputs:
+            bench_gate_outputs(a, build, ids, nxt, workload, meta)
+            print(f"llama_ref.py: gate outputs in {a.outputs}", file=sys.stderr)
+
+        phases = [p for p in a.phases.split(",") if p]
+        modes = timing.cpu_modes([m for m in a.modes.split(",") if m], device, "llama_ref.py")
+        impls = [i for i in a.impls.split(",") if i]
+        if "compiled" in impls and not hasattr(torch, "compile"):
+            impls.remove("compiled")
+            print(f"llama_ref.py: torch {torch.__version__} has no torch.compile, eager only", file=sys.stderr)
+        for mode in modes:
+            for run_impl in impls:
+                timing.set_mode(mode)
+                compiled = run_impl == "compiled"
+                if compiled:
+                    importlib.import_module("torch._dynamo").reset()
+                run = LlamaRun(build(), a.lr, ids, nxt)
+                common = dict(meta, side="torch", impl=run_impl, workload=workload, mode=mode, batch=B, seq=S,
+                              params=params)
+                if compiled:
+                    run.compile()
+                    parts = {}
+                    for name in ("inference", "flb", "step"):
+                        if name not in phases and "compile" not in phases:
+                            continue
+                        t0 = time.perf_counter()
+                        getattr(run, name)()
+                        timing.sync(device)
+                        parts[name] = (time.perf_counter() - t0) * 1e3
+                    if "compile" in phases:
+                        out_lines.emit(dict(common, phase="compile", **timing.summary([sum(parts.values())], 0),
+                                            parts_ms=parts))
+                for name in ("inference", "minimal", "flb", "step"):
+                    if name not in phases:
+                        continue
+                    if name == "minimal":
+                        if compiled:  # a dynamic KV cache under torch.compile recompiles per length: not timed
+                            print("llama_ref.py: minimal (KV-cache decode) is timed eager only", file=sys.stderr)
+                            continue
+                        run.prepare_minimal()
+                    ms, peak = timing.time_with_peak(getattr(run, name), a.warmup, a.samples, device)
+                    if name == "inference":
+                        value = run.logits[0, 0, 0].item()
+                    elif name == "minimal":
+                        value = run.model.last_logits[0, 0, 0].item()
+                    else:
+                        value = run.loss.item()
+                    if not np.isfinite(value):
+                        raise RuntimeError(f"{run_impl} {mode} {name}: non-finite result {value}")
+                    extra_fields = {} if peak is None else {"peak_mem_bytes": peak}
+                    out_lines.emit(dict(common, phase=name, **timing.summary(ms, a.warmup), **extra_fields))
+                del run
+    out_lines.close()
+
+
+def bench_gate_outputs(a, build, ids, nxt, workload, meta):
+    """Strict eager: logits, the minimal phase's logits (full forward of ids + the next token, no cache: the
+    reference for our KV-cache step), loss, every gradient, every parameter after one AdamW step."""
+    timing.set_mode("strict")
+    labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)  # HF's shift, as mgn feeds it
+    out = {"input.ids": ids.cpu().numpy().astype(np.int32), "input.labels": labels.cpu().numpy().astype(np.int32)}
+    model = build()
+    with torch.no_grad():
+        out["logits"] = model.logits(ids).float().cpu().numpy()
+        out["minimal.logits"] = model.logits(torch.cat([ids, nxt], dim=1))[:, -1:].float().cpu().numpy()
+    model.zero_grad()
+    loss = model.loss(ids)
+    loss.backward()
+    out["loss"] = np.array(loss.item(), dtype=np.float32)
+    for name, p in model.named_parameters():
+        out["grad." + name] = p.grad.detach().float().cpu().numpy()
+    del model
+    run = LlamaRun(build(), a.lr, ids, nxt)
+    run.step()
+    out["step.loss"] = np.array(run.loss.item(), dtype=np.float32)
+    for name, p in run.model.named_parameters():
+        out["step." + name] = p.detach().float().cpu().numpy()
+    safetensors_lite.write(a.outputs, out, dict(meta, side="torch", impl="eager", mode="strict", workload=workload,
+                                                batch=a.batch, seq=a.seq, lr=a.lr))
+
+
+def load_config(name):
+    """A CONFIGS key, or the path of a Hugging Face config.json (the fields mgn::llama::Config reads)."""
+    if name in CONFIGS:
+        return dict(CONFIGS[name])
+    with open(name) as f:
+        j = json.load(f)
+    c = {k: j[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size")}
+    c["num_key_value_heads"] = j.get("num_key_value_heads") or c["num_attention_heads"]
+    c["head_dim"] = j.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    c["rms_norm_eps"] = j.get("rms_norm_eps", 1e-6)
+    c["rope_theta"] = j.get("rope_theta", 10000.0)
+    c["tie_word_embeddings"] = bool(j.get("tie_word_embeddings", False))
+    c["max_position_embeddings"] = j.get("max_position_embeddings", 2048)
+    c["initializer_range"] = j.get("initializer_range", 0.02)
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("dir")
-    ap.add_argument("--config", choices=sorted(CONFIGS), default="smollm2-135m")
+    ap.add_argument("dir", nargs="?", help="reference mode: the directory to write")
+    ap.add_argument("--config", default=None,
+                    help=f"{', '.join(sorted(CONFIGS))} or a config.json (reference mode default: smollm2-135m)")
     ap.add_argument("--seq", type=int, default=128, help="tokens of the prefill / loss input")
     ap.add_argument("--tokens", type=int, default=32, help="greedy tokens generated")
     ap.add_argument("--prompt", type=int, default=0, help="prompt length for generation (default: --seq)")
@@ -254,19 +484,34 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--no-time", action="store_true")
+    b = ap.add_argument_group("bench mode (--bench): the PyTorch side of mgn bench smollm2-135m|llama-tiny|llama")
+    b.add_argument("--bench", action="store_true")
+    b.add_argument("--weights", help="safetensors written by mgn bench --weights (its metadata holds the config)")
+    b.add_argument("--workload", help="default: the weights' metadata")
+    b.add_argument("--batch", type=int, default=1)
+    b.add_argument("--phases", default="compile,inference,minimal,flb,step")
+    b.add_argument("--modes", default="strict,accelerated", help="on the CPU only strict is run")
+    b.add_argument("--impls", default="eager,compiled")
+    b.add_argument("--lr", type=float, default=1e-3)
+    b.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="transformers' attention")
+    b.add_argument("--json", help="write the JSON lines here too (they always go to stdout)")
+    b.add_argument("--outputs", help="write the gate tensors of the strict eager model here")
     a = ap.parse_args()
-    c = dict(CONFIGS[a.config])
+    if a.bench:
+        if not a.weights or a.dir:
+            raise SystemExit("llama_ref.py --bench: needs --weights FILE and no directory")
+        if a.seq < 2 or a.batch < 1:
+            raise SystemExit("llama_ref.py --bench: needs --seq >= 2 and --batch >= 1")
+        return bench_main(a)
+    if not a.dir:
+        raise SystemExit("llama_ref.py: name the directory to write (or use --bench)")
+    a.config = a.config or "smollm2-135m"
+    c = load_config(a.config)
     P = a.prompt or a.seq
     if a.seq < 2 or a.tokens < 1 or P < 1 or P > a.seq or P + a.tokens > c["max_position_embeddings"]:
         raise SystemExit("llama_ref.py: need --seq >= 2, --tokens >= 1, 1 <= --prompt <= --seq and prompt + tokens "
                          f"<= max_position_embeddings ({c['max_position_embeddings']})")
-    impl = a.impl
-    if impl == "auto":
-        try:
-            import transformers  # noqa: F401
-            impl = "hf"
-        except ImportError:
-            impl = "plain"
+    impl = resolve_impl(a.impl)
     device = torch.device(a.device)
     set_strict()
 
@@ -342,8 +587,7 @@ def main():
         model.loss(ids_d).backward()
 
     times["phases"]["prefill"] = time_calls(prefill, a.warmup, a.samples, device)
-    if model.decode_step is not None:
-        times["phases"]["decode"] = time_calls(model.decode_step(ids_d[:, :P]), a.warmup, a.samples, device)
+    times["phases"]["decode"] = time_calls(model.decode_step(ids_d[:, :P]), a.warmup, a.samples, device)
     times["phases"]["flb"] = time_calls(flb, a.warmup, a.samples, device)
     with open(os.path.join(a.dir, "torch_times.json"), "w") as f:
         json.dump(times, f, indent=1)

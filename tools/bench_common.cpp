@@ -1,0 +1,244 @@
+// Shared pieces of the benchmark commands: argument parsing, the timing protocol, JSON lines, memory figures.
+#include "bench_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include "ir/graph.h"  // the node of the loss output, to append the backward pass; the plan of a graph
+#include "mgn/autodiff.h"
+#include "plan/plan.h"
+
+namespace mgn::bench {
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double percentile(const std::vector<double>& sorted, double q) {
+  double pos = q * double(sorted.size() - 1);
+  size_t lo = size_t(std::floor(pos)), hi = size_t(std::ceil(pos));
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
+}
+
+std::vector<double> time_calls(int64_t warmup, int64_t samples, const std::function<void()>& fn) {
+  for (int64_t i = 0; i < warmup; ++i) fn();
+  std::vector<double> ms;
+  for (int64_t i = 0; i < samples; ++i) {
+    auto t0 = Clock::now();
+    fn();
+    ms.push_back(ms_since(t0));
+  }
+  return ms;
+}
+
+Json summary(const std::vector<double>& ms, int64_t warmup) {
+  std::vector<double> s = ms;
+  std::sort(s.begin(), s.end());
+  double p25 = percentile(s, 0.25), p75 = percentile(s, 0.75);
+  return Json{{"warmup", warmup},    {"samples", ms.size()}, {"median_ms", percentile(s, 0.5)},
+              {"p25_ms", p25},       {"p75_ms", p75},        {"iqr_ms", p75 - p25},
+              {"min_ms", s.front()}, {"max_ms", s.back()},   {"samples_ms", ms}};
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> r;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) r.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return r;
+}
+
+namespace {
+
+int64_t parse_int(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  long long r = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || !end || *end) throw Error("bench: --" + key + " takes an integer, got '" + v + "'");
+  return r;
+}
+
+}  // namespace
+
+bool Args::has(const std::string& phase) const {
+  return std::find(phases.begin(), phases.end(), phase) != phases.end();
+}
+
+void Args::check_phases(const std::vector<std::string>& allowed, const std::vector<std::string>& defaults) {
+  if (phases.empty()) phases = defaults;
+  for (const std::string& p : phases)
+    if (std::find(allowed.begin(), allowed.end(), p) == allowed.end()) {
+      std::string list;
+      for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw Error("bench " + workload + ": unknown phase '" + p + "' (expected " + list + ")");
+    }
+}
+
+Args parse_args(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
+    throw Error(
+        "bench: name a workload first (fashion-cnn, fashion-mlp, smollm2-135m, llama-tiny, llama --config "
+        "FILE, attention, conv), e.g. mgn bench fashion-cnn");
+  Args a;
+  a.workload = argv[2];
+  for (int i = 3; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--tiny") {
+      a.tiny = true;
+      continue;
+    }
+    if (flag.rfind("--", 0) != 0) throw Error("bench: unexpected argument '" + flag + "'");
+    std::string key = flag.substr(2);
+    if (i + 1 >= argc) throw Error("bench: flag --" + key + " needs a value");
+    std::string v = argv[++i];
+    if (key == "phases") {
+      a.phases = split_commas(v);
+      if (a.phases.empty()) throw Error("bench: --phases needs at least one phase");
+    } else if (key == "warmup") {
+      a.warmup = parse_int(key, v);
+    } else if (key == "samples") {
+      a.samples = parse_int(key, v);
+    } else if (key == "batch") {
+      a.batch = parse_int(key, v);
+      if (a.batch < 1) throw Error("bench: --batch must be >= 1");
+    } else if (key == "seq") {
+      a.seq = parse_int(key, v);
+      if (a.seq < 2) throw Error("bench: --seq must be >= 2 (next-token labels)");
+    } else if (key == "seed") {
+      a.seed = uint64_t(parse_int(key, v));
+    } else if (key == "lr") {
+      char* end = nullptr;
+      a.lr = std::strtod(v.c_str(), &end);
+      if (v.empty() || !end || *end) throw Error("bench: --lr takes a number, got '" + v + "'");
+    } else if (key == "json") {
+      a.json = v;
+    } else if (key == "weights") {
+      a.weights = v;
+    } else if (key == "outputs") {
+      a.outputs = v;
+    } else if (key == "data") {
+      a.data = v;
+    } else if (key == "config") {
+      a.config = v;
+    } else if (key == "cases") {
+      a.cases = v;
+    } else if (key == "cache") {
+      if (v != "cold" && v != "default") throw Error("bench: --cache is cold or default, got '" + v + "'");
+      a.cold_cache = v == "cold";
+    } else if (key == "backend") {
+      a.backend = backend_from_name(v);
+    } else if (key == "mode") {
+      if (v == "strict")
+        a.mode = Precision::Strict;
+      else if (v == "accelerated")
+        a.mode = Precision::Accelerated;
+      else
+        throw Error("bench: --mode is strict or accelerated, got '" + v + "'");
+    } else {
+      throw Error("bench: unknown flag --" + key);
+    }
+  }
+  if (a.warmup < 0 || a.samples < 1) throw Error("bench: needs --warmup >= 0 and --samples >= 1");
+  return a;
+}
+
+JsonLines::JsonLines(const std::string& path) {
+  if (path.empty()) return;
+  file_ = std::fopen(path.c_str(), "w");
+  if (!file_) throw Error("bench: cannot write '" + path + "'");
+}
+
+JsonLines::~JsonLines() {
+  if (file_) std::fclose(file_);
+}
+
+void JsonLines::emit(const Json& line) {
+  const std::string s = line.dump() + "\n";
+  std::fputs(s.c_str(), stdout);
+  std::fflush(stdout);
+  if (file_) {
+    std::fputs(s.c_str(), file_);
+    std::fflush(file_);
+  }
+}
+
+ColdCache::ColdCache(bool on) {
+  if (!on) return;
+  std::string tmpl = (std::filesystem::temp_directory_path() / "mgn-bench-cache-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw Error("bench: cannot create a temporary cache folder from " + tmpl);
+  dir_ = tmpl;
+  setenv("MGN_CACHE_DIR", tmpl.c_str(), 1);
+}
+
+ColdCache::~ColdCache() {
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+void mark_precision(Graph& g, Precision p) {
+  for (int id = 0; id < g.ir().size(); ++id) g.ir().node_mut(id).precision = p;
+  g.set_precision(p);
+}
+
+void add_gradient_outputs(Graph& g, const std::vector<std::string>& params, const std::string& who,
+                          const std::string& loss) {
+  std::optional<int> loss_id = g.ir().find_output(loss);
+  if (!loss_id) throw Error(who + ": the graph has no output '" + loss + "'");
+  Gradients grads = backward(g, Tensor(&g.ir(), *loss_id));
+  for (const std::string& name : params) {
+    auto it = grads.params.find(name);
+    if (it == grads.params.end()) throw Error(who + ": parameter '" + name + "' gets no gradient");
+    g.output("grad." + name, it->second);
+  }
+}
+
+Graph llama_flb_graph(const llama::Config& cfg, int64_t batch, int64_t seq, uint64_t seed) {
+  Graph g = llama::loss_graph(cfg, {.batch = batch, .seq = seq, .seed = seed});
+  std::vector<std::string> names;
+  for (auto& [name, shape] : llama::parameter_shapes(cfg)) names.push_back(name);
+  add_gradient_outputs(g, names, "llama F+L+B graph");
+  return g;
+}
+
+Json memory_fields(const Session& s, const Graph& compiled) {
+  // The plan `mgn plan` prints for this graph (include/mgn/plan.h); the Vulkan executor plans the same graph
+  // with its fusions and the device's alignment, so its arena can differ a little.
+  plan::PlanOptions po;
+  po.tensor_bytes = [](const ir::Node& n) { return uint64_t(std::max<int64_t>(numel(n.shape), 1)) * 4; };
+  po.alignment = 256;
+  const plan::Plan p = plan::make_plan(compiled.ir(), po);
+  const DeviceMemoryReport m = s.device_memory();
+  return Json{{"plan_logical_bytes", p.report.logical},
+              {"plan_physical_bytes", p.report.physical},
+              {"plan_peak_live_bytes", p.report.step_local_peak_live},
+              {"allocated_bytes", m.allocated_bytes},
+              {"heap_usage_bytes", m.heap_usage_bytes},
+              {"heap_budget_bytes", m.heap_budget_bytes},
+              {"budget_ext", m.budget_ext}};
+}
+
+std::vector<float> uniform(size_t n, uint64_t seed, float lo, float hi) {
+  std::vector<float> v(n);
+  uint64_t x = seed;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    v[i] = lo + (hi - lo) * float(double(z >> 40) / double(1ull << 24));  // 24 bits: exact in f32
+  }
+  return v;
+}
+
+uint64_t name_seed(const std::string& name, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h ^ (seed * 0x9e3779b97f4a7c15ull);
+}
+
+}  // namespace mgn::bench

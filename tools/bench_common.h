@@ -1,0 +1,110 @@
+// Pieces shared by the benchmark commands (`mgn bench` and its workloads, `mgn llama-check`): arguments, the
+// timing protocol of docs/benchmarks.md, JSON lines, memory figures of a session and graph helpers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mgn/graph.h"
+#include "mgn/llama.h"
+#include "mgn/session.h"
+
+namespace mgn::bench {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+double ms_since(Clock::time_point t0);
+
+// Linear interpolation between order statistics (numpy.percentile's default), so both sides agree.
+double percentile(const std::vector<double>& sorted, double q);
+// Session::run and Session::step return after the device finished (the submission's fence is waited on),
+// so the wall time of one call is one synchronized sample, submission overhead included. Raw times in ms,
+// in the order taken, after `warmup` untimed calls.
+std::vector<double> time_calls(int64_t warmup, int64_t samples, const std::function<void()>& fn);
+// warmup, samples, median_ms, p25_ms, p75_ms, iqr_ms, min_ms, max_ms, samples_ms (the JSON schema of
+// docs/benchmarks.md, the same as bench/pytorch/timing.py's summary()).
+Json summary(const std::vector<double>& ms, int64_t warmup);
+
+std::vector<std::string> split_commas(const std::string& s);
+
+// `mgn bench` arguments; what a workload does not use it ignores, what it cannot take it refuses.
+struct Args {
+  std::string workload;
+  std::vector<std::string> phases;  // empty: the workload's default set
+  int64_t warmup = 5, samples = 20;
+  int64_t batch = 0, seq = 0;  // 0: the workload's default
+  std::string json, weights, outputs, data, config, cases;
+  Backend backend = Backend::Auto;
+  Precision mode = Precision::Strict;
+  uint64_t seed = 0;
+  double lr = 1e-3;
+  bool cold_cache = false;  // compile with an empty shader/pipeline cache (a temporary MGN_CACHE_DIR)
+  bool tiny = false;        // microbenchmarks: the tiny shapes (CI), not the paper's
+
+  bool has(const std::string& phase) const;
+  // Refuses a phase outside `allowed`; fills the default when none was given.
+  void check_phases(const std::vector<std::string>& allowed, const std::vector<std::string>& defaults);
+};
+Args parse_args(int argc, char** argv);
+
+// JSON lines to stdout and, when a path is given, to that file as well.
+class JsonLines {
+ public:
+  explicit JsonLines(const std::string& path);
+  ~JsonLines();
+  JsonLines(const JsonLines&) = delete;
+  JsonLines& operator=(const JsonLines&) = delete;
+  void emit(const Json& line);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+// --cache cold: a temporary MGN_CACHE_DIR for the lifetime of this object, removed afterwards.
+class ColdCache {
+ public:
+  explicit ColdCache(bool on);
+  ~ColdCache();
+  ColdCache(const ColdCache&) = delete;
+  ColdCache& operator=(const ColdCache&) = delete;
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// Every node (and the nodes backward() appends later) gets the precision policy.
+void mark_precision(Graph& g, Precision p);
+
+// Appends the backward pass of the output `loss` and outputs "grad.<name>" for every parameter named, so
+// one Infer session computes forward + loss + backward (the F+L+B phase). `who` prefixes errors.
+void add_gradient_outputs(Graph& g, const std::vector<std::string>& params, const std::string& who,
+                          const std::string& loss = "loss");
+// A Llama-family F+L+B graph: llama::loss_graph with every parameter's gradient as an output.
+Graph llama_flb_graph(const llama::Config& cfg, int64_t batch, int64_t seq, uint64_t seed = 0);
+
+// Memory of one session: the static plan of its graph (src/plan, as `mgn plan` plans it: 4-byte elements,
+// 256-byte alignment) and what the engine measured (Session::device_memory). Fields: plan_logical_bytes,
+// plan_physical_bytes, plan_peak_live_bytes, allocated_bytes, heap_usage_bytes, heap_budget_bytes,
+// budget_ext.
+Json memory_fields(const Session& s, const Graph& compiled);
+
+// Deterministic values in [lo, hi) from splitmix64 (the same on every platform, no std distribution).
+std::vector<float> uniform(size_t n, uint64_t seed, float lo, float hi);
+uint64_t name_seed(const std::string& name, uint64_t seed);  // FNV-1a of the name, mixed with the seed
+
+// The workload families (bench_model.cpp, bench_micro.cpp); each returns the process exit status.
+bool is_model_workload(
+    const std::string& workload);  // fashion-cnn, fashion-mlp, smollm2-135m, llama-tiny, llama
+int run_model_bench(Args& a);
+bool is_micro_workload(const std::string& workload);  // attention, conv
+int run_micro_bench(Args& a);
+
+}  // namespace mgn::bench

@@ -1,0 +1,376 @@
+// Whole-model workloads of `mgn bench`: the Fashion-MNIST CNN/MLP and the Llama family (SmolLM2-135M, a tiny
+// config for CI, any HF config.json). One runner times the phases (compile, inference, minimal, F+L+B, step),
+// reports each session's planned and measured memory, and writes the tensors of one step from given weights
+// and inputs for bench/compare.py to gate against PyTorch.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "mgn/data.h"
+#include "mgn/llama.h"
+#include "mgn/models.h"
+#include "mgn/safetensors.h"
+
+namespace mgn::bench {
+
+namespace {
+
+// One graph input's host values.
+struct Feed {
+  std::string name;
+  Shape shape;
+  bool integer = false;
+  std::vector<float> f32;
+  std::vector<int32_t> i32;
+
+  void apply(Session& s) const {
+    if (integer)
+      s.set_input(name, i32);
+    else
+      s.set_input(name, f32);
+  }
+  StoredTensor stored(const std::string& as) const {
+    return integer ? StoredTensor::from_i32(as, shape, i32) : StoredTensor::from_f32(as, shape, f32);
+  }
+};
+
+// What a model workload provides; run_model() does the rest.
+struct ModelSpec {
+  int64_t batch = 0;
+  Json extra;  // fields added to every JSON line (e.g. the sequence length)
+  // Infer: a graph with the output "logits"; Train: one with the output "loss".
+  std::function<Graph(Mode)> graph;
+  std::vector<Feed> infer_feeds, train_feeds;
+  // The minimal phase (optional): its graph (output "logits"), what runs once after the weights are in
+  // (e.g. filling a KV cache) and the timed call, which sets its own inputs.
+  std::function<Graph()> minimal_graph;
+  std::function<void(Session&)> minimal_prepare, minimal_call;
+  // Adjusts the initial weights of the inference session before they are used or written (optional).
+  std::function<void(Session&, const std::vector<std::string>&)> init_weights;
+  std::map<std::string, std::string> weights_meta, gate_meta;
+};
+
+void require_finite(float v, const std::string& what) {
+  if (!std::isfinite(v)) throw Error("bench: " + what + " is not finite (" + std::to_string(v) + ")");
+}
+
+// The parameters of `s` under their (HF / torchvision) names, with metadata, so the PyTorch side can load
+// them.
+void write_weights(Session& s, const std::vector<std::string>& names, const std::string& path,
+                   const std::map<std::string, std::string>& meta) {
+  std::vector<StoredTensor> t;
+  for (const std::string& n : names) t.push_back(StoredTensor::from_f32(n, s.shape_of(n), s.read(n)));
+  write_safetensors(path, t, meta);
+}
+
+int run_model(const Args& a, const ModelSpec& m) {
+  const bool gate = !a.outputs.empty();
+  // The compile phase covers every session of the workload; the gate needs every session too.
+  const bool all = a.has("compile") || gate;
+  const bool need_min = m.minimal_graph && (a.has("minimal") || all);
+  const bool need_flb = a.has("flb") || all, need_step = a.has("step") || all;
+  ColdCache cold(a.cold_cache);
+
+  // Compile: graph build + autodiff + optimizer + planning + kernels and pipelines, per session.
+  std::map<std::string, double> compile_ms;
+  auto t0 = Clock::now();
+  Graph gi = m.graph(Mode::Infer);
+  if (a.mode != Precision::Strict) mark_precision(gi, a.mode);
+  Session infer = compile(gi, {.mode = Mode::Infer, .backend = a.backend});
+  compile_ms["inference"] = ms_since(t0);
+  const std::vector<std::string> params = infer.state_names();
+
+  std::optional<Graph> gm, gf, gt;
+  std::optional<Session> minimal, flb, train;
+  if (need_min) {
+    t0 = Clock::now();
+    gm.emplace(m.minimal_graph());
+    if (a.mode != Precision::Strict) mark_precision(*gm, a.mode);
+    minimal.emplace(compile(*gm, {.mode = Mode::Infer, .backend = a.backend}));
+    compile_ms["minimal"] = ms_since(t0);
+  }
+  if (need_flb) {
+    t0 = Clock::now();
+    gf.emplace(m.graph(Mode::Train));
+    if (a.mode != Precision::Strict) mark_precision(*gf, a.mode);
+    add_gradient_outputs(*gf, params, "bench " + a.workload);
+    flb.emplace(compile(*gf, {.mode = Mode::Infer, .backend = a.backend}));
+    compile_ms["flb"] = ms_since(t0);
+  }
+  if (need_step) {
+    t0 = Clock::now();
+    gt.emplace(m.graph(Mode::Train));
+    if (a.mode != Precision::Strict) mark_precision(*gt, a.mode);
+    train.emplace(compile(*gt, {.mode = Mode::Train, .optimizer = AdamW{.lr = a.lr}, .backend = a.backend}));
+    compile_ms["step"] = ms_since(t0);
+  }
+
+  // Only compile times asked (e.g. a cold-cache run): no weights to make, copy or write, nothing to feed.
+  const bool runs =
+      gate || !a.weights.empty() ||
+      std::any_of(a.phases.begin(), a.phases.end(), [](const std::string& p) { return p != "compile"; });
+  int64_t n_params = 0;
+  for (const std::string& name : params) n_params += numel(infer.shape_of(name));
+
+  if (runs) {
+    // Weights: one file both sides read, so PyTorch computes the same function.
+    if (!a.weights.empty() && std::filesystem::exists(a.weights)) {
+      infer.load_checkpoint(a.weights);
+      std::fprintf(stderr, "bench: weights from %s\n", a.weights.c_str());
+    } else {
+      if (m.init_weights) m.init_weights(infer, params);
+      if (!a.weights.empty()) {
+        write_weights(infer, params, a.weights, m.weights_meta);
+        std::fprintf(stderr, "bench: wrote the initial weights (seed %llu) to %s\n",
+                     (unsigned long long)a.seed, a.weights.c_str());
+      }
+    }
+    for (const std::string& name : params) {
+      std::vector<float> v = infer.read(name);
+      for (std::optional<Session>* s : {&minimal, &flb, &train})
+        if (*s) (*s)->write_parameter(name, v);
+    }
+    for (const Feed& f : m.infer_feeds) f.apply(infer);
+    for (std::optional<Session>* s : {&flb, &train})
+      if (*s)
+        for (const Feed& f : m.train_feeds) f.apply(**s);
+    if (minimal && m.minimal_prepare) m.minimal_prepare(*minimal);
+  }
+
+  Json common = {{"side", "mgn"},
+                 {"impl", "mgn"},
+                 {"workload", a.workload},
+                 {"phase", ""},
+                 {"mode", precision_name(a.mode)},
+                 {"backend", infer.backend()},
+                 {"device", infer.device_type()},
+                 {"batch", m.batch}};
+  for (auto& [k, v] : m.extra.items()) common[k] = v;
+  common["cache"] = a.cold_cache ? "cold" : "default";
+  common["params"] = n_params;
+  std::fprintf(stderr, "bench %s: batch %lld, %lld parameters, backend %s (%s), mode %s\n",
+               a.workload.c_str(), (long long)m.batch, (long long)n_params, infer.backend(),
+               infer.device_type(), precision_name(a.mode));
+
+  // The gate's outputs come first: the training session must take its one step from the given weights.
+  if (gate) {
+    std::vector<StoredTensor> out;
+    for (const Feed& f : m.train_feeds) out.push_back(f.stored("input." + f.name));
+    infer.run();
+    out.push_back(StoredTensor::from_f32("logits", infer.shape_of("logits"), infer.read("logits")));
+    if (minimal) {
+      m.minimal_call(*minimal);
+      out.push_back(
+          StoredTensor::from_f32("minimal.logits", minimal->shape_of("logits"), minimal->read("logits")));
+    }
+    flb->run();
+    out.push_back(StoredTensor::from_f32("loss", {}, flb->read("loss")));
+    for (const std::string& name : params)
+      out.push_back(StoredTensor::from_f32("grad." + name, flb->shape_of(name), flb->read("grad." + name)));
+    train->step();
+    out.push_back(StoredTensor::from_f32("step.loss", {}, train->read("loss")));
+    for (const std::string& name : params)
+      out.push_back(StoredTensor::from_f32("step." + name, train->shape_of(name), train->read(name)));
+    std::map<std::string, std::string> meta = {{"side", "mgn"},
+                                               {"workload", a.workload},
+                                               {"batch", std::to_string(m.batch)},
+                                               {"mode", precision_name(a.mode)},
+                                               {"backend", infer.backend()},
+                                               {"lr", std::to_string(a.lr)}};
+    for (auto& [k, v] : m.gate_meta) meta[k] = v;
+    write_safetensors(a.outputs, out, meta);
+    std::fprintf(stderr, "bench: gate outputs (logits, %sloss, gradients, parameters after one step) in %s\n",
+                 minimal ? "minimal logits, " : "", a.outputs.c_str());
+  }
+
+  JsonLines lines(a.json);
+  auto emit = [&](const std::string& phase, const std::vector<double>& ms, int64_t warmup, const Json& more) {
+    Json r = common;
+    r["phase"] = phase;
+    r.update(summary(ms, warmup));
+    r.update(more);
+    lines.emit(r);
+  };
+  for (const std::string& phase : a.phases) {
+    if (phase == "compile") {
+      double total = 0;
+      Json parts = Json::object();
+      for (const char* p : {"inference", "minimal", "flb", "step"}) {
+        auto it = compile_ms.find(p);
+        if (it == compile_ms.end()) continue;
+        total += it->second;
+        parts[p] = it->second;
+      }
+      emit("compile", {total}, 0, {{"parts_ms", parts}});
+    } else if (phase == "inference") {
+      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { infer.run(); });
+      require_finite(infer.read("logits")[0], "a logit after the inference phase");
+      emit(phase, ms, a.warmup, memory_fields(infer, gi));
+    } else if (phase == "minimal") {
+      if (!minimal) throw Error("bench " + a.workload + ": this workload has no minimal phase");
+      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); });
+      require_finite(minimal->read("logits")[0], "a logit after the minimal phase");
+      emit(phase, ms, a.warmup, memory_fields(*minimal, *gm));
+    } else if (phase == "flb") {
+      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { flb->run(); });
+      require_finite(flb->read_scalar("loss"), "the loss after the F+L+B phase");
+      emit(phase, ms, a.warmup, memory_fields(*flb, *gf));
+    } else if (phase == "step") {
+      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { train->step(); });
+      require_finite(train->read_scalar("loss"), "the loss after the step phase");
+      emit(phase, ms, a.warmup, memory_fields(*train, *gt));
+    }
+  }
+  return 0;
+}
+
+// ---- Fashion-MNIST
+
+ModelSpec fashion_spec(Args& a) {
+  a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
+  if (a.seq || !a.config.empty() || !a.cases.empty() || a.tiny)
+    throw Error("bench " + a.workload + ": --seq, --config, --cases and --tiny are for other workloads");
+  ModelSpec m;
+  m.batch = a.batch ? a.batch : 64;
+  const models::FashionArch arch =
+      a.workload == "fashion-cnn" ? models::FashionArch::Cnn : models::FashionArch::Mlp;
+  const int64_t batch = m.batch;
+  const uint64_t seed = a.seed;
+  m.graph = [=](Mode mode) {
+    return models::fashion_mnist({.arch = arch, .batch = batch, .mode = mode, .seed = seed});
+  };
+  // Inputs: the first `batch` training images of Fashion-MNIST, which the PyTorch script reads too.
+  const std::string dir = a.data.empty() ? fashion_mnist_dir() : a.data;
+  Dataset data = load_fashion_mnist(dir, Split::Train, batch);
+  if (data.count < batch)
+    throw Error("bench: " + dir + " holds " + std::to_string(data.count) + " training images, batch is " +
+                std::to_string(batch));
+  Feed x{.name = "x", .shape = {batch, 1, 28, 28}, .f32 = data.features};
+  Feed labels{.name = "labels", .shape = {batch}, .integer = true, .i32 = data.labels};
+  m.infer_feeds = {x};
+  m.train_feeds = {x, labels};
+  return m;
+}
+
+// ---- Llama family
+
+std::string config_json(const llama::Config& c) {
+  Json j = {{"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.kv_heads()},
+            {"head_dim", c.head_size()},
+            {"intermediate_size", c.intermediate_size},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"initializer_range", c.initializer_range}};
+  return j.dump();
+}
+
+// Token ids both sides compute from the same formula (bench/pytorch/llama_ref.py bench_ids): row b, position
+// t of a [batch, seq + 1] table; the first seq columns are the prompt, the last one the minimal phase's
+// token.
+std::vector<int32_t> bench_ids(int64_t batch, int64_t cols, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(size_t(batch * cols));
+  for (int64_t i = 0; i < batch * cols; ++i) {
+    uint64_t x = (uint64_t(i) * 2654435761ull + 12345ull + seed * 97ull) & 0xffffffffull;
+    ids[size_t(i)] = int32_t((x >> 7) % uint64_t(vocab));
+  }
+  return ids;
+}
+
+ModelSpec llama_spec(Args& a) {
+  a.check_phases({"compile", "inference", "minimal", "flb", "step"},
+                 {"compile", "inference", "minimal", "flb", "step"});
+  if (!a.cases.empty() || a.tiny)
+    throw Error("bench " + a.workload + ": --cases and --tiny are for microbenchmarks");
+  llama::Config cfg;
+  if (a.workload == "smollm2-135m") {
+    cfg = llama::Config::smollm2_135m();
+  } else if (a.workload == "llama-tiny") {
+    cfg = llama::Config::tiny();
+    cfg.initializer_range = 0.125;  // bench/pytorch/llama_ref.py's "tiny" (weights large enough to matter)
+  } else {
+    if (a.config.empty()) throw Error("bench llama: --config FILE.json (a Hugging Face config) is required");
+    cfg = llama::Config::from_file(a.config);
+  }
+  if (a.workload != "llama" && !a.config.empty())
+    throw Error("bench " + a.workload + ": --config is for the workload 'llama'");
+  cfg.validate();
+  ModelSpec m;
+  const int64_t B = a.batch ? a.batch : 1, S = a.seq ? a.seq : 128, V = cfg.vocab_size;
+  if (S + 1 > cfg.max_position_embeddings)
+    throw Error("bench " + a.workload + ": --seq " + std::to_string(S) +
+                " + 1 exceeds max_position_embeddings " + std::to_string(cfg.max_position_embeddings));
+  m.batch = B;
+  m.extra = {{"seq", S}};
+  const uint64_t seed = a.seed;
+  m.graph = [=](Mode mode) {
+    return mode == Mode::Infer ? llama::prefill_graph(cfg, {.batch = B, .seq = S, .seed = seed})
+                               : llama::loss_graph(cfg, {.batch = B, .seq = S, .seed = seed});
+  };
+  const std::vector<int32_t> table = bench_ids(B, S + 1, V, seed);
+  std::vector<int32_t> ids, next;
+  for (int64_t b = 0; b < B; ++b) {
+    ids.insert(ids.end(), table.begin() + b * (S + 1), table.begin() + b * (S + 1) + S);
+    next.push_back(table[size_t(b * (S + 1) + S)]);
+  }
+  Feed fids{.name = "ids", .shape = {B, S}, .integer = true, .i32 = ids};
+  Feed labels{.name = "labels", .shape = {B, S}, .integer = true, .i32 = llama::next_token_labels(ids, B, S)};
+  m.infer_feeds = {fids};
+  m.train_feeds = {fids, labels};
+
+  // Minimal: one token at position S for every row, with the KV cache of the S prompt tokens (filled by the
+  // decode graph itself, token by token; the cache has room for S + 1 positions).
+  m.minimal_graph = [=] { return llama::decode_graph(cfg, {.batch = B, .seq = S + 1, .seed = seed}); };
+  m.minimal_prepare = [=](Session& s) {
+    std::vector<int32_t> col(static_cast<size_t>(B));
+    for (int64_t t = 0; t < S; ++t) {
+      for (int64_t b = 0; b < B; ++b) col[size_t(b)] = ids[size_t(b * S + t)];
+      s.set_input("ids", col);
+      s.set_input("pos", std::vector<int32_t>{int32_t(t)});
+      s.run();
+    }
+  };
+  m.minimal_call = [=](Session& s) {
+    s.set_input("ids", next);
+    s.set_input("pos", std::vector<int32_t>{int32_t(S)});
+    s.run();
+  };
+  // HF's init makes every norm weight 1, where a side that dropped one would still agree: 1 + U(-0.1, 0.1).
+  m.init_weights = [=](Session& s, const std::vector<std::string>& names) {
+    for (const std::string& n : names) {
+      if (n.size() < 11 || n.compare(n.size() - 11, 11, "norm.weight") != 0) continue;
+      std::vector<float> v = uniform(size_t(numel(s.shape_of(n))), name_seed(n, seed), -0.1f, 0.1f);
+      for (float& x : v) x += 1.0f;
+      s.write_parameter(n, v);
+    }
+  };
+  const std::string cj = config_json(cfg);
+  m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
+  m.gate_meta = {{"seq", std::to_string(S)}, {"config", cj}};
+  return m;
+}
+
+}  // namespace
+
+bool is_model_workload(const std::string& w) {
+  return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" || w == "llama";
+}
+
+int run_model_bench(Args& a) {
+  ModelSpec m = a.workload.rfind("fashion-", 0) == 0 ? fashion_spec(a) : llama_spec(a);
+  return run_model(a, m);
+}
+
+}  // namespace mgn::bench
