@@ -120,7 +120,8 @@ RULE(Sqrt) { c.give(0, c.dy * 0.5 / c.y); }
 RULE(Rsqrt) { c.give(0, c.dy * -0.5 * c.y * c.y * c.y); }
 RULE(Reciprocal) { c.give(0, -c.dy * c.y * c.y); }
 RULE(Square) { c.give(0, c.dy * 2.0 * c.x(0)); }
-RULE(Relu) { c.give(0, c.op(Op::ReluGrad, {c.x(0), c.dy})); }
+// relu(x) > 0 exactly where x > 0: reading the output lets the input die at the ReLU (in place over it).
+RULE(Relu) { c.give(0, c.op(Op::ReluGrad, {c.y, c.dy})); }
 RULE(LeakyRelu) {
   c.give(0, where(greater(c.x(0), c.zero()), c.dy, c.dy * c.n.attrs.f("alpha")));
 }
