@@ -12,6 +12,9 @@
 //       head that reads kv head hk in tiles of WG: thread t forms the coefficient (dS_ij scale for dk, P_ij
 //       for dv) and the threads accumulate over the dims of q (dk) or do (dv). dk first runs a
 //       one-thread-per-row kernel writing D_i = do_i·o_i to scratch. Each output element has one owner.
+//   attention_grad_kv (a fusion of _k and _v with the same inputs, see kernel.h): the same walk, thread t
+//       forms P_ij and dS_ij scale once, and the workgroup accumulates dk (over q) and dv (over do) from
+//       the same tile, so the scores and do_i·v_j are computed once for both.
 // Masked scores are -inf and get probability exactly 0; a row with no visible key has m = -inf (forward:
 // o = 0, lse = -inf) or lse = -inf (derivatives: the row is skipped), so no NaN is formed. Causal rows
 // and columns are cut at the tile-loop bounds (key j visible to query i iff j <= i + Skv - Sq).
@@ -117,24 +120,25 @@ std::string score_fn(bool has_mask) {
 
 // Per-thread accumulators: thread t owns output dims t, t + WG, ... (n of them). acc_update adds, at
 // indentation `in`, the tile's n rows: acc[c] = acc[c] * scale + sum_r coef[r] * X[(row0 + r) * dims + e].
-std::string acc_decl(uint64_t n) {
-  return "  float acc[" + std::to_string(std::max<uint64_t>(n, 1)) + "];\n  for (uint c = 0u; c < " + u(n) +
-         "; ++c) acc[c] = 0.0;\n";
+std::string acc_decl(uint64_t n, const std::string& acc = "acc") {
+  return "  float " + acc + "[" + std::to_string(std::max<uint64_t>(n, 1)) + "];\n  for (uint c = 0u; c < " + u(n) +
+         "; ++c) " + acc + "[c] = 0.0;\n";
 }
 std::string acc_update(uint64_t n, const std::string& coef, const std::string& x, const std::string& row0,
-                       const std::string& dims, const std::string& scale, const std::string& in) {
+                       const std::string& dims, const std::string& scale, const std::string& in,
+                       const std::string& acc = "acc") {
   return in + "for (uint c = 0u; c < " + u(n) + "; ++c) {\n" +  //
          in + "  uint e = t + c * WG;\n" +                       //
          in + "  if (e >= " + dims + ") break;\n" +              //
-         in + "  float a = acc[c]" + scale + ";\n" +             //
+         in + "  float a = " + acc + "[c]" + scale + ";\n" +     //
          in + "  for (uint r = 0u; r < n; ++r)\n" +                //
          in + "    a += " + coef + "[r] * " + x + "[(" + row0 + " + r) * " + dims + " + e];\n" +  //
-         in + "  acc[c] = a;\n" + in + "}\n";
+         in + "  " + acc + "[c] = a;\n" + in + "}\n";
 }
-std::string acc_store(uint64_t n, const std::string& out, const std::string& dims,
-                      const std::string& factor) {
+std::string acc_store(uint64_t n, const std::string& out, const std::string& dims, const std::string& factor,
+                      const std::string& acc = "acc") {
   return "  for (uint c = 0u; c < " + u(n) + "; ++c) {\n    uint e = t + c * WG;\n    if (e < " + dims +
-         ") " + out + "[gid * " + dims + " + e] = acc[c]" + factor + ";\n  }\n";
+         ") " + out + "[gid * " + dims + " + e] = " + acc + "[c]" + factor + ";\n  }\n";
 }
 
 // attention / attention_lse. The maximum is reduced across the workgroup per tile (so every thread
@@ -239,6 +243,51 @@ std::string grad_kv_main(const std::string& grid, bool dk, bool causal, bool has
   return g + acc_store(acc_n, "OUT", XD, "") + "}\n";
 }
 
+// attention_grad_k + attention_grad_v in one pass: each thread forms P_ij once and, from it, dS_ij; the
+// workgroup accumulates dk over the dims of q and dv over the dims of do from the same query tiles.
+std::string grad_kv_fused_main(const std::string& grid, bool causal, bool has_mask, uint64_t acc_k, uint64_t acc_v) {
+  std::string g = "void main() {\n" + grid +
+                  "  uint t = gl_LocalInvocationID.x;\n"
+                  "  uint j = gid % SKV, hk = (gid / SKV) % HKV, b = gid / (SKV * HKV);\n"
+                  "  for (uint d = t; d < D; d += WG) s_k[d] = K[gid * D + d];\n"
+                  "  for (uint e = t; e < DV; e += WG) s_v[e] = V[gid * DV + e];\n"
+                  "  barrier();\n";
+  if (causal)
+    g += "  uint istart = uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ)));  // first query that sees key j\n";
+  else
+    g += "  uint istart = 0u;\n";
+  g += acc_decl(acc_k, "acc_k") + acc_decl(acc_v, "acc_v");
+  g += "  for (uint h = hk * REP; h < (hk + 1u) * REP; ++h) {\n"
+       "    uint qrow0 = (b * HQ + h) * SQ;  // row of query 0 of head h\n"
+       "    for (uint i0 = istart; i0 < SQ; i0 += WG) {\n"
+       "      uint i = i0 + t;\n"
+       "      float p = 0.0, ds = 0.0;\n"
+       "      if (i < SQ) {\n"
+       "        uint r = qrow0 + i;\n"
+       "        float lse = LSE[r];\n"
+       "        if (lse != NEG_INF) {  // rows with no visible key contribute nothing\n"
+       "          float a = 0.0;\n"
+       "          for (uint d = 0u; d < D; ++d) a += Q[r * D + d] * s_k[d];\n"
+       "          float s = SCALE * a" +
+       std::string(has_mask ? " + mask_at(b, h, i, j)" : "") +
+       ";\n"
+       "          if (s != NEG_INF) {\n"
+       "            p = exp(s - lse);\n"
+       "            float dp = 0.0;\n"
+       "            for (uint e = 0u; e < DV; ++e) dp += DO[r * DV + e] * s_v[e];\n"
+       "            ds = p * (dp - DELTA[r]) * SCALE;  // dS_ij * scale\n"
+       "          }\n"
+       "        }\n"
+       "      }\n"
+       "      s_p[t] = p;\n"
+       "      s_ds[t] = ds;\n"
+       "      barrier();\n"
+       "      uint n = min(WG, SQ - i0);\n";
+  g += acc_update(acc_k, "s_ds", "Q", "qrow0 + i0", "D", "", "      ", "acc_k") +
+       acc_update(acc_v, "s_p", "DO", "qrow0 + i0", "DV", "", "      ", "acc_v") + "      barrier();\n    }\n  }\n";
+  return g + acc_store(acc_k, "DK", "D", "", "acc_k") + acc_store(acc_v, "DVOUT", "DV", "", "acc_v") + "}\n";
+}
+
 std::string dims_key(const Dims& d, bool causal, const Shape* mask) {
   auto join = [](const std::vector<uint64_t>& v) {
     std::string s;
@@ -251,7 +300,104 @@ std::string dims_key(const Dims& d, bool causal, const Shape* mask) {
   return k;
 }
 
+// D_i = do_i . o_i, once per query row, into scratch 0 (the kernel before dk's).
+void add_delta_kernel(Lowering& l, const Dims& d, const std::string& key, const std::string& op,
+                      const DeviceCaps& caps) {
+  const uint64_t qrows = d.B * d.Hq * d.Sq;
+  l.scratch_words = {std::max<uint64_t>(qrows, 1)};
+  std::string decls = gl::buffer(0, "O", DType::F32, true) + gl::buffer(1, "DO", DType::F32, true) +
+                      gl::buffer(2, "DELTA", DType::F32, false, true) + "const uint DV = " + u(d.Dv) + ";\n";
+  std::string b =
+      "  float a = 0.0;\n  for (uint e = 0u; e < DV; ++e) a += DO[i * DV + e] * O[i * DV + e];\n"
+      "  DELTA[i] = a;\n";
+  l.kernels.push_back(gl::elementwise("attention_grad_delta_" + key, "attention " + op + " D_i = do_i . o_i " + key,
+                                      decls, b, qrows, {in(3), in(4), {BindingKind::Scratch, 0, true}}, caps));
+}
+
+Dims dims_of(const ir::Graph& g, const ir::Node& n) {
+  const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape, &vs = g.node(n.inputs[2]).shape;
+  return {uint64_t(qs[0]), uint64_t(qs[1]), uint64_t(ks[1]), uint64_t(qs[2]),
+          uint64_t(ks[2]), uint64_t(qs[3]), uint64_t(vs[3])};
+}
+
+// The fused dK+dV kernel's workgroup and shared memory (s_k, s_v, s_p, s_ds, and wg_reduce_lib's s_red).
+uint32_t grad_kv_workgroup(const Dims& d, const DeviceCaps& caps) {
+  return workgroup_for(d.Sq, std::max(d.D, d.Dv), caps);
+}
+uint64_t grad_kv_shared_bytes(const Dims& d, uint32_t wg) {
+  return (std::max<uint64_t>(d.D, 1) + std::max<uint64_t>(d.Dv, 1) + 3 * uint64_t(wg)) * 4;
+}
+
 }  // namespace
+
+bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const DeviceCaps& caps) {
+  const ir::Node &nk = g.node(grad_k), &nv = g.node(grad_v);
+  if (nk.op != ir::Op::AttentionGradK || nv.op != ir::Op::AttentionGradV || nk.inputs != nv.inputs) return false;
+  if (gl::numel_u(nk.shape) == 0 || gl::numel_u(nv.shape) == 0) return false;
+  const Dims d = dims_of(g, nk);
+  return grad_kv_shared_bytes(d, grad_kv_workgroup(d, caps)) <= caps.max_shared_bytes;
+}
+
+// attention_grad_k and attention_grad_v of the same inputs (nodes: both, ascending): the D_i kernel, then
+// one workgroup per key row writing both derivatives.
+Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+  if (nodes.size() != 2) throw Error("internal: the dK+dV kernel takes two nodes");
+  const int pk = g.node(nodes[0]).op == ir::Op::AttentionGradK ? 0 : 1, pv = 1 - pk;
+  const ir::Node &nk = g.node(nodes[size_t(pk)]), &nv = g.node(nodes[size_t(pv)]);
+  if (nk.op != ir::Op::AttentionGradK || nv.op != ir::Op::AttentionGradV || nk.inputs != nv.inputs ||
+      !(nk.attrs == nv.attrs))
+    throw Error("internal: " + g.describe(nk.id) + " and " + g.describe(nv.id) + " are not dK and dV of one attention");
+  const std::string who = g.describe(nk.id) + " + " + g.describe(nv.id);
+  const Dims d = dims_of(g, nk);
+  const int mask_input = 6;
+  const bool has_mask = nk.inputs.size() > size_t(mask_input);
+  const Shape* mask = has_mask ? &g.node(nk.inputs[size_t(mask_input)]).shape : nullptr;
+  for (const Shape& s : {g.node(nk.inputs[0]).shape, g.node(nk.inputs[1]).shape, g.node(nk.inputs[2]).shape,
+                         g.node(nk.inputs[4]).shape})
+    gl::check_32bit(gl::numel_u(s), who);
+  if (mask) gl::check_32bit(gl::numel_u(*mask), who);
+  const bool causal = nk.attrs.i("causal") != 0;
+  const double scale = nk.attrs.f("scale");
+  const std::string key = dims_key(d, causal, mask);
+
+  Lowering l;
+  add_delta_kernel(l, d, key, "attention_grad_kv", caps);
+  Buffers bufs;
+  bufs.add("Q", in(0));
+  bufs.add("K", in(1));
+  bufs.add("V", in(2));
+  bufs.add("DO", in(4));
+  bufs.add("LSE", in(5));
+  bufs.add("DELTA", {BindingKind::Scratch, 0, false});
+  if (has_mask) bufs.add("MASK", in(mask_input));
+  bufs.add("DK", {BindingKind::Output, 0, true, pk});
+  bufs.add("DVOUT", {BindingKind::Output, 0, true, pv});
+  const uint32_t wg = grad_kv_workgroup(d, caps);
+  Shared shared;
+  shared.add("s_k", d.D, "this key row");
+  shared.add("s_v", d.Dv, "this value row");
+  shared.add("s_p", wg, "the tile's probabilities");
+  shared.add("s_ds", wg, "the tile's dS * scale");
+  const uint64_t shared_bytes = (shared.words + wg) * 4;  // + wg_reduce_lib's s_red
+  if (shared_bytes > caps.max_shared_bytes)
+    throw Error(who + ": head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv) + " need " +
+                std::to_string(shared_bytes) + " bytes of shared memory, the device allows " +
+                std::to_string(caps.max_shared_bytes));
+  gl::Grid grid = gl::flat_groups(d.B * d.Hkv * d.Skv, caps, who);
+  Kernel k;
+  k.name = "attention_grad_kv_" + key + "_wg" + std::to_string(wg);
+  k.glsl = "#version 450\n// archetype: attention attention_grad_k + attention_grad_v " + key + " scale " +
+           gl::flit(scale) +
+           ": workgroup per key row, tiles of the query rows of every query head reading it; P and dS formed "
+           "once for both (WG = " +
+           std::to_string(wg) + ")\nlayout(local_size_x = " + std::to_string(wg) + ") in;\n" + bufs.decls +
+           prelude(d, wg, scale, causal, mask) + gl::math_lib() + gl::wg_reduce_lib(wg) + shared.decls +
+           grad_kv_fused_main(grid.glsl, causal, has_mask, div_up(d.D, wg), div_up(d.Dv, wg));
+  k.bindings = bufs.bindings;
+  k.groups = grid.groups;
+  l.kernels.push_back(std::move(k));
+  return l;
+}
 
 Lowering lower_attention(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
@@ -336,20 +482,7 @@ Lowering lower_attention(const LowerContext& ctx) {
       shared.add("s_coef", wg, dk ? "the tile's dS * scale" : "the tile's probabilities");
       body = grad_kv_main(grid_for(d.B * d.Hkv * d.Skv), dk, causal, has_mask, div_up(xd, wg));
       design = "workgroup per key row, tiles of the query rows of every query head reading it";
-      if (dk) {  // D_i = do_i . o_i, once per query row
-        const uint64_t qrows = d.B * d.Hq * d.Sq;
-        l.scratch_words = {std::max<uint64_t>(qrows, 1)};
-        std::string decls = gl::buffer(0, "O", DType::F32, true) + gl::buffer(1, "DO", DType::F32, true) +
-                            gl::buffer(2, "DELTA", DType::F32, false, true) +
-                            "const uint DV = " + u(d.Dv) + ";\n";
-        std::string b =
-            "  float a = 0.0;\n  for (uint e = 0u; e < DV; ++e) a += DO[i * DV + e] * O[i * DV + e];\n"
-            "  DELTA[i] = a;\n";
-        l.kernels.push_back(gl::elementwise("attention_grad_delta_" + key,
-                                            "attention attention_grad_k D_i = do_i . o_i " + key, decls, b,
-                                            qrows, {in(3), in(4), {BindingKind::Scratch, 0, true}},
-                                            ctx.caps));
-      }
+      if (dk) add_delta_kernel(l, d, key, op, ctx.caps);
       break;
     }
   }

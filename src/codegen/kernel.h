@@ -25,6 +25,7 @@ struct DeviceCaps {
   std::array<uint32_t, 3> max_workgroup_count = {65535, 65535, 65535};
   uint64_t max_storage_buffer_range = 128ull << 20;
   bool cooperative_matrix_nv = false;  // GL_NV_cooperative_matrix usable (f16 x f16 -> f32)
+  uint32_t max_storage_buffers = 16;   // bindings one kernel may declare (maxPerStageDescriptorStorageBuffers)
 };
 
 enum class BindingKind : uint8_t {
@@ -33,10 +34,13 @@ enum class BindingKind : uint8_t {
   Scratch,  // index: into Lowering::scratch_words
 };
 
+// A kernel of a one-node lowering names its node's inputs and output; a kernel of a fused dispatch (several
+// nodes, see lower_dispatch) also says which node: `node` is a position in the dispatch's node list.
 struct Binding {
   BindingKind kind = BindingKind::Input;
   int index = 0;
   bool written = false;  // the kernel writes it (for barriers and aliasing decisions)
+  int node = 0;          // Input / Output: which node of the dispatch (0 for one-node lowerings)
 };
 
 struct Kernel {
@@ -75,6 +79,48 @@ Lowering lower_conv(const LowerContext& ctx);       // conv2d (+grads), pools (+
 Lowering lower_attention(const LowerContext& ctx);  // attention, attention_lse, attention_grad_{q,k,v}
 Lowering lower_data(const LowerContext& ctx);       // reshape/permute/slice/concat/pad/expand/gather/one_hot
 Lowering lower_loss(const LowerContext& ctx);       // cross_entropy, cross_entropy_grad
+
+// ---- Fusion (fusion.cpp): several nodes in one dispatch, one kernel ----------------------------------------
+//
+// Two kinds. A pointwise fusion is a connected set of pointwise nodes (not rope) of one output shape: one
+// invocation per element loads every outside operand once (broadcast as usual), keeps each node's value in
+// a local variable, and stores the values that are read outside the fusion (the plan gives exactly those
+// nodes memory; the others are internal). An attention fusion is attention_grad_k + attention_grad_v of one
+// attention (the same inputs): one kernel writes dK and dV from one recomputation of P and dP.
+struct FusionOptions {
+  bool pointwise = true;
+  bool attention = true;
+  uint32_t max_nodes = 64;  // per pointwise fusion (kernel size, compile time)
+};
+
+// The fusions of the nodes `needed` marks (each list ascending, at least two nodes), such that running
+// each as one dispatch keeps the dispatch graph acyclic and adds no dependency level: a fusion only grows
+// over a producer whose other readers would not wait for it. A node read through a view (reshape) is
+// never fused with that reader. `caps` bounds the bindings of a fused kernel.
+// `pinned`: nodes the caller reads after the step (they are written, which counts against the bindings).
+std::vector<std::vector<int>> find_fusions(const ir::Graph& g, const std::vector<bool>& needed,
+                                           const std::vector<int>& pinned, const DeviceCaps& caps,
+                                           const FusionOptions& opt = {});
+
+// Whether `n` may join a pointwise fusion.
+bool pointwise_fusible(const ir::Node& n);
+
+// The kernels of one dispatch of the plan: lower_node for one node, else the fused kernel. `stored[k]`:
+// nodes[k] has memory (read outside the dispatch, an output, an assign's value or pinned); a pointwise
+// fusion writes exactly those, an attention fusion writes both of its nodes.
+Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                        const DeviceCaps& caps);
+
+// The pointwise fusion kernel (fusion.cpp) and the dK+dV kernel (attention.cpp); lower_dispatch routes.
+Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                                const DeviceCaps& caps);
+Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+// Whether the dK+dV kernel of grad_k / grad_v (same inputs) fits the device (shared memory).
+bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const DeviceCaps& caps);
+
+// The GLSL expression of pointwise node `n` for one element in terms of its operands `a`, `b`, `c`
+// (pointwise.cpp; `in0` is the dtype of its first input). Throws for rope and non-pointwise ops.
+std::string pointwise_expr(const ir::Node& n, DType in0);
 
 // Ceil division for workgroup counts.
 constexpr uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }

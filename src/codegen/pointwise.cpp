@@ -25,8 +25,10 @@ std::string pow_expr(const std::string& x, double e) {
   return "(" + x + " < 0.0 ? mgn_nan() : pow(" + x + ", " + flit(e) + "))";
 }
 
+}  // namespace
+
 // The value of the node for one element, in the output's GLSL type; a, b, c are the loaded operands.
-std::string expr(const ir::Node& n, DType in0) {
+std::string pointwise_expr(const ir::Node& n, DType in0) {
   using ir::Op;
   const bool ints = is_int(in0);
   switch (n.op) {
@@ -88,6 +90,8 @@ std::string expr(const ir::Node& n, DType in0) {
   throw Error(std::string("internal: ") + ir::op_name(n.op) + " is not a pointwise op");
 }
 
+namespace {
+
 Lowering lower_rope(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
   const Shape& xs = ctx.input(0).shape;
@@ -132,9 +136,13 @@ Lowering lower_pointwise(const LowerContext& ctx) {
   }
   decls += gl::buffer(int(nin), "y", n.dtype, false, true) + gl::math_lib();
   bindings.push_back({BindingKind::Output, 0, true});
-  std::string e = expr(n, ctx.input(0).dtype);
+  std::string e = pointwise_expr(n, ctx.input(0).dtype);
   // Float-literal expressions on f32 operands; integer ops keep their type (the cast below is a no-op).
-  body += std::string("  y[i] = ") + gl::type_of(n.dtype) + "(" + e + ");\n";
+  // `precise` (no contraction across the ops of the expression) is what a fused kernel does for each of its
+  // nodes too, so a node computes the same bits alone and inside a fusion.
+  const std::string t = gl::type_of(n.dtype);
+  body += std::string("  ") + (is_float(n.dtype) ? "precise " : "") + t + " r = " + t +
+          "(" + e + ");\n  y[i] = r;\n";
   Lowering l;
   l.kernels.push_back(gl::elementwise(std::string(ir::op_name(n.op)) + "_" + shape_str(n.shape),
                                       std::string("pointwise ") + ir::op_name(n.op) + " " + key + " -> " +

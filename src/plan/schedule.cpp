@@ -289,12 +289,14 @@ Schedule schedule(Analysis& a, const PlanOptions& opt) {
       if (a.bytes[size_t(v)] != a.bytes[size_t(t)]) continue;
       if (a.root_read_after_step[size_t(t)] || a.commit_reads[size_t(t)] > 0) continue;
       if (a.commit_reads[size_t(v)] != 1) continue;  // one assign takes this value
-      // The producer may read the old value only element by element, through the value's own node.
+      // The producer may read the old value only element by element: every node of its dispatch that
+      // reads the target must be allowed to write over it (for a fused element-wise kernel: same shape,
+      // loaded before any store of that element).
       const Dispatch& pd = a.dispatches[size_t(p)];
       bool ok = true;
       for (int id : pd.nodes)
         for (int in : g.node(id).inputs)
-          if (a.root[size_t(in)] == t && (id != v || !in_place_ok(g, pd, v, in))) ok = false;
+          if (a.root[size_t(in)] == t && !in_place_ok(g, pd, id, in)) ok = false;
       if (!ok) continue;
       int need = level[size_t(p)];
       for (int rd : a.readers[size_t(t)])

@@ -1,0 +1,358 @@
+// Fusion: which nodes of a graph share one dispatch (find_fusions), and the kernel of a pointwise fusion
+// (lower_pointwise_fusion; the dK+dV kernel lives with the other attention kernels in attention.cpp).
+//
+// Grouping is one pass in node (topological) order that keeps an ASAP level per group, every source at -1
+// and every group above all groups it reads. A merge gives the merged group the level its outside inputs
+// allow and is refused when that would make a group's value later than one of its outside readers can
+// wait for (a reader whose level is not above the new one). So every dependency between two groups still
+// goes strictly upwards in level: the dispatch graph stays acyclic and no dependency level is added. Merges
+// are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the
+// same-shape pointwise groups one group reads from outside into one (the per-tensor scalars of an
+// optimizer), and (3) attention_grad_v with the attention_grad_k of the same inputs.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "codegen/glsl_util.h"
+
+namespace mgn::codegen {
+
+bool pointwise_fusible(const ir::Node& n) {
+  // Rope reads its input at other elements (the rotated partner), so it cannot take a register operand.
+  return ir::op_info(n.op).archetype == ir::Archetype::Pointwise && n.op != ir::Op::Rope &&
+         numel(n.shape) > 0;
+}
+
+namespace {
+
+bool is_attention_grad_kv(const ir::Node& n) {
+  return n.op == ir::Op::AttentionGradK || n.op == ir::Op::AttentionGradV;
+}
+
+struct Group {
+  std::vector<int> members;  // ascending after every merge
+  int level = 0;
+  bool pointwise = false;  // every member is pointwise_fusible (then all share one shape)
+  bool alive = true;
+};
+
+class Grouper {
+ public:
+  Grouper(const ir::Graph& g, const std::vector<bool>& needed, const std::vector<int>& pinned,
+          const DeviceCaps& caps, const FusionOptions& opt)
+      : g_(g), needed_(needed), caps_(caps), opt_(opt), n_(g.size()) {
+    root_.resize(size_t(n_));
+    users_.assign(size_t(n_), {});
+    kept_.assign(size_t(n_), false);
+    gid_.assign(size_t(n_), -1);
+    for (int i = 0; i < n_; ++i) {
+      const ir::Node& node = g.node(i);
+      root_[size_t(i)] = node.op == ir::Op::Reshape ? root_[size_t(node.inputs[0])] : i;
+      if (!needed_[size_t(i)]) continue;
+      for (int in : node.inputs)
+        if (std::find(users_[size_t(in)].begin(), users_[size_t(in)].end(), i) == users_[size_t(in)].end())
+          users_[size_t(in)].push_back(i);
+    }
+    for (auto& [name, id] : g.outputs()) kept_[size_t(id)] = true;
+    for (int id : pinned)
+      if (id >= 0 && id < n_) kept_[size_t(id)] = true;
+  }
+
+  std::vector<std::vector<int>> run() {
+    std::map<std::pair<std::vector<int>, std::string>, int> attention_open;  // (inputs, attrs) -> grad node
+    for (int i = 0; i < n_; ++i) {
+      if (!needed_[size_t(i)]) continue;
+      const ir::Node& node = g_.node(i);
+      const ir::Archetype arch = ir::op_info(node.op).archetype;
+      if (arch == ir::Archetype::Source || arch == ir::Archetype::State || node.op == ir::Op::Reshape)
+        continue;
+      int gi = new_group(i);
+      if (opt_.pointwise && groups_[size_t(gi)].pointwise) gi = join_producers(i, gi);
+      if (opt_.attention && is_attention_grad_kv(node) && numel(node.shape) > 0)
+        gi = pair_attention(i, gi, attention_open);
+      if (opt_.pointwise) merge_siblings(gi);
+    }
+    std::vector<std::vector<int>> out;
+    for (const Group& gr : groups_)
+      if (gr.alive && gr.members.size() > 1) out.push_back(gr.members);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  int level_of(int x) const {
+    int r = root_[size_t(x)];
+    return gid_[size_t(r)] < 0 ? -1 : groups_[size_t(gid_[size_t(r)])].level;
+  }
+
+  int new_group(int i) {
+    Group gr;
+    gr.members = {i};
+    gr.pointwise = pointwise_fusible(g_.node(i));
+    int lv = -1;
+    for (int in : g_.node(i).inputs) lv = std::max(lv, level_of(in));
+    gr.level = lv + 1;
+    groups_.push_back(gr);
+    gid_[size_t(i)] = int(groups_.size()) - 1;
+    return gid_[size_t(i)];
+  }
+
+  // The level the union of `set` would have, or -1 when the union is not allowed: a member read inside
+  // the union through a view, too many nodes or bindings, or an outside reader that could not wait.
+  int merged_level(const std::set<int>& set) const {
+    std::vector<int> members;
+    for (int gi : set)
+      members.insert(members.end(), groups_[size_t(gi)].members.begin(), groups_[size_t(gi)].members.end());
+    if (members.size() > opt_.max_nodes) return -1;
+    auto inside = [&](int x) { return gid_[size_t(x)] >= 0 && set.count(gid_[size_t(x)]) > 0; };
+    int lv = -1;
+    std::set<int> ext;
+    size_t stored = 0;
+    for (int m : members) {
+      for (int in : g_.node(m).inputs) {
+        int r = root_[size_t(in)];
+        if (inside(r)) {
+          if (r != in) return -1;  // a view of a member: it would read memory the same kernel writes
+          continue;
+        }
+        lv = std::max(lv, level_of(in));
+        ext.insert(in);
+      }
+      bool out = kept_[size_t(m)];
+      for (int u : users_[size_t(m)]) out = out || !inside(u);
+      stored += out;
+    }
+    if (ext.size() + stored + 1 > caps_.max_storage_buffers) return -1;  // + 1: a scratch buffer (dK+dV)
+    const int level = lv + 1;
+    // Outside readers (nodes already grouped) of a group whose value would come later must be above it.
+    for (int gi : set) {
+      if (groups_[size_t(gi)].level >= level) continue;
+      for (int m : groups_[size_t(gi)].members)
+        if (!reader_ok(m, set, level)) return -1;
+    }
+    return level;
+  }
+
+  // Every grouped reader of x outside `set` (through views too) has a level above `level`.
+  bool reader_ok(int x, const std::set<int>& set, int level) const {
+    for (int u : users_[size_t(x)]) {
+      const ir::Node& un = g_.node(u);
+      if (un.op == ir::Op::Reshape) {
+        if (!reader_ok(u, set, level)) return false;
+        continue;
+      }
+      int gu = gid_[size_t(u)];
+      if (gu < 0 || set.count(gu)) continue;  // an assign, or not grouped yet (it will read the new level)
+      if (groups_[size_t(gu)].level <= level) return false;
+    }
+    return true;
+  }
+
+  int merge(const std::set<int>& set, int level) {
+    int into = *set.begin();
+    for (int gi : set) {
+      if (gi == into) continue;
+      Group& from = groups_[size_t(gi)];
+      for (int m : from.members) gid_[size_t(m)] = into;
+      groups_[size_t(into)].members.insert(groups_[size_t(into)].members.end(), from.members.begin(),
+                                           from.members.end());
+      groups_[size_t(into)].pointwise = groups_[size_t(into)].pointwise && from.pointwise;
+      from.members.clear();
+      from.alive = false;
+    }
+    Group& gr = groups_[size_t(into)];
+    std::sort(gr.members.begin(), gr.members.end());
+    gr.level = level;
+    return into;
+  }
+
+  // A pointwise node joins the groups of its producers of the same shape, highest level first.
+  int join_producers(int i, int gi) {
+    const ir::Node& node = g_.node(i);
+    std::vector<int> cand;
+    for (int in : node.inputs) {
+      int gp = gid_[size_t(root_[size_t(in)])];
+      if (gp < 0 || gp == gi || !groups_[size_t(gp)].pointwise) continue;
+      if (g_.node(in).shape != node.shape) continue;
+      if (std::find(cand.begin(), cand.end(), gp) == cand.end()) cand.push_back(gp);
+    }
+    std::stable_sort(cand.begin(), cand.end(),
+                     [&](int a, int b) { return groups_[size_t(a)].level > groups_[size_t(b)].level; });
+    std::set<int> set = {gi};
+    int level = groups_[size_t(gi)].level;
+    for (int gp : cand) {
+      std::set<int> trial = set;
+      trial.insert(gp);
+      int lv = merged_level(trial);
+      if (lv < 0) continue;
+      set = trial;
+      level = lv;
+    }
+    return set.size() > 1 ? merge(set, level) : gi;
+  }
+
+  // The same-shape pointwise groups that `gi` reads from outside become one.
+  void merge_siblings(int gi) {
+    std::map<Shape, std::vector<int>> by_shape;
+    for (int m : groups_[size_t(gi)].members)
+      for (int in : g_.node(m).inputs) {
+        int gp = gid_[size_t(root_[size_t(in)])];
+        if (gp < 0 || gp == gi || !groups_[size_t(gp)].pointwise) continue;
+        std::vector<int>& v = by_shape[g_.node(groups_[size_t(gp)].members[0]).shape];
+        if (std::find(v.begin(), v.end(), gp) == v.end()) v.push_back(gp);
+      }
+    for (auto& [shape, list] : by_shape) {
+      int acc = list[0];
+      for (size_t k = 1; k < list.size(); ++k) {
+        std::set<int> trial = {acc, list[k]};
+        int lv = merged_level(trial);
+        if (lv >= 0) acc = merge(trial, lv);
+      }
+    }
+  }
+
+  // attention_grad_k and attention_grad_v of the same inputs and attributes share one dispatch.
+  int pair_attention(int i, int gi, std::map<std::pair<std::vector<int>, std::string>, int>& open) {
+    const ir::Node& node = g_.node(i);
+    std::string attrs = gl::flit(node.attrs.f("scale")) + " " + std::to_string(node.attrs.i("causal"));
+    auto key = std::make_pair(node.inputs, attrs);
+    auto it = open.find(key);
+    if (it == open.end() || g_.node(it->second).op == node.op) {
+      if (it == open.end()) open.emplace(key, i);
+      return gi;
+    }
+    int other = it->second;
+    open.erase(it);
+    int gk = node.op == ir::Op::AttentionGradK ? i : other,
+        gv = node.op == ir::Op::AttentionGradV ? i : other;
+    if (!attention_grad_kv_fits(g_, gk, gv, caps_)) return gi;
+    std::set<int> set = {gid_[size_t(other)], gi};
+    int lv = merged_level(set);
+    return lv < 0 ? gi : merge(set, lv);
+  }
+
+  const ir::Graph& g_;
+  const std::vector<bool>& needed_;
+  const DeviceCaps& caps_;
+  const FusionOptions& opt_;
+  const int n_;
+  std::vector<int> root_;                // through reshape views to the node that owns the memory
+  std::vector<std::vector<int>> users_;  // needed readers, once each
+  std::vector<bool> kept_;               // outputs and pinned nodes: always written
+  std::vector<int> gid_;                 // per node: its group, or -1 (source, view, assign, unneeded)
+  std::vector<Group> groups_;
+};
+
+// `e` with the identifiers a, b, c replaced by args[0..2] (numbers and other names are left alone).
+std::string substitute(const std::string& e, const std::string (&args)[3]) {
+  std::string r;
+  size_t i = 0;
+  while (i < e.size()) {
+    unsigned char c = static_cast<unsigned char>(e[i]);
+    if (std::isalpha(c) || c == '_' || std::isdigit(c)) {
+      size_t j = i;
+      const bool number = std::isdigit(c) != 0;
+      while (j < e.size() &&
+             (std::isalnum(static_cast<unsigned char>(e[j])) || e[j] == '_' || (number && e[j] == '.')))
+        ++j;
+      std::string tok = e.substr(i, j - i);
+      if (!number && tok.size() == 1 && tok[0] >= 'a' && tok[0] <= 'c') tok = args[tok[0] - 'a'];
+      r += tok;
+      i = j;
+    } else {
+      r += e[i++];
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> find_fusions(const ir::Graph& g, const std::vector<bool>& needed,
+                                           const std::vector<int>& pinned, const DeviceCaps& caps,
+                                           const FusionOptions& opt) {
+  return Grouper(g, needed, pinned, caps, opt).run();
+}
+
+// One invocation per element: load every outside operand, compute each node into a local variable in node
+// order, then store the values the plan keeps. All loads precede all stores, so a value may be written
+// over an operand of its own shape (in place): every access to it is at this invocation's element.
+Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes,
+                                const std::vector<bool>& stored, const DeviceCaps& caps) {
+  const Shape& shape = g.node(nodes.at(0)).shape;
+  std::map<int, int> pos;
+  for (size_t k = 0; k < nodes.size(); ++k) pos[nodes[k]] = int(k);
+  // Outside operands, fills included: a fill inlined as a literal would let the shader compiler fold
+  // transcendental functions of it at compile time, with other rounding than the same node alone computes.
+  std::map<int, std::string> ext;  // outside operand -> its local name
+  std::string decls, loads, body, stores, ops;
+  std::vector<Binding> bindings;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const ir::Node& n = g.node(nodes[k]);
+    if (!pointwise_fusible(n) || n.shape != shape)
+      throw Error("internal: " + g.describe(n.id) + " cannot join a pointwise fusion of shape " +
+                  shape_str(shape));
+    std::string args[3];
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      const int x = n.inputs[j];
+      if (pos.count(x)) {
+        args[j] = "v" + std::to_string(x);
+        continue;
+      }
+      auto it = ext.find(x);
+      if (it == ext.end()) {
+        const ir::Node& in = g.node(x);
+        const std::string name = "x" + std::to_string(x);
+        const int b = int(bindings.size());
+        decls += gl::buffer(b, "in_" + name, in.dtype, true);
+        std::string idx = "i";
+        if (in.shape != shape) {
+          decls += gl::broadcast_fn("idx_" + name, in.shape, shape);
+          idx = "idx_" + name + "(i)";
+        }
+        loads += std::string("  ") + gl::type_of(in.dtype) + " " + name + " = in_" + name + "[" + idx +
+                 "];  // %" + std::to_string(x) + " " + shape_str(in.shape) + dtype_name(in.dtype) + "\n";
+        bindings.push_back({BindingKind::Input, int(j), false, int(k)});
+        it = ext.emplace(x, name).first;
+      }
+      args[j] = it->second;
+    }
+    const std::string t = gl::type_of(n.dtype);
+    const std::string e = substitute(pointwise_expr(n, g.node(n.inputs[0]).dtype), args);
+    body += std::string("  ") + (is_float(n.dtype) ? "precise " : "") + t + " v" + std::to_string(n.id) +
+            " = " + t + "(" + e + ");  // " + ir::op_name(n.op) + " %" + std::to_string(n.id) + "\n";
+    ops += std::string(ops.empty() ? "" : " ") + ir::op_name(n.op);
+  }
+  int written = 0;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    if (!stored.at(k)) continue;
+    const ir::Node& n = g.node(nodes[k]);
+    const std::string v = "v" + std::to_string(n.id);
+    decls += gl::buffer(int(bindings.size()), "out_" + v, n.dtype, false, true);
+    bindings.push_back({BindingKind::Output, 0, true, int(k)});
+    stores += "  out_" + v + "[i] = " + v + ";\n";
+    ++written;
+  }
+  if (written == 0)
+    throw Error("internal: a pointwise fusion of " + g.describe(nodes[0]) + " writes nothing");
+  decls += gl::math_lib();
+  Lowering l;
+  l.kernels.push_back(
+      gl::elementwise("fused" + std::to_string(nodes.size()) + "_" + shape_str(shape),
+                      "pointwise fusion of " + std::to_string(nodes.size()) + " nodes (" + ops + ") over " +
+                          shape_str(shape) + ", " + std::to_string(written) + " written, " +
+                          std::to_string(ext.size()) + " read",
+                      decls, loads + body + stores, gl::numel_u(shape), std::move(bindings), caps));
+  return l;
+}
+
+Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                        const DeviceCaps& caps) {
+  if (nodes.size() == 1) return lower_node({g, g.node(nodes[0]), caps});
+  if (nodes.size() == 2 && is_attention_grad_kv(g.node(nodes[0])) && is_attention_grad_kv(g.node(nodes[1])))
+    return lower_attention_grad_kv(g, nodes, caps);
+  return lower_pointwise_fusion(g, nodes, stored, caps);
+}
+
+}  // namespace mgn::codegen

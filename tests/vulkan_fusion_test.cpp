@@ -1,0 +1,542 @@
+// Fusion on the Vulkan planned path (codegen/fusion.cpp): random pointwise DAGs with broadcast operands,
+// views and several written values per fused kernel against the CPU reference executor (double) and against
+// the same executor with fusion off (bitwise: a node computes the same bits alone and fused); AdamW steps of
+// a small MLP against the CPU reference; the AdamW update of one parameter in at most two dispatches; and the
+// fused dK+dV attention kernel (GQA, causal, broadcast masks with all -inf rows) against the CPU reference,
+// with the separate kernels kept where only one of the two derivatives is needed.
+#include <gtest/gtest.h>
+
+#ifdef MGN_HAVE_VULKAN
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/executor.h"
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/graph_executor.h"
+#include "ir/graph.h"
+#include "mgn/autodiff.h"
+#include "mgn/graph.h"
+#include "mgn/llama.h"
+#include "mgn/models.h"
+#include "mgn/optim.h"
+#include "mgn/session.h"
+#include "support/test_util.h"
+
+using namespace mgn;
+
+namespace {
+
+class VulkanFusion : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Validation on unless MGN_VALIDATION=0 (the GPU machine has no layer package).
+    const char* v = std::getenv("MGN_VALIDATION");
+    vk::ContextOptions o;
+    o.validation = !(v && std::string(v) == "0");
+    ctx_ = std::make_unique<vk::Context>(o);
+  }
+  static void TearDownTestSuite() { ctx_.reset(); }
+  void TearDown() override {
+    EXPECT_EQ(ctx_->validation_message_count(), 0u);
+    for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
+    ctx_->clear_validation_messages();
+  }
+  static std::unique_ptr<vk::Context> ctx_;
+};
+std::unique_ptr<vk::Context> VulkanFusion::ctx_;
+
+std::vector<double> f64(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
+// Dispatches of a plan that hold several nodes, and how many of those write two or more values.
+struct FusionCount {
+  int fused = 0, multi_output = 0, nodes_in_fusions = 0;
+};
+FusionCount count_fusions(const plan::Plan& p) {
+  FusionCount c;
+  for (const plan::Dispatch& d : p.dispatches) {
+    if (d.nodes.size() < 2) continue;
+    ++c.fused;
+    c.nodes_in_fusions += int(d.nodes.size());
+    int stored = 0;
+    for (int id : d.nodes) stored += p.storage_of[size_t(id)] >= 0;
+    c.multi_output += stored >= 2;
+  }
+  return c;
+}
+
+// ---- random pointwise DAGs --------------------------------------------------------------------------------
+
+struct RandomGraph {
+  Graph g;
+  std::vector<std::pair<std::string, Shape>> inputs;
+};
+
+// Pointwise ops on [R, C] with operands that broadcast ([C], [R, 1], [] and fills), reductions that read
+// fused values from outside (their results come back broadcast), views (reshape, then pointwise, then
+// back), comparisons feeding where, casts, several outputs, and a parameter updated from its old value.
+RandomGraph random_pointwise(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
+  RandomGraph r;
+  Graph& g = r.g;
+  const int64_t R = std::vector<int64_t>{3, 5, 17}[size_t(pick(3))],
+                C = std::vector<int64_t>{4, 33}[size_t(pick(2))];
+  const Shape full{R, C};
+  std::vector<Tensor> pool, side;  // side: operands that broadcast to [R, C]
+  auto add_input = [&](const std::string& name, const Shape& s) {
+    r.inputs.push_back({name, s});
+    return g.input(name, s);
+  };
+  pool.push_back(add_input("x0", full));
+  pool.push_back(add_input("x1", full));
+  side.push_back(add_input("bias", {C}));
+  side.push_back(add_input("col", {R, 1}));
+  side.push_back(add_input("lr", {}));
+  side.push_back(g.full({1, C}, 0.25));
+  Tensor p = g.parameter("p", full, Init::uniform(-1, 1, seed));
+  pool.push_back(p);
+  auto operand = [&]() {
+    return pool[size_t(std::max(0, int(pool.size()) - 1 - pick(std::min<int>(int(pool.size()), 5))))];
+  };
+  auto partner = [&]() {
+    return pick(3) == 0 ? side[size_t(pick(int(side.size())))] : pool[size_t(pick(int(pool.size())))];
+  };
+  const int ops = 8 + pick(20);
+  for (int k = 0; k < ops; ++k) {
+    Tensor x = operand(), y;
+    switch (pick(15)) {
+      case 0:
+        y = relu(x);
+        break;
+      case 1:
+        y = tanh(x);
+        break;
+      case 2:
+        y = sigmoid(x) * partner();
+        break;
+      case 3:
+        y = -x * 0.5 + partner();
+        break;  // (scaled: a saturated x and partner would cancel)
+      case 4:
+        y = square(tanh(x));
+        break;
+      case 5:
+        y = exp(tanh(x));
+        break;
+      case 6:
+        y = x * 0.75 - partner();
+        break;
+      case 7:
+        y = x / (abs(partner()) + 1.0);
+        break;
+      case 8:
+        y = maximum(x, partner());
+        break;
+      case 9:
+        y = where(greater(x, partner()), x, partner() * 0.5);
+        break;
+      case 10:
+        y = x + cast(less(x, partner()), DType::F32);
+        break;
+      case 11:
+        y = silu(x) + gelu(partner());
+        break;
+      case 12:
+        y = sqrt(abs(x) + 0.1) * log(abs(partner()) + 1.0);
+        break;
+      case 13: {  // a fused value read from outside; the reduction comes back as a broadcast operand
+        Tensor s = sum(x, {1}, true);
+        side.push_back(s);
+        y = x + s * (1.0 / double(C));
+        break;
+      }
+      case 14: {  // a view: never fused with its reader, through any number of views
+        Tensor v = reshape(x, {C, R});
+        y = reshape(tanh(v) * 2.0, {R, C}) + x;
+        break;
+      }
+    }
+    pool.push_back(y);
+  }
+  g.output("out", pool.back());
+  for (int i = 0; i < 2; ++i)
+    g.output("extra" + std::to_string(i), pool[size_t(3 + pick(int(pool.size()) - 3))]);
+  assign(p, p * 0.9 + pool[size_t(pick(int(pool.size())))] * 0.1);
+  return r;
+}
+
+TEST_F(VulkanFusion, RandomPointwiseDagsMatchCpuAndUnfused) {
+  size_t kernels_fused = 0, kernels_plain = 0;
+  FusionCount total;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    RandomGraph r = random_pointwise(seed);
+    const ir::Graph& g = r.g.ir();
+    SCOPED_TRACE("seed " + std::to_string(seed) + "\n" + ir::to_text(g));
+    cpu::Executor cpu(g);
+    vk::GraphExecutorOptions fo;
+    fo.cache_dir = "";
+    fo.poison = true;
+    vk::GraphExecutorOptions uo = fo;
+    uo.fusion = false;
+    vk::GraphExecutor fused(g, *ctx_, fo), plain(g, *ctx_, uo);
+    ASSERT_NE(fused.plan(), nullptr);
+    FusionCount c = count_fusions(*fused.plan());
+    total.fused += c.fused;
+    total.multi_output += c.multi_output;
+    total.nodes_in_fusions += c.nodes_in_fusions;
+    EXPECT_EQ(count_fusions(*plain.plan()).fused, 0);
+    kernels_fused += fused.compile_stats().kernels;
+    kernels_plain += plain.compile_stats().kernels;
+    EXPECT_LE(fused.compile_stats().kernels, plain.compile_stats().kernels);
+    EXPECT_LE(fused.compile_stats().groups, plain.compile_stats().groups);
+    for (int step = 0; step < 2; ++step) {
+      for (size_t i = 0; i < r.inputs.size(); ++i) {
+        std::vector<double> v =
+            test::random_normal(size_t(numel(r.inputs[i].second)), seed * 100 + uint64_t(step) * 10 + i);
+        std::vector<float> f(v.begin(), v.end());
+        cpu.set_input(r.inputs[i].first, f);
+        fused.set_input(r.inputs[i].first, f);
+        plain.set_input(r.inputs[i].first, f);
+      }
+      cpu.run();
+      fused.run();
+      plain.run();
+      for (auto& [name, id] : g.outputs()) {
+        std::vector<float> a = fused.read_output(name), b = plain.read_output(name);
+        EXPECT_LE(test::rel_l2(f64(a), cpu.output(name).v), 1e-5) << "step " << step << " output " << name;
+        EXPECT_TRUE(same_bits(a, b)) << "step " << step << " output " << name << ": fused and unfused differ";
+      }
+      std::vector<float> a = fused.read_state("p"), b = plain.read_state("p");
+      EXPECT_LE(test::rel_l2(f64(a), cpu.state("p")), 1e-5) << "step " << step;
+      EXPECT_TRUE(same_bits(a, b)) << "step " << step << " state p";
+    }
+    if (HasFailure()) break;
+  }
+  std::printf(
+      "random pointwise DAGs: %zu dispatches fused vs %zu unfused; %d fusions of %d nodes, %d writing "
+      "several values\n",
+      kernels_fused, kernels_plain, total.fused, total.nodes_in_fusions, total.multi_output);
+  EXPECT_LT(kernels_fused, kernels_plain);
+  EXPECT_GT(total.multi_output, 0);
+}
+
+// The generated kernel of a fusion: one readable shader, a local variable per node, broadcast operands.
+TEST_F(VulkanFusion, FusedKernelIsOneReadableShader) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8}), b = g.input("b", {8}), s = g.input("s", {});
+  Tensor h = (x + b) * s;              // bias, then a scalar
+  Tensor y = relu(h) - tanh(h) * 0.5;  // h has two readers, both fused
+  g.output("y", y);
+  g.output("h", h);  // an output: written as well
+  vk::GraphExecutor e(g.ir(), *ctx_, {.cache_dir = ""});
+  ASSERT_EQ(e.compile_stats().kernels, 1u);
+  auto ks = e.kernel_sources();
+  ASSERT_EQ(ks.size(), 1u);
+  const std::string& glsl = ks[0].second;
+  EXPECT_EQ(ks[0].first.rfind("fused", 0), 0u) << ks[0].first;
+  EXPECT_NE(glsl.find("uint idx_x" + std::to_string(b.id()) + "(uint i)"), std::string::npos) << glsl;
+  EXPECT_NE(glsl.find("precise float v" + std::to_string(h.id())), std::string::npos) << glsl;
+  EXPECT_NE(glsl.find("out_v" + std::to_string(h.id()) + "[i]"), std::string::npos) << glsl;
+  EXPECT_NE(glsl.find("out_v" + std::to_string(y.id()) + "[i]"), std::string::npos) << glsl;
+  cpu::Executor cpu(g.ir());
+  std::vector<double> xv = test::random_normal(32, 1), bv = test::random_normal(8, 2);
+  for (auto* name : {"x", "b", "s"}) {
+    std::vector<double> v = std::string(name) == "x"   ? xv
+                            : std::string(name) == "b" ? bv
+                                                       : std::vector<double>{0.7};
+    std::vector<float> f(v.begin(), v.end());
+    cpu.set_input(name, f);
+    e.set_input(name, f);
+  }
+  cpu.run();
+  e.run();
+  for (const char* name : {"y", "h"})
+    EXPECT_LE(test::rel_l2(f64(e.read_output(name)), cpu.output(name).v), 1e-6) << name;
+}
+
+// ---- AdamW ---------------------------------------------------------------------------------------------
+
+// A two-layer MLP with a GELU and a squared-error loss, trained with AdamW (weight decay on).
+Session make_mlp(Backend b) {
+  Graph g;
+  Tensor x = g.input("x", {6, 12}), target = g.input("target", {6, 5});
+  Tensor w1 = g.parameter("fc1.weight", {16, 12}, Init::uniform(-0.3, 0.3, 1));
+  Tensor b1 = g.parameter("fc1.bias", {16}, Init::uniform(-0.1, 0.1, 2));
+  Tensor w2 = g.parameter("fc2.weight", {5, 16}, Init::uniform(-0.3, 0.3, 3));
+  Tensor b2 = g.parameter("fc2.bias", {5}, Init::uniform(-0.1, 0.1, 4));
+  Tensor y = linear(gelu(linear(x, w1, b1)), w2, b2);
+  g.output("loss", mean(square(y - target)));
+  return compile(g, {.mode = Mode::Train, .optimizer = AdamW{.lr = 2e-2, .weight_decay = 0.1}, .backend = b});
+}
+
+TEST_F(VulkanFusion, AdamWStepsMatchCpuAndUnfused) {
+  Session cpu = make_mlp(Backend::Cpu), gpu = make_mlp(Backend::Vulkan);
+  setenv("MGN_FUSION", "0", 1);
+  Session plain = make_mlp(Backend::Vulkan);
+  unsetenv("MGN_FUSION");
+  ASSERT_STRNE(gpu.backend(), "cpu");
+  bool fused_kernel = false, any_fused_plain = false;
+  for (const auto& [name, glsl] : gpu.kernel_sources()) fused_kernel |= name.rfind("fused", 0) == 0;
+  for (const auto& [name, glsl] : plain.kernel_sources()) any_fused_plain |= name.rfind("fused", 0) == 0;
+  EXPECT_TRUE(fused_kernel);
+  EXPECT_FALSE(any_fused_plain);  // MGN_FUSION=0
+  EXPECT_LT(gpu.kernel_sources().size(), plain.kernel_sources().size());
+  for (const std::string& n : cpu.state_names()) {
+    std::vector<float> v = cpu.read(n);
+    gpu.write_parameter(n, v);
+    plain.write_parameter(n, v);
+  }
+  for (int step = 0; step < 4; ++step) {
+    std::vector<double> x = test::random_normal(6 * 12, 10 + uint64_t(step)),
+                        t = test::random_normal(6 * 5, 20 + uint64_t(step));
+    for (Session* s : {&cpu, &gpu, &plain}) {
+      s->set_input("x", std::vector<float>(x.begin(), x.end()));
+      s->set_input("target", std::vector<float>(t.begin(), t.end()));
+      s->step();
+    }
+    EXPECT_NEAR(gpu.read_scalar("loss"), cpu.read_scalar("loss"), 1e-5 * std::fabs(cpu.read_scalar("loss")));
+    for (const std::string& n : cpu.state_names()) {
+      std::vector<float> a = cpu.read(n), gf = gpu.read(n), gp = plain.read(n);
+      EXPECT_LE(test::rel_l2(f64(gf), f64(a)), 1e-5) << n << " after step " << step;
+      EXPECT_TRUE(same_bits(gf, gp)) << n << " after step " << step << ": fused and unfused differ";
+    }
+  }
+}
+
+// The training graph of the Fashion-MNIST MLP with AdamW, and where its optimizer nodes start.
+struct TrainGraph {
+  Graph g;
+  int first_optimizer_node = 0;
+};
+TrainGraph fashion_train(models::FashionArch arch, int64_t batch) {
+  TrainGraph t;
+  t.g = models::fashion_mnist({.arch = arch, .batch = batch, .mode = Mode::Train, .hidden = 32, .seed = 7});
+  Tensor loss(&t.g.ir(), *t.g.ir().find_output("loss"));
+  Gradients grads = backward(t.g, loss);
+  t.first_optimizer_node = t.g.ir().size();
+  append_optimizer(t.g, grads.params, AdamW{.lr = 1e-3, .weight_decay = 0.01});
+  t.g.verify();
+  return t;
+}
+
+// The dispatches that compute the AdamW update of parameter `name` (its new value and both moments).
+std::set<int> update_dispatches(const plan::Plan& p, const ir::Graph& g, int first_opt,
+                                const std::string& name) {
+  std::set<std::string> targets = {name, "optim." + name + ".exp_avg", "optim." + name + ".exp_avg_sq"};
+  std::vector<int> stack;
+  for (int a : g.assigns())
+    if (targets.count(g.node(g.node(a).inputs[0]).name)) stack.push_back(g.node(a).inputs[1]);
+  std::set<int> seen, ds;
+  while (!stack.empty()) {
+    int id = stack.back();
+    stack.pop_back();
+    if (id < first_opt || !seen.insert(id).second) continue;
+    if (p.dispatch_of[size_t(id)] >= 0) ds.insert(p.dispatch_of[size_t(id)]);
+    for (int in : g.node(id).inputs) stack.push_back(in);
+  }
+  return ds;
+}
+
+TEST_F(VulkanFusion, AdamWUpdateOfOneParameterIsAtMostTwoDispatches) {
+  TrainGraph t = fashion_train(models::FashionArch::Mlp, 4);
+  const ir::Graph& g = t.g.ir();
+  vk::GraphExecutorOptions fo;
+  fo.cache_dir = "";
+  vk::GraphExecutorOptions uo = fo;
+  uo.fusion = false;
+  vk::GraphExecutor fused(g, *ctx_, fo), plain(g, *ctx_, uo);
+  for (const char* name : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}) {
+    std::set<int> f = update_dispatches(*fused.plan(), g, t.first_optimizer_node, name);
+    std::set<int> u = update_dispatches(*plain.plan(), g, t.first_optimizer_node, name);
+    std::printf("AdamW update of %s: %zu dispatches fused, %zu unfused\n", name, f.size(), u.size());
+    EXPECT_LE(f.size(), 2u) << name;
+    EXPECT_GE(u.size(), 10u) << name;  // the count measures something
+  }
+}
+
+// The numbers of docs/perf-notes.md ("Pointwise fusion"): dispatches and barrier groups of one training
+// step, fusion on and off (compile only).
+TEST_F(VulkanFusion, DispatchCountsOfTrainingSteps) {
+  auto report = [&](const char* what, const ir::Graph& g) {
+    vk::GraphExecutorOptions fo;
+    fo.cache_dir = "";
+    vk::GraphExecutorOptions uo = fo;
+    uo.fusion = false;
+    vk::GraphExecutor fused(g, *ctx_, fo), plain(g, *ctx_, uo);
+    const vk::CompileStats &a = fused.compile_stats(), &b = plain.compile_stats();
+    auto in_place = [](const plan::Plan& p) {
+      int k = 0;
+      for (const plan::Commit& c : p.commits) k += c.in_place;
+      return k;
+    };
+    std::printf(
+        "%s: %zu dispatches / %zu groups unfused -> %zu dispatches / %zu groups fused; arena %llu -> %llu "
+        "bytes; in-place assigns %d -> %d of %zu\n",
+        what, b.kernels, b.groups, a.kernels, a.groups, (unsigned long long)b.arena_bytes,
+        (unsigned long long)a.arena_bytes, in_place(*plain.plan()), in_place(*fused.plan()),
+        fused.plan()->commits.size());
+    EXPECT_LT(a.kernels, b.kernels) << what;
+    EXPECT_LE(a.groups, b.groups) << what;
+  };
+  {
+    Graph g = models::fashion_mnist(
+        {.arch = models::FashionArch::Cnn, .batch = 64, .mode = Mode::Train, .seed = 7});
+    Tensor loss(&g.ir(), *g.ir().find_output("loss"));
+    Gradients grads = backward(g, loss);
+    append_optimizer(g, grads.params, AdamW{.lr = 1e-3, .weight_decay = 0.01});
+    report("fashion-mnist cnn training step (batch 64, AdamW)", g.ir());
+  }
+  {
+    llama::Config c = llama::Config::tiny();
+    Graph g = llama::loss_graph(c, {.batch = 2, .seq = 16});
+    Tensor loss(&g.ir(), *g.ir().find_output("loss"));
+    Gradients grads = backward(g, loss);
+    append_optimizer(g, grads.params, AdamW{.lr = 1e-3, .weight_decay = 0.01});
+    report("tiny llama training step (batch 2, seq 16, AdamW)", g.ir());
+  }
+}
+
+// ---- fused dK + dV -------------------------------------------------------------------------------------
+
+struct AttnCfg {
+  const char* name;
+  int64_t B, Hq, Hkv, Sq, Skv, D, Dv;
+  bool causal;
+  Shape mask;     // empty: none
+  bool inf_rows;  // mask: every third row all -inf, plus random -inf entries
+};
+
+// Forward and backward of one attention; `grads` picks which of dq, dk, dv are outputs.
+void check_attention(vk::Context& ctx, const AttnCfg& c, const std::vector<const char*>& grads,
+                     bool expect_fused) {
+  SCOPED_TRACE(c.name);
+  mgn::Graph g;
+  Shape qs{c.B, c.Hq, c.Sq, c.D}, ks{c.B, c.Hkv, c.Skv, c.D}, vs{c.B, c.Hkv, c.Skv, c.Dv},
+      os{c.B, c.Hq, c.Sq, c.Dv};
+  Tensor q = g.input("q", qs), k = g.input("k", ks), v = g.input("v", vs), dout = g.input("do", os);
+  std::vector<int> fin = {q.id(), k.id(), v.id()};
+  int mask_id = -1;
+  if (!c.mask.empty()) {
+    mask_id = g.input("mask", c.mask).id();
+    fin.push_back(mask_id);
+  }
+  ir::Graph& ir = g.ir();
+  ir::Attrs at = ir::Attrs().set("scale", 1.0 / std::sqrt(double(c.D))).set("causal", int64_t(c.causal));
+  int on = ir.add(ir::Op::Attention, fin, at), ln = ir.add(ir::Op::AttentionLse, fin, at);
+  std::vector<int> gin = {q.id(), k.id(), v.id(), on, dout.id(), ln};
+  if (mask_id >= 0) gin.push_back(mask_id);
+  std::vector<std::string> names = {"o"};
+  ir.add_output("o", on);
+  for (const char* gname : grads) {
+    ir::Op op = std::string(gname) == "dq"   ? ir::Op::AttentionGradQ
+                : std::string(gname) == "dk" ? ir::Op::AttentionGradK
+                                             : ir::Op::AttentionGradV;
+    ir.add_output(gname, ir.add(op, gin, at));
+    names.push_back(gname);
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  cpu::Executor cpu(ir);
+  vk::GraphExecutor gpu(ir, ctx, {.cache_dir = "", .poison = true});
+  int kv = 0, separate = 0;
+  for (const auto& [name, glsl] : gpu.kernel_sources()) {
+    kv += name.rfind("attention_grad_kv_", 0) == 0;
+    separate += name.rfind("attention_grad_k_", 0) == 0 || name.rfind("attention_grad_v_", 0) == 0;
+  }
+  EXPECT_EQ(kv, expect_fused ? 1 : 0);
+  int kv_grads = 0;
+  for (const char* gname : grads) kv_grads += std::string(gname) != "dq";
+  EXPECT_EQ(separate, expect_fused ? 0 : kv_grads);
+  for (int id : ir.inputs()) {
+    std::vector<float> x(size_t(numel(ir.node(id).shape)));
+    for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? 2.0f : 1.0f);
+    if (id == mask_id && c.inf_rows) {
+      int64_t skv = c.mask.back();
+      for (size_t e = 0; e < x.size(); ++e) {
+        int64_t row = int64_t(e) / skv;
+        if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    cpu.set_input(ir.node(id).name, x);
+    gpu.set_input(ir.node(id).name, x);
+  }
+  cpu.run();
+  gpu.run();
+  for (const std::string& name : names) {
+    const std::vector<double>& want = cpu.output(name).v;
+    std::vector<float> got = gpu.read_output(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    double num = 0, den = 0;
+    for (size_t e = 0; e < want.size(); ++e) {
+      ASSERT_TRUE(std::isfinite(got[e])) << name << " element " << e;
+      double d = double(got[e]) - want[e];
+      num += d * d;
+      den += want[e] * want[e];
+    }
+    EXPECT_LE(den == 0 ? std::sqrt(num) : std::sqrt(num / den), 2e-6) << name;
+  }
+}
+
+const AttnCfg kAttn[] = {
+    {"gqa_several_tiles", 1, 4, 2, 70, 9, 6, 5, false, {}, false},
+    {"causal_sq_gt_skv", 1, 2, 1, 40, 12, 4, 4, true, {}, false},
+    {"causal_sq_lt_skv", 2, 2, 2, 9, 30, 4, 3, true, {}, false},
+    {"broadcast_mask_inf_rows", 2, 3, 1, 20, 35, 4, 4, false, {2, 1, 20, 35}, true},
+    {"mask_inf_rows_causal", 1, 2, 2, 7, 9, 4, 4, true, {7, 9}, true},
+    {"wide_dims", 1, 2, 2, 3, 5, 130, 150, false, {}, false},
+};
+
+TEST_F(VulkanFusion, AttentionDkDvFusedMatchesCpu) {
+  for (const AttnCfg& c : kAttn) check_attention(*ctx_, c, {"dq", "dk", "dv"}, true);
+}
+
+TEST_F(VulkanFusion, AttentionSingleGradientKeepsSeparateKernel) {
+  check_attention(*ctx_, kAttn[0], {"dv"}, false);
+  check_attention(*ctx_, kAttn[3], {"dq", "dk"}, false);
+}
+
+// Transcendental functions of fills inside a fusion: the fill is loaded like any operand (a literal would
+// be folded by the shader compiler with other rounding), so fused and unfused agree to the bit.
+TEST_F(VulkanFusion, FillOperandsComputeLikeUnfused) {
+  Graph g;
+  Tensor p0 = g.parameter("p0", {4, 4}, Init::uniform(-1, 1, 5));
+  Tensor f = g.full({1, 1}, 0.5);
+  Tensor v = p0 * 0.9 + tanh(f) * 0.1 + exp(sigmoid(g.full({4}, 0.3))) * gelu(g.full({}, -1.7));
+  assign(p0, v);
+  g.output("v", v * 1.0);
+  vk::GraphExecutorOptions fo;
+  fo.cache_dir = "";
+  fo.poison = true;
+  vk::GraphExecutorOptions uo = fo;
+  uo.fusion = false;
+  vk::GraphExecutor fused(g.ir(), *ctx_, fo), plain(g.ir(), *ctx_, uo);
+  EXPECT_GT(count_fusions(*fused.plan()).fused, 0);
+  cpu::Executor cpu(g.ir());
+  for (int step = 0; step < 2; ++step) {
+    fused.run();
+    plain.run();
+    cpu.run();
+    EXPECT_TRUE(same_bits(fused.read_output("v"), plain.read_output("v"))) << "step " << step;
+    EXPECT_TRUE(same_bits(fused.read_state("p0"), plain.read_state("p0"))) << "step " << step;
+    EXPECT_LE(test::rel_l2(f64(fused.read_state("p0")), cpu.state("p0")), 1e-6) << "step " << step;
+  }
+}
+
+}  // namespace
+
+#endif  // MGN_HAVE_VULKAN
