@@ -18,6 +18,9 @@
 #include "mgn/session.h"
 #include "mgn/tokenizer.h"
 #include "mgn/train.h"
+#ifdef MGN_HAVE_VULKAN
+#include "backend/vulkan/gemm_selftest.h"  // bench-gemm --f16
+#endif
 #include "bench.h"
 #include "finetune.h"
 #include "llama_check.h"
@@ -52,13 +55,17 @@ void usage() {
       "  run MODEL.onnx [--input NAME=random|zeros|FILE.npy|1x3x224x224]... [--shape NAME=1x3x224x224]...\n"
       "                 [--backend auto|cpu|vulkan] [--seed S] [--save-outputs DIR]\n"
       "      imports the model, runs it once and prints every output (shape, min/max/mean, first values)\n"
-      "  plan [--model cnn|mlp|smollm2-135m|llama:CONFIG.json] [--batch B] [--seq S] [--show all|report]\n"
-      "       [--reuse on|off]\n"
+      "  plan [--model cnn|mlp|smollm2-135m|llama:CONFIG.json|resnet18|resnet50] [--batch B] [--seq S]\n"
+      "       [--image S] [--mode train|infer] [--show all|report] [--reuse on|off]\n"
       "      prints the static plan (barrier groups, buffers with lifetimes and offsets) and the memory\n"
-      "      report of one AdamW training step (Fashion-MNIST, or a Llama-family model), as a GPU backend\n"
-      "      plans it\n"
-      "  bench-gemm MxNxK...   times f32 matmul sessions (wall clock per synchronized run, after warm-up)\n"
-      "                        on the default backend; prints one JSON line per shape\n"
+      "      report of one AdamW training step (Fashion-MNIST, a Llama-family model or a ResNet: batch 4,\n"
+      "      224x224 by default), as a GPU backend plans it; --mode infer (ResNet) plans the eval-mode forward\n"
+      "  bench-gemm MxNxK... [--f16] [--warmup 5] [--samples 20] [--tag NAME] [--no-check]\n"
+      "             [--backend auto|cpu|vulkan]\n"
+      "      times matmul sessions (wall clock per synchronized run, after warm-up) on the default backend;\n"
+      "      one JSON line per shape (kernel names, TFLOP/s, sampled error vs a double reference). The kernel\n"
+      "      follows MGN_GEMM_VARIANT / MGN_GEMM_TILE / MGN_GEMM_F16_TILE; --f16 marks the matmul Accelerated\n"
+      "      (f16 cooperative-matrix kernel where the device self-test passes)\n"
       "  bench fashion-cnn|fashion-mlp [--phases compile,inference,flb,step] [--warmup 5] [--samples 20]\n"
       "        [--batch 64] [--json FILE] [--weights FILE] [--outputs FILE] [--backend auto|cpu|vulkan]\n"
       "        [--mode strict|accelerated] [--data DIR] [--seed S] [--lr X]\n"
@@ -178,41 +185,127 @@ int dump_checkpoint(int argc, char** argv) {
 }
 
 // Times Session::run() of a one-matmul inference graph: each run submits the recorded stream and waits for
-// the GPU, so the wall time of a run includes submission overhead (a few microseconds), not uploads.
+// the GPU, so the wall time of a run includes submission overhead (a few microseconds), not uploads. The
+// kernel is whatever the lowering picks under MGN_GEMM_VARIANT / MGN_GEMM_TILE (src/codegen/matmul.h);
+// --f16 marks the matmul Accelerated, which runs the f16 cooperative-matrix kernel where the device has
+// GL_NV_cooperative_matrix and its self-test passes (else the f32 kernel, said in the JSON). Each shape's
+// result is checked on sampled entries against a double-precision dot product of the same inputs.
 int bench_gemm(int argc, char** argv) {
   std::vector<std::array<int64_t, 3>> shapes;
+  bool f16 = false, check = true;
+  int warmup = 5, samples = 20;
+  std::string tag;
+  mgn::Backend backend = mgn::Backend::Auto;
   for (int i = 2; i < argc; ++i) {
-    long long m = 0, n = 0, k = 0;
-    if (std::sscanf(argv[i], "%lldx%lldx%lld", &m, &n, &k) != 3 || m <= 0 || n <= 0 || k <= 0)
-      throw mgn::Error(std::string("bench-gemm: shapes are MxNxK, got '") + argv[i] + "'");
-    shapes.push_back({m, n, k});
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw mgn::Error("bench-gemm: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--f16") {
+      f16 = true;
+    } else if (a == "--no-check") {
+      check = false;
+    } else if (a == "--warmup") {
+      warmup = std::max(0, std::atoi(value().c_str()));
+    } else if (a == "--samples") {
+      samples = std::max(1, std::atoi(value().c_str()));
+    } else if (a == "--tag") {
+      tag = value();
+    } else if (a == "--backend") {
+      backend = mgn::backend_from_name(value());
+    } else {
+      long long m = 0, n = 0, k = 0;
+      if (std::sscanf(argv[i], "%lldx%lldx%lld", &m, &n, &k) != 3 || m <= 0 || n <= 0 || k <= 0)
+        throw mgn::Error(std::string("bench-gemm: shapes are MxNxK, got '") + argv[i] + "'");
+      shapes.push_back({m, n, k});
+    }
   }
   if (shapes.empty()) shapes.push_back({1024, 1024, 1024});
+  std::string coopmat = "n/a";
+#ifdef MGN_HAVE_VULKAN
+  if (f16) {
+    // The engine's own device is private to it; a second context on the same device (same selection rule)
+    // runs the self-test, whose verdict is process-wide (and cached per device if the engine runs it too).
+    try {
+      mgn::vk::Context ctx;
+      mgn::vk::gemm_coopmat_self_test(ctx);
+      coopmat = mgn::vk::gemm_coopmat_self_test_note(ctx);
+    } catch (const std::exception& e) {
+      coopmat = std::string("no Vulkan device: ") + e.what();
+    }
+  }
+#endif
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v && *v ? v : "auto");
+  };
+  auto json_str = [](std::string v) {
+    std::string out;
+    for (char c : v) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (c == '\n') {
+        out += "\\n";
+        continue;
+      }
+      out += c;
+    }
+    return "\"" + out + "\"";
+  };
   for (auto [m, n, k] : shapes) {
     mgn::Graph g;
     mgn::Tensor a = g.input("a", {m, k}), b = g.input("b", {k, n});
-    g.output("c", mgn::matmul(a, b));
+    mgn::Tensor c = mgn::matmul(a, b);
+    if (f16) c.set_precision(mgn::Precision::Accelerated);
+    g.output("c", c);
     auto t0 = std::chrono::steady_clock::now();
-    mgn::Session s = mgn::compile(g, {.mode = mgn::Mode::Infer});
+    mgn::Session s = mgn::compile(g, {.mode = mgn::Mode::Infer, .backend = backend});
     double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<float> av(size_t(m * k)), bv(size_t(k * n));
-    for (size_t i = 0; i < av.size(); ++i) av[i] = float((i * 2654435761u) % 1000) / 1000.0f;
-    for (size_t i = 0; i < bv.size(); ++i) bv[i] = float((i * 40503u) % 1000) / 1000.0f;
+    for (size_t i = 0; i < av.size(); ++i) av[i] = float((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = float((i * 40503u) % 1000) / 1000.0f - 0.5f;
     s.set_input("a", av);
     s.set_input("b", bv);
-    for (int i = 0; i < 5; ++i) s.run();
+    for (int i = 0; i < warmup; ++i) s.run();
     std::vector<double> ms;
-    for (int i = 0; i < 20; ++i) {
+    for (int i = 0; i < samples; ++i) {
       auto t = std::chrono::steady_clock::now();
       s.run();
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
     }
     std::sort(ms.begin(), ms.end());
-    double med = (ms[9] + ms[10]) / 2;
-    std::printf("{\"side\": \"mgn\", \"backend\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
-                "\"compile_ms\": %.1f, \"median_ms\": %.4f, \"min_ms\": %.4f, \"tflops\": %.3f}\n",
-                s.backend(), (long long)m, (long long)n, (long long)k, compile_ms, med, ms[0],
-                2.0 * double(m) * double(n) * double(k) / (med * 1e-3) / 1e12);
+    const size_t h = ms.size() / 2;
+    double med = ms.size() % 2 ? ms[h] : (ms[h - 1] + ms[h]) / 2;
+    // Error of sampled entries relative to sum_k |a||b| (robust where an entry cancels to ~0).
+    double check_err = -1;
+    if (check) {
+      std::vector<float> cv = s.read("c");
+      check_err = 0;
+      const int64_t count = std::min<int64_t>(m * n, 512);
+      for (int64_t q = 0; q < count; ++q) {
+        const int64_t idx = count == m * n ? q : int64_t((uint64_t(q) * 2654435761ull + 12345) % uint64_t(m * n));
+        const int64_t i = idx / n, j = idx % n;
+        double ref = 0, mag = 0;
+        for (int64_t l = 0; l < k; ++l) {
+          const double x = double(av[size_t(i * k + l)]) * double(bv[size_t(l * n + j)]);
+          ref += x;
+          mag += x < 0 ? -x : x;
+        }
+        const double d = double(cv[size_t(idx)]) - ref;
+        check_err = std::max(check_err, (d < 0 ? -d : d) / std::max(mag, 1e-30));
+      }
+    }
+    std::string kernels;
+    for (const auto& [name, src] : s.kernel_sources()) kernels += (kernels.empty() ? "" : " ") + name;
+    std::printf("{\"side\": \"mgn\", \"backend\": %s, \"m\": %lld, \"n\": %lld, \"k\": %lld, "
+                "\"precision\": \"%s\", \"variant\": %s, \"tile\": %s, \"f16_tile\": %s, \"tag\": %s, "
+                "\"kernels\": %s, \"compile_ms\": %.1f, \"median_ms\": %.4f, \"min_ms\": %.4f, "
+                "\"tflops\": %.3f, \"check_err\": %.3g, \"coopmat\": %s}\n",
+                json_str(s.backend()).c_str(), (long long)m, (long long)n, (long long)k, f16 ? "f16" : "strict",
+                json_str(env("MGN_GEMM_VARIANT")).c_str(), json_str(env("MGN_GEMM_TILE")).c_str(),
+                json_str(env("MGN_GEMM_F16_TILE")).c_str(), json_str(tag).c_str(), json_str(kernels).c_str(),
+                compile_ms, med, ms[0], 2.0 * double(m) * double(n) * double(k) / (med * 1e-3) / 1e12, check_err,
+                json_str(coopmat).c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -314,12 +407,20 @@ int print_kernels(const std::map<std::string, std::string>& f) {
 // `mgn plan`: the static plan of one training step (forward, backward, AdamW update).
 int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
   for (auto& [k, v] : f)
-    if (k != "model" && k != "batch" && k != "show" && k != "reuse" && k != "seq")
+    if (k != "model" && k != "batch" && k != "show" && k != "reuse" && k != "seq" && k != "image" && k != "mode")
       throw mgn::Error("plan: unknown flag --" + k);
   using namespace mgn;
   const std::string model = str_flag(f, "model", "cnn");
+  const std::string mode = str_flag(f, "mode", "train");
+  if (mode != "train" && (mode != "infer" || model.rfind("resnet", 0) != 0))
+    throw mgn::Error("plan: --mode takes train, or infer for a ResNet");
   Graph g;
-  if (model == "smollm2-135m" || model.rfind("llama:", 0) == 0) {
+  if (model == "resnet18" || model == "resnet50") {
+    g = models::resnet({.depth = model == "resnet18" ? 18 : 50,
+                        .batch = int_flag(f, "batch", 4),
+                        .image_size = int_flag(f, "image", 224),
+                        .mode = mode == "train" ? Mode::Train : Mode::Infer});
+  } else if (model == "smollm2-135m" || model.rfind("llama:", 0) == 0) {
     // A Llama-family training step: next-token loss over [batch, seq] tokens.
     llama::Config cfg = model == "smollm2-135m" ? llama::Config::smollm2_135m() : llama::Config::from_file(model.substr(6));
     g = llama::loss_graph(cfg, {.batch = int_flag(f, "batch", 1), .seq = int_flag(f, "seq", 128)});
@@ -330,8 +431,8 @@ int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
   std::string show = str_flag(f, "show", "all"), reuse = str_flag(f, "reuse", "on");
   if ((show != "all" && show != "report") || (reuse != "on" && reuse != "off"))
     throw mgn::Error("plan: --show takes all or report, --reuse takes on or off");
-  std::fputs(describe_training_plan(g, "loss", AdamW{}, {.dump = show == "all", .reuse = reuse == "on"}).c_str(),
-             stdout);
+  PlanDescribeOptions po{.dump = show == "all", .reuse = reuse == "on"};
+  std::fputs((mode == "infer" ? describe_plan(g, po) : describe_training_plan(g, "loss", AdamW{}, po)).c_str(), stdout);
   return 0;
 }
 

@@ -1,37 +1,62 @@
-"""PyTorch side of `mgn bench-gemm`: torch.mm f32 on CUDA with TF32 off (strict) and on (accelerated), timed
-with CUDA events after warm-up (median of samples). Prints one JSON line per shape and mode."""
+"""PyTorch side of `mgn bench-gemm`: torch.mm f32 with TF32 off (strict) and on (tf32, CUDA only), after warm-up;
+CUDA-event timing on CUDA, synchronized wall clock elsewhere. Prints one JSON line per shape and mode
+(median, IQR, TFLOP/s); bench/compare.py puts them next to mgn bench-gemm's lines. --dtype f16 times f16
+inputs instead (mode "f16": cuBLAS tensor cores, f32 accumulation), the reference for `mgn bench-gemm --f16`.
+
+  python3 bench/pytorch/gemm.py [--device auto|cuda|cpu] [--dtype f32|f16] [--warmup 5] [--samples 20] MxNxK...
+"""
+import argparse
 import json
-import statistics
+import os
 import sys
 
+import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402
 
-def bench(m, n, k, strict, warmup=5, samples=20):
-    torch.backends.cuda.matmul.allow_tf32 = not strict
-    torch.backends.cudnn.allow_tf32 = not strict
-    torch.set_float32_matmul_precision("highest" if strict else "high")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.rand(m, k, device="cuda", generator=g)
-    b = torch.rand(k, n, device="cuda", generator=g)
-    for _ in range(warmup):
-        torch.mm(a, b)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        torch.mm(a, b)
-        e.record()
+
+def bench(m, n, k, strict, device, warmup=5, samples=20, dtype="f32"):
+    timing.set_mode("strict" if strict else "accelerated")
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.rand(m, k, device=device, generator=g)
+    b = torch.rand(k, n, device=device, generator=g)
+    if dtype == "f16":
+        a, b = a.half(), b.half()
+    if device.type == "cuda":
+        for _ in range(warmup):
+            torch.mm(a, b)
         torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    med = statistics.median(times)
-    return {"side": "torch", "mode": "strict" if strict else "tf32", "m": m, "n": n, "k": k,
-            "median_ms": med, "min_ms": min(times), "tflops": 2.0 * m * n * k / (med * 1e-3) / 1e12}
+        times = []
+        for _ in range(samples):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            torch.mm(a, b)
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+    else:
+        times = timing.time_calls(lambda: torch.mm(a, b), warmup, samples, device)
+    p25, med, p75 = (float(np.percentile(times, q)) for q in (25, 50, 75))
+    return {"side": "torch", "impl": "cublas" if device.type == "cuda" else "cpu", "mode": "f16" if dtype == "f16" else "strict" if strict else "tf32",
+            "backend": device.type, "device": timing.device_name(device), "torch": torch.__version__,
+            "m": m, "n": n, "k": k, "median_ms": med, "p25_ms": p25, "p75_ms": p75, "iqr_ms": p75 - p25,
+            "min_ms": min(times), "tflops": 2.0 * m * n * k / (med * 1e-3) / 1e12}
 
 
 if __name__ == "__main__":
-    shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1:]] or [(4096, 4096, 4096)]
-    for (m, n, k) in shapes:
-        for strict in (True, False):
-            print(json.dumps(bench(m, n, k, strict)), flush=True)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("shapes", nargs="*", default=["4096x4096x4096"])
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    ap.add_argument("--dtype", default="f32", choices=["f32", "f16"])
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=20)
+    args = ap.parse_args()
+    dev = timing.pick_device(args.device)
+    if args.dtype == "f16" and dev.type != "cuda":
+        sys.exit("gemm.py: --dtype f16 needs CUDA (the CPU has no f16 matmul in every torch build)")
+    for (m, n, k) in [tuple(int(v) for v in s.split("x")) for s in args.shapes]:
+        modes = (False,) if args.dtype == "f16" else (True, False) if dev.type == "cuda" else (True,)
+        for strict in modes:
+            print(json.dumps(bench(m, n, k, strict, dev, args.warmup, args.samples, args.dtype)), flush=True)

@@ -1,15 +1,27 @@
 // Batched matmul: c[b] = op(a[b']) · op(b[b'']) with numpy-broadcast batch axes and transpose flags.
 //
-// Two kernels:
-//  * Tiled (SIMT, register-tiled): a workgroup owns a BM x BN block of C, stages BK-deep slices of A and B
-//    through shared memory and each thread accumulates a TM x TN register tile. Edges are bounds-checked
-//    loads (zero fill) and stores, so no shape needs to be a multiple of the tile.
+// Kernels:
+//  * Tiled (SIMT, the default): a workgroup owns a BM x BN block of C; BK-deep slices of A and B go from
+//    global memory to registers and then to two shared-memory buffers in turn, so the loads of slice k+1
+//    are in flight while slice k is multiplied and there is one barrier per slice. Both slices are stored
+//    k-major as vec4 rows (A transposed on the way in), so every thread reads its fragments as vec4s; each
+//    thread accumulates TM x TN values as (TM/4) x (TN/4) 4x4 sub-tiles strided across the block. Sizes
+//    are literals: interior blocks carry no bounds checks when M, N, K are tile multiples, and edges clamp
+//    the load address (rows past the edge are never stored) or zero the K tail. Small grids split K.
+//  * Classic: the first single-buffered SIMT kernel, kept as the baseline the variants are measured against.
+//  * CoopMatF16: A and B rounded to f16 on their way into shared memory and multiplied by
+//    GL_NV_cooperative_matrix with f32 accumulation; Accelerated nodes only, once the device self-test
+//    passed.
 //  * Small: for M or N tiny (GEMV-like, e.g. a single token's projection) a block tile would waste most of
 //    its threads. Either one workgroup reduces K for one output (when the large operand is contiguous along
 //    K, so the reads coalesce), or one thread computes one output (consecutive threads along the large
 //    operand's contiguous axis).
 #include "codegen/matmul.h"
 
+#include <cctype>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
 #include <string>
 
 #include "codegen/kernels_common.h"
@@ -19,6 +31,10 @@ namespace mgn::codegen {
 namespace {
 
 using detail::u;
+
+std::string su(uint64_t v) {
+  return std::to_string(v);
+}
 
 // Emits `uint aoff, boff` (word offsets of this batch's matrices) from the flat batch index `batch`.
 std::string batch_offsets(const GemmShape& s) {
@@ -33,10 +49,12 @@ std::string batch_offsets(const GemmShape& s) {
 
 // GLSL index of A(m, k) and B(k, n) within one matrix, honoring the transposes.
 std::string a_index(const GemmShape& s, const std::string& m, const std::string& k) {
-  return s.transpose_a ? "(" + k + ") * " + u(s.m) + " + (" + m + ")" : "(" + m + ") * " + u(s.k) + " + (" + k + ")";
+  return s.transpose_a ? "(" + k + ") * " + u(s.m) + " + (" + m + ")"
+                       : "(" + m + ") * " + u(s.k) + " + (" + k + ")";
 }
 std::string b_index(const GemmShape& s, const std::string& k, const std::string& n) {
-  return s.transpose_b ? "(" + n + ") * " + u(s.k) + " + (" + k + ")" : "(" + k + ") * " + u(s.n) + " + (" + n + ")";
+  return s.transpose_b ? "(" + n + ") * " + u(s.k) + " + (" + k + ")"
+                       : "(" + k + ") * " + u(s.n) + " + (" + n + ")";
 }
 
 uint64_t batch_count(const GemmShape& s) {
@@ -54,6 +72,28 @@ std::vector<Binding> gemm_bindings() {
   return {{BindingKind::Input, 0, false}, {BindingKind::Input, 1, false}, {BindingKind::Output, 0, true}};
 }
 
+// A storage buffer of float or vec4 words; `restrict` lets the driver use its read-only load path.
+std::string buffer_as(int binding, const std::string& type, const std::string& name, bool write) {
+  return "layout(std430, set = 0, binding = " + std::to_string(binding) + ") " +
+         (write ? "writeonly restrict " : "readonly restrict ") + "buffer B" + std::to_string(binding) +
+         " { " + type + " " + name + "[]; };\n";
+}
+
+// Maps a flat tile index to (tile row, tile column). With group_m > 1, consecutive workgroups walk
+// group_m tile rows down one tile column before moving right, so blocks in flight together share their
+// A rows and B columns in L2.
+std::string tile_coords(uint64_t tiles_m, uint64_t tiles_n, uint32_t group_m) {
+  if (group_m <= 1 || tiles_m <= 1)
+    return "  uint tile_m = tile / " + u(tiles_n) + ", tile_n = tile % " + u(tiles_n) + ";\n";
+  const uint64_t g = std::min<uint64_t>(group_m, tiles_m);
+  return "  uint group_first = (tile / " + u(g * tiles_n) + ") * " + u(g) + ";\n" +
+         "  uint group_rows = min(" + u(tiles_m) + " - group_first, " + u(g) + ");\n" +
+         "  uint in_group = tile % " + u(g * tiles_n) + ";\n" +
+         "  uint tile_m = group_first + in_group % group_rows, tile_n = in_group / group_rows;\n";
+}
+
+// ------------------------------------------------------------------------------------ classic (baseline)
+
 struct TileConfig {
   uint32_t bm, bn, bk, tx, ty;  // block tile, K slice, threads (tx along N, ty along M)
 };
@@ -62,7 +102,7 @@ struct TileConfig {
 // blocks to spread over the device (a big GPU has ~100+ compute units); otherwise 64x64 blocks (4x4 per
 // thread), or 32x32 on devices limited to fewer than 256 invocations. The K slice doubles when shared
 // memory allows it (fewer barriers per K).
-TileConfig pick_tile(const GemmShape& s, const DeviceCaps& caps) {
+TileConfig classic_tile(const GemmShape& s, const DeviceCaps& caps) {
   TileConfig t{64, 64, 16, 16, 16};
   uint64_t big_tiles = div_up(s.m, 128) * div_up(s.n, 128) * batch_count(s);
   if (caps.max_workgroup_invocations >= 256 && big_tiles >= 256) t = {128, 128, 8, 16, 16};
@@ -74,8 +114,8 @@ TileConfig pick_tile(const GemmShape& s, const DeviceCaps& caps) {
   return t;
 }
 
-Kernel tiled_kernel(const GemmShape& s, const DeviceCaps& caps) {
-  const TileConfig t = pick_tile(s, caps);
+Kernel classic_kernel(const GemmShape& s, const DeviceCaps& caps) {
+  const TileConfig t = classic_tile(s, caps);
   const uint32_t tm = t.bm / t.ty, tn = t.bn / t.tx, nt = t.tx * t.ty;
   const uint64_t tiles_m = div_up(s.m, t.bm), tiles_n = div_up(s.n, t.bn);
   const uint64_t total = tiles_m * tiles_n * batch_count(s);
@@ -83,9 +123,10 @@ Kernel tiled_kernel(const GemmShape& s, const DeviceCaps& caps) {
   const std::string BM = u(t.bm), BN = u(t.bn), BK = u(t.bk);
 
   std::string g = "#version 450\n";
-  g += "// matmul tiled " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) +
-       ", " + std::to_string(tm) + "x" + std::to_string(tn) + " per thread\n";
-  g += "layout(local_size_x = " + std::to_string(t.tx) + ", local_size_y = " + std::to_string(t.ty) + ") in;\n";
+  g += "// matmul classic (single-buffered SIMT) " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
+       std::to_string(t.bk) + ", " + std::to_string(tm) + "x" + std::to_string(tn) + " per thread\n";
+  g += "layout(local_size_x = " + std::to_string(t.tx) + ", local_size_y = " + std::to_string(t.ty) +
+       ") in;\n";
   g += decls();
   // +1 column: the loads below write along the k index, which would otherwise hit one bank.
   g += "shared float As[" + std::to_string(t.bk) + "][" + std::to_string(t.bm + 1) + "];\n";
@@ -93,7 +134,8 @@ Kernel tiled_kernel(const GemmShape& s, const DeviceCaps& caps) {
   g += "void main() {\n" + grid.glsl;
   g += "  uint batch = gid / " + u(tiles_m * tiles_n) + ";\n";
   g += "  uint tile = gid % " + u(tiles_m * tiles_n) + ";\n";
-  g += "  uint m0 = (tile / " + u(tiles_n) + ") * " + BM + ", n0 = (tile % " + u(tiles_n) + ") * " + BN + ";\n";
+  g += "  uint m0 = (tile / " + u(tiles_n) + ") * " + BM + ", n0 = (tile % " + u(tiles_n) + ") * " + BN +
+       ";\n";
   g += batch_offsets(s);
   g += "  uint coff = batch * " + u(s.m * s.n) + ";\n";
   g += "  uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = gl_LocalInvocationIndex;\n";
@@ -134,13 +176,565 @@ Kernel tiled_kernel(const GemmShape& s, const DeviceCaps& caps) {
   g += "      if (n < " + u(s.n) + ") C[coff + m * " + u(s.n) + " + n] = acc[i][j];\n    }\n  }\n}\n";
 
   Kernel k;
-  k.name = "matmul_tiled_" + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) +
-           "_t" + std::to_string(s.transpose_a) + std::to_string(s.transpose_b);
+  k.name = "matmul_classic_" + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
+           std::to_string(t.bk) + "_t" + std::to_string(s.transpose_a) + std::to_string(s.transpose_b);
   k.glsl = g;
   k.bindings = gemm_bindings();
   k.groups = grid.groups;
   return k;
 }
+
+// ------------------------------------------------------------------------------------------- SIMT tiled
+
+struct SimtConfig {
+  uint32_t bm, bn, bk, tm, tn, lx, ly, group_m;
+  uint64_t k_chunk;  // K range of one split (a multiple of bk); = K rounded up when not split
+  uint64_t splits;
+};
+
+uint32_t simt_shared_bytes(uint32_t bm, uint32_t bn, uint32_t bk) {
+  return 2u * bk * (bm / 4 + 1 + bn / 4 + 1) * 16u;
+}
+
+[[noreturn]] void bad_tile(const std::string& what) {
+  throw Error("MGN_GEMM_TILE: " + what);
+}
+
+// Fills what `want` leaves at 0. Auto: 128x128 blocks with 8x8 per thread (256 threads) when the product
+// still has at least 256 such blocks for the device (a big GPU has ~100+ compute units); otherwise 64x64
+// blocks with 4x4 per thread (32x32 when even those are few and K is too short to split), or 32x32 on
+// devices limited to fewer than 256 invocations. BK = 16 (one
+// barrier per 16-deep slice; 33 KiB of shared memory at 128x128). A grid still too small for the device
+// splits K when K is long.
+SimtConfig pick_simt(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want) {
+  SimtConfig c{};
+  const uint64_t nb = batch_count(s);
+  auto blocks = [&](uint64_t bm, uint64_t bn) { return div_up(s.m, bm) * div_up(s.n, bn) * nb; };
+  if (want.bm || want.bn) {
+    c.bm = want.bm ? want.bm : want.bn;
+    c.bn = want.bn ? want.bn : want.bm;
+  } else if (caps.max_workgroup_invocations >= 256 && blocks(128, 128) >= 256) {
+    c.bm = c.bn = 128;
+  } else if (caps.max_workgroup_invocations >= 256) {
+    c.bm = c.bn = 64;
+    // A short K cannot be split profitably: smaller blocks are then the only way to fill the device.
+    if (blocks(64, 64) < 128 && s.k < 1024 && blocks(32, 32) > blocks(64, 64)) c.bm = c.bn = 32;
+  } else {
+    c.bm = c.bn = 32;
+  }
+  c.tm = want.tm ? want.tm : (c.bm >= 128 && c.bn >= 64 ? 8 : 4);
+  c.tn = want.tn ? want.tn : (c.bn >= 128 && c.bm >= 64 ? 8 : 4);
+  if (c.tm % 4 || c.tn % 4 || c.bm % c.tm || c.bn % c.tn)
+    bad_tile("the per-thread tile must be multiples of 4 dividing the block (" + su(c.bm) + "x" + su(c.bn) +
+             " block, " + su(c.tm) + "x" + su(c.tn) + " per thread)");
+  const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty;
+  if (nt > caps.max_workgroup_invocations)
+    bad_tile(su(nt) + " threads exceed the device's " + su(caps.max_workgroup_invocations));
+  c.bk = want.bk ? want.bk : 16;
+  if (!want.bk)
+    while (c.bk > 4 && simt_shared_bytes(c.bm, c.bn, c.bk) > caps.max_shared_bytes) c.bk /= 2;
+  if (simt_shared_bytes(c.bm, c.bn, c.bk) > caps.max_shared_bytes)
+    bad_tile(su(simt_shared_bytes(c.bm, c.bn, c.bk)) + " bytes of shared memory exceed the device's " +
+             su(caps.max_shared_bytes));
+  // Lanes of one subgroup: by default a full row of threads along N (tx x 32/tx), i.e. the plain order.
+  c.lx = want.lx ? want.lx : std::min<uint32_t>(tx, 32);
+  c.ly = want.ly ? want.ly : std::max<uint32_t>(1, std::min<uint32_t>(ty, 32 / c.lx));
+  if (tx % c.lx || ty % c.ly || nt % (c.lx * c.ly))
+    bad_tile("lane layout " + su(c.lx) + "x" + su(c.ly) + " does not tile the " + su(tx) + "x" + su(ty) +
+             " threads");
+  c.group_m = want.group_m ? want.group_m : 8;
+  // Split K when the grid would leave most of a big GPU idle and each split still has >= 256 of K.
+  uint64_t splits = want.splits;
+  if (!splits) {
+    splits = 1;
+    const uint64_t b = blocks(c.bm, c.bn);
+    if (b < 128 && s.k >= 1024)
+      while (splits * 2 * b <= 256 && s.k / (splits * 2) >= 256 && splits < 16) splits *= 2;
+  }
+  c.k_chunk = div_up(div_up(s.k, std::max<uint64_t>(splits, 1)), c.bk) * c.bk;
+  c.splits = div_up(s.k, c.k_chunk);  // no empty split
+  return c;
+}
+
+// One operand's tile loader. The tile holds `outer` (BM of A, BN of B) x BK values; an item is 4
+// consecutive outer indices at one k, stored as one vec4 of the k-major shared tile. Consecutive threads
+// take consecutive items along the operand's contiguous axis, so global loads coalesce: one vec4 load when
+// the operand is contiguous along `outer` and its row length is a multiple of 4, else 4 scalar loads.
+struct TileLoader {
+  std::string name;     // "a" / "b"
+  std::string buf;      // "A" / "B": global buffer (float) or buf + "4" (vec4)
+  std::string shared;   // "As" / "Bs"
+  std::string o0;       // "m0" / "n0"
+  std::string off;      // "a_off" / "b_off"
+  uint64_t outer_dim;   // M / N
+  uint32_t outer_tile;  // BM / BN
+  bool contig_outer;    // A transposed / B not transposed
+  bool vec;             // vec4 global loads
+  std::function<std::string(const std::string&, const std::string&)> index;  // (outer, k) -> word index
+};
+
+std::string emit_loader(const TileLoader& L, const GemmShape& s, uint32_t bk, uint32_t nt) {
+  const uint64_t items = uint64_t(L.outer_tile) * bk / 4, per = div_up(items, nt);
+  const bool guard = items % nt != 0;
+  const bool o_edge = L.outer_dim % L.outer_tile != 0, k_edge = s.k % bk != 0;
+  const std::string q4 = u(L.outer_tile / 4);
+  auto coords = [&](const std::string& pad) {
+    std::string g = pad + "uint e = tid + it * " + u(nt) + ";\n";
+    if (L.contig_outer)
+      g += pad + "uint q = e % " + q4 + ", kk = e / " + q4 + ";\n";
+    else
+      g += pad + "uint kk = e % " + u(bk) + ", q = e / " + u(bk) + ";\n";
+    return g;
+  };
+  std::string g = "void load_" + L.name + "(uint k0) {\n";
+  g += "  [[unroll]] for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
+  if (guard) g += "    if (e >= " + u(items) + ") break;\n";
+  g += "    uint k = k0 + kk;\n";
+  g += std::string("    uint kr = ") + (k_edge ? "min(k, " + u(s.k - 1) + ")" : "k") + ";\n";
+  if (L.vec) {
+    g += "    uint o = " + L.o0 + " + 4u * q;\n";
+    if (o_edge) g += "    o = min(o, " + u(L.outer_dim - 4) + ");\n";
+    g += "    vec4 v = " + L.buf + "4[(" + L.off + " >> 2) + kr * " + u(L.outer_dim / 4) + " + (o >> 2)];\n";
+  } else {
+    g += "    vec4 v;\n";
+    g += "    [[unroll]] for (uint c = 0u; c < 4u; ++c) {\n";
+    g += "      uint o = " + L.o0 + " + 4u * q + c;\n";
+    if (o_edge) g += "      o = min(o, " + u(L.outer_dim - 1) + ");\n";
+    g += "      v[c] = " + L.buf + "[" + L.off + " + " + L.index("o", "kr") + "];\n    }\n";
+  }
+  if (k_edge) g += "    if (k >= " + u(s.k) + ") v = vec4(0.0);\n";
+  g += "    r" + L.name + "[it] = v;\n  }\n}\n";
+  g += "void store_" + L.name + "(uint buf) {\n";
+  g += "  [[unroll]] for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
+  if (guard) g += "    if (e >= " + u(items) + ") break;\n";
+  g += "    " + L.shared + "[buf][kk][q] = r" + L.name + "[it];\n  }\n}\n";
+  return g;
+}
+
+Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const SimtConfig& c) {
+  const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty, sm = c.tm / 4, sn = c.tn / 4;
+  const uint64_t nb = batch_count(s), tiles_m = div_up(s.m, c.bm), tiles_n = div_up(s.n, c.bn);
+  const uint64_t tiles = tiles_m * tiles_n, total = tiles * nb * c.splits;
+  const bool split = c.splits > 1;
+  detail::Grid grid = detail::flat_grid(total, caps);
+  const bool a_vec = s.transpose_a && s.m % 4 == 0, b_vec = !s.transpose_b && s.n % 4 == 0;
+  const bool c_vec = s.n % 4 == 0;
+  const bool m_edge = s.m % c.bm != 0, n_edge = s.n % c.bn != 0;
+  const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
+                          "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +
+                          (split ? "_s" + su(c.splits) : "") + (a_vec ? "_va" : "") + (b_vec ? "_vb" : "") +
+                          "_t" + su(s.transpose_a) + su(s.transpose_b);
+
+  std::string g = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n";
+  g += "// matmul tiled (SIMT, double-buffered) " + key + ": " + su(c.bm) + "x" + su(c.bn) + " block, " +
+       su(c.bk) + "-deep K slices, " + su(c.tm) + "x" + su(c.tn) + " per thread as " + su(sm) + "x" + su(sn) +
+       " 4x4 sub-tiles\n";
+  g += "// M=" + su(s.m) + " N=" + su(s.n) + " K=" + su(s.k) + " batch=" + su(nb) +
+       (split ? " K split " + su(c.splits) + " ways of " + su(c.k_chunk) : "") + "\n";
+  g += "layout(local_size_x = " + su(nt) + ") in;\n";
+  g += a_vec ? buffer_as(0, "vec4", "A4", false) : buffer_as(0, "float", "A", false);
+  g += b_vec ? buffer_as(1, "vec4", "B4", false) : buffer_as(1, "float", "B", false);
+  g += c_vec ? buffer_as(2, "vec4", "C4", true) : buffer_as(2, "float", "C", true);
+  g += "const uint M = " + u(s.m) + ", N = " + u(s.n) + ", K = " + u(s.k) + ";\n";
+  g += "const uint BM = " + u(c.bm) + ", BN = " + u(c.bn) + ", BK = " + u(c.bk) + ";\n";
+  g += "const uint TX = " + u(tx) + ", TY = " + u(ty) + ";  // threads along N, M\n";
+  // k-major tiles of vec4s; the extra vec4 per row keeps the 4-row transposing stores of A conflict-free.
+  g += "shared vec4 As[2][BK][BM / 4u + 1u];\nshared vec4 Bs[2][BK][BN / 4u + 1u];\n";
+  const uint64_t items_a = uint64_t(c.bm) * c.bk / 4, items_b = uint64_t(c.bn) * c.bk / 4;
+  g += "vec4 ra[" + su(div_up(items_a, nt)) + "], rb[" + su(div_up(items_b, nt)) + "];\n";
+  g += "vec4 acc[" + su(c.tm * sn) + "];  // row i*4+r of the thread tile, column group j: acc[(i*4+r)*" +
+       su(sn) + "+j]\n";
+  g += "uint tid, tx, ty, m0, n0, a_off, b_off;  // a_off, b_off: word offsets of this batch's matrices\n";
+  TileLoader la{"a",     "A",
+                "As",    "m0",
+                "a_off", s.m,
+                c.bm,    s.transpose_a,
+                a_vec,   [&](const std::string& o, const std::string& k) { return a_index(s, o, k); }};
+  TileLoader lb{"b",     "B",
+                "Bs",    "n0",
+                "b_off", s.n,
+                c.bn,    !s.transpose_b,
+                b_vec,   [&](const std::string& o, const std::string& k) { return b_index(s, k, o); }};
+  g += emit_loader(la, s, c.bk, nt) + emit_loader(lb, s, c.bk, nt);
+  g += "void compute(uint buf) {\n";
+  g += "  [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {\n";
+  g += "    vec4 a[" + su(sm) + "], b[" + su(sn) + "];\n";
+  g += "    [[unroll]] for (uint i = 0u; i < " + u(sm) + "; ++i) a[i] = As[buf][kk][i * TY + ty];\n";
+  g += "    [[unroll]] for (uint j = 0u; j < " + u(sn) + "; ++j) b[j] = Bs[buf][kk][j * TX + tx];\n";
+  g += "    [[unroll]] for (uint i = 0u; i < " + u(sm) + "; ++i)\n";
+  g += "      [[unroll]] for (uint r = 0u; r < 4u; ++r)\n";
+  g += "        [[unroll]] for (uint j = 0u; j < " + u(sn) + "; ++j)\n";
+  g += "          acc[(i * 4u + r) * " + u(sn) + " + j] = fma(vec4(a[i][r]), b[j], acc[(i * 4u + r) * " +
+       u(sn) + " + j]);\n  }\n}\n";
+
+  g += "void main() {\n" + grid.glsl;
+  g += "  uint split = gid / " + u(tiles * nb) + ", batch = (gid / " + u(tiles) + ") % " + u(nb) +
+       ", tile = gid % " + u(tiles) + ";\n";
+  g += tile_coords(tiles_m, tiles_n, c.group_m);
+  g += "  m0 = tile_m * BM;\n  n0 = tile_n * BN;\n";
+  g += batch_offsets(s);
+  g += "  a_off = aoff;\n  b_off = boff;\n";
+  g += "  tid = gl_LocalInvocationIndex;\n";
+  // Subgroup lanes laid out lx x ly over the thread grid (the sweep's knob on shared-memory broadcast).
+  const uint32_t lanes = c.lx * c.ly, warps_x = tx / c.lx;
+  g += "  { uint lane = tid % " + u(lanes) + ", w = tid / " + u(lanes) + ";\n";
+  g += "    tx = (w % " + u(warps_x) + ") * " + u(c.lx) + " + lane % " + u(c.lx) + ";\n";
+  g += "    ty = (w / " + u(warps_x) + ") * " + u(c.ly) + " + lane / " + u(c.lx) + "; }\n";
+  g += "  [[unroll]] for (uint i = 0u; i < " + u(c.tm * sn) + "; ++i) acc[i] = vec4(0.0);\n";
+  const std::string kbeg = split ? "split * " + u(c.k_chunk) : "0u";
+  if (split)
+    g += "  uint kbeg = " + kbeg + ";\n  uint ntiles = (min(" + u(c.k_chunk) +
+         ", K - kbeg) + BK - 1u) / BK;\n";
+  else
+    g += "  const uint kbeg = 0u, ntiles = " + u(div_up(s.k, c.bk)) + ";\n";
+  g += "  load_a(kbeg);\n  load_b(kbeg);\n  store_a(0u);\n  store_b(0u);\n  barrier();\n";
+  // One barrier per slice: slice t+1 goes to the other buffer, whose last readers (slice t-1) all passed
+  // the previous barrier; its global loads are issued before the FMAs of slice t and stored after them.
+  g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
+  g += "    uint cur = t & 1u;\n";
+  g += "    bool more = t + 1u < ntiles;\n";
+  g += "    if (more) { load_a(kbeg + (t + 1u) * BK); load_b(kbeg + (t + 1u) * BK); }\n";
+  g += "    compute(cur);\n";
+  g += "    if (more) { store_a(cur ^ 1u); store_b(cur ^ 1u); }\n";
+  g += "    barrier();\n  }\n";
+  // Epilogue: thread (tx, ty) owns rows i*4*TY + 4*ty + r and columns j*4*TX + 4*tx + 0..3.
+  g += "  uint coff = " +
+       (split ? "(split * " + u(nb) + " + batch) * " + u(s.m * s.n) : "batch * " + u(s.m * s.n)) + ";\n";
+  g += "  [[unroll]] for (uint i = 0u; i < " + u(sm) + "; ++i)\n";
+  g += "    [[unroll]] for (uint r = 0u; r < 4u; ++r) {\n";
+  g += "      uint m = m0 + i * 4u * TY + 4u * ty + r;\n";
+  if (m_edge) g += "      if (m >= M) continue;\n";
+  g += "      [[unroll]] for (uint j = 0u; j < " + u(sn) + "; ++j) {\n";
+  g += "        uint n = n0 + j * 4u * TX + 4u * tx;\n";
+  g += "        vec4 v = acc[(i * 4u + r) * " + u(sn) + " + j];\n";
+  if (c_vec) {
+    if (n_edge) g += "        if (n >= N) continue;\n";
+    g += "        C4[(coff >> 2) + m * (N / 4u) + (n >> 2)] = v;\n";
+  } else {
+    g += "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n";
+    g += "          if (n + q < N) C[coff + m * N + n + q] = v[q];\n";
+  }
+  g += "      }\n    }\n}\n";
+
+  Lowering l;
+  Kernel k;
+  k.name = "matmul_tiled_" + key;
+  k.glsl = g;
+  k.groups = grid.groups;
+  if (!split) {
+    k.bindings = gemm_bindings();
+    l.kernels.push_back(std::move(k));
+    return l;
+  }
+  // Split K: partial products to scratch [split][batch][m][n], then one pass sums them in split order
+  // (deterministic, no atomics).
+  k.bindings = {
+      {BindingKind::Input, 0, false}, {BindingKind::Input, 1, false}, {BindingKind::Scratch, 0, true}};
+  l.scratch_words.push_back(c.splits * nb * s.m * s.n);
+  l.kernels.push_back(std::move(k));
+  const uint64_t outs = nb * s.m * s.n;
+  const bool v4 = outs % 4 == 0;
+  const std::string T = v4 ? "vec4" : "float";
+  const uint64_t count = v4 ? outs / 4 : outs;
+  std::string body = "  " + T + " sum = P[i];\n";
+  body += "  for (uint p = 1u; p < " + u(c.splits) + "; ++p) sum += P[p * " + u(count) + " + i];\n";
+  body += "  C[i] = sum;\n";
+  l.kernels.push_back(detail::elementwise_kernel(
+      "matmul_splitk_sum_" + su(c.splits), buffer_as(0, T, "P", false) + buffer_as(1, T, "C", true), body,
+      count, {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}}, caps));
+  return l;
+}
+
+// ------------------------------------------------------------------------------ f16 cooperative matrix
+
+struct CoopConfig {
+  uint32_t bm, bn, bk, wm, wn, group_m;
+  CoopMatShape mma;
+};
+
+// Shared bytes: two f16 buffers of each operand's tile (rows padded by 8 halves = 16 bytes so the
+// cooperative loads' rows start on different banks and stay 16-byte aligned), plus a 4-byte-per-element
+// staging tile per subgroup for edge blocks.
+uint32_t coop_a_stride(const GemmShape& s, const CoopConfig& c) {
+  return (s.transpose_a ? c.bm : c.bk) + 8;
+}
+uint32_t coop_b_stride(const GemmShape& s, const CoopConfig& c) {
+  return (s.transpose_b ? c.bk : c.bn) + 8;
+}
+uint32_t coop_a_words(const GemmShape& s, const CoopConfig& c) {
+  return coop_a_stride(s, c) * (s.transpose_a ? c.bk : c.bm);
+}
+uint32_t coop_b_words(const GemmShape& s, const CoopConfig& c) {
+  return coop_b_stride(s, c) * (s.transpose_b ? c.bn : c.bk);
+}
+bool coop_direct_store(const GemmShape& s, const CoopConfig& c) {
+  return s.m % c.bm == 0 && s.n % c.bn == 0;
+}
+uint32_t coop_shared_bytes(const GemmShape& s, const CoopConfig& c) {
+  const uint32_t warps = (c.bm / c.wm) * (c.bn / c.wn);
+  return 2u * 2u * (coop_a_words(s, c) + coop_b_words(s, c)) +
+         (coop_direct_store(s, c) ? 0u : warps * c.mma.m * c.mma.n * 4u);
+}
+
+// Auto: 128x128 blocks of 8 subgroups, each a 64x32 tile (4x2 multiplies of 16x16 per 16-deep step),
+// BK = 32; 64x64 blocks of 4 subgroups (32x32 each) when the grid of 128x128 blocks is small.
+CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
+                     const CoopMatShape& mma) {
+  CoopConfig c{};
+  c.mma = mma;
+  const uint64_t nb = batch_count(s);
+  const bool small = div_up(s.m, 128) * div_up(s.n, 128) * nb < 128;
+  c.bm = want.bm ? want.bm : (small ? 64 : 128);
+  c.bn = want.bn ? want.bn : (small ? 64 : 128);
+  c.bk = want.bk ? want.bk : 32;
+  c.wm = want.wm ? want.wm : std::min<uint32_t>(c.bm, c.bm >= 128 ? 64 : 32);
+  c.wn = want.wn ? want.wn : std::min<uint32_t>(c.bn, 32);
+  c.group_m = want.group_m ? want.group_m : 8;
+  auto bad = [](const std::string& what) { throw Error("MGN_GEMM_F16_TILE: " + what); };
+  if (c.bm % c.wm || c.bn % c.wn || c.wm % mma.m || c.wn % mma.n || c.bk % mma.k || c.bk % 8 || c.bm % 8 ||
+      c.bn % 8)
+    bad("block " + su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + " / subgroup tile " + su(c.wm) + "x" +
+        su(c.wn) + " do not tile into " + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + " multiplies");
+  const uint32_t threads = (c.bm / c.wm) * (c.bn / c.wn) * 32;
+  if (threads > caps.max_workgroup_invocations) bad(su(threads) + " threads exceed the device limit");
+  if (!want.bk)
+    while (c.bk > mma.k && coop_shared_bytes(s, c) > caps.max_shared_bytes) c.bk /= 2;
+  if (coop_shared_bytes(s, c) > caps.max_shared_bytes)
+    bad(su(coop_shared_bytes(s, c)) + " bytes of shared memory exceed the device's " +
+        su(caps.max_shared_bytes));
+  return c;
+}
+
+// `emulate`: the same kernel with every cooperative-matrix operation spelled out per invocation over
+// virtual 32-lane subgroups (a fragment is its shared-memory offset; accumulators are 8 floats a lane),
+// so a device without GL_NV_cooperative_matrix can check the tiling, staging and edge logic.
+Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate) {
+  const CoopMatShape& mma = c.mma;
+  // The emulation is for tests on software devices, where unrolled code only costs JIT time.
+  const std::string unroll = emulate ? "" : "[[unroll]] ";
+  const uint32_t warps_n = c.bn / c.wn, warps = (c.bm / c.wm) * warps_n, nt = warps * 32;
+  const uint32_t fi = c.wm / mma.m, fj = c.wn / mma.n, per_lane = mma.m * mma.n / 32;
+  const uint64_t nb = batch_count(s), tiles_m = div_up(s.m, c.bm), tiles_n = div_up(s.n, c.bn);
+  const uint64_t tiles = tiles_m * tiles_n;
+  detail::Grid grid = detail::flat_grid(tiles * nb, caps);
+  const uint32_t sa = coop_a_stride(s, c), sb = coop_b_stride(s, c);
+  const uint32_t aw = coop_a_words(s, c), bw = coop_b_words(s, c);
+  const bool direct = coop_direct_store(s, c);
+  // Which global axis is contiguous: A along k unless transposed, B along n unless transposed.
+  const bool a_contig_k = !s.transpose_a, b_contig_k = s.transpose_b;
+  const bool a_vec = (a_contig_k ? s.k : s.m) % 4 == 0, b_vec = (b_contig_k ? s.k : s.n) % 4 == 0;
+  const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) +
+                          "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) +
+                          (direct ? "" : "_edge") + "_t" + su(s.transpose_a) + su(s.transpose_b);
+
+  std::string g = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n";
+  g += "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
+  if (!emulate)
+    g += "#extension GL_NV_cooperative_matrix : require\n#extension GL_KHR_memory_scope_semantics : require\n"
+         "#extension GL_KHR_shader_subgroup_basic : require\n";
+  g += std::string("// matmul f16 cooperative matrix") + (emulate ? " (EMULATED, for tests)" : "") + " " +
+       key + ": f32 in, rounded to f16 in shared memory, f32 accumulation\n";
+  g += "// M=" + su(s.m) + " N=" + su(s.n) + " K=" + su(s.k) + " batch=" + su(nb) + "; " + su(warps) +
+       " subgroups of 32, each " + su(c.wm) + "x" + su(c.wn) + " as " + su(fi) + "x" + su(fj) +
+       " multiplies\n";
+  g += "layout(local_size_x = " + su(nt) + ") in;\n";
+  g += a_vec ? buffer_as(0, "vec4", "A4", false) : buffer_as(0, "float", "A", false);
+  g += b_vec ? buffer_as(1, "vec4", "B4", false) : buffer_as(1, "float", "B", false);
+  g += "layout(std430, set = 0, binding = 2) buffer B2 { float C[]; };\n";
+  g += "const uint M = " + u(s.m) + ", N = " + u(s.n) + ", K = " + u(s.k) + ";\n";
+  g += "const uint BM = " + u(c.bm) + ", BN = " + u(c.bn) + ", BK = " + u(c.bk) + ";\n";
+  g += "const uint SA = " + u(sa) + ", SB = " + u(sb) + ";  // shared row strides in halves\n";
+  g += std::string("// A tile ") + (s.transpose_a ? "[k][m]" : "[m][k]") + ", B tile " +
+       (s.transpose_b ? "[n][k]" : "[k][n]") + " (the global layouts), two buffers each\n";
+  g += "shared float16_t As[" + su(2 * aw) + "];\nshared float16_t Bs[" + su(2 * bw) + "];\n";
+  if (!direct) g += "shared float Cs[" + su(warps * mma.m * mma.n) + "];\n";
+  const std::string MM = su(mma.m), MN = su(mma.n), MK = su(mma.k);
+  const std::string tA = "fcoopmatNV<16, gl_ScopeSubgroup, " + MM + ", " + MK + ">";
+  const std::string tB = "fcoopmatNV<16, gl_ScopeSubgroup, " + MK + ", " + MN + ">";
+  const std::string tC = "fcoopmatNV<32, gl_ScopeSubgroup, " + MM + ", " + MN + ">";
+  const uint64_t items_a = uint64_t(c.bm) * c.bk / 4, items_b = uint64_t(c.bn) * c.bk / 4;
+  const uint64_t per_a = div_up(items_a, nt), per_b = div_up(items_b, nt);
+  g += "vec4 ra[" + su(per_a) + "], rb[" + su(per_b) + "];\n";
+  g += "uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;\n";
+  if (emulate) {
+    g += "float acc[" + su(fi * fj) + "][" + su(per_lane) +
+         "];  // lane's elements idx = lane + 32 * e, row-major\n";
+    // Row-major element (r, c) of a fragment at `off`: off + r * stride + c; column-major: off + c * stride +
+    // r.
+    g += "void mma_emul(uint ia, uint ib, uint fa, uint fb) {\n";
+    g += "  " + unroll + "for (uint e = 0u; e < " + u(per_lane) + "; ++e) {\n";
+    g += "    uint idx = lane + 32u * e, r = idx / " + u(mma.n) + ", cc = idx % " + u(mma.n) + ";\n";
+    g += "    float sum = acc[ia * " + u(fj) + " + ib][e];\n";
+    g += "    for (uint kk = 0u; kk < " + u(mma.k) + "; ++kk)\n";
+    g += std::string("      sum = fma(float(As[fa + ") + (s.transpose_a ? "kk * SA + r" : "r * SA + kk") +
+         "]), float(Bs[fb + " + (s.transpose_b ? "cc * SB + kk" : "kk * SB + cc") + "]), sum);\n";
+    g += "    acc[ia * " + u(fj) + " + ib][e] = sum;\n  }\n}\n";
+  } else {
+    g += tC + " acc[" + su(fi * fj) + "];\n";
+  }
+
+  // Global -> registers: an item is 4 consecutive values along the operand's contiguous axis.
+  auto loader = [&](const std::string& name, bool contig_k, bool vec, uint64_t outer_dim, uint32_t outer_tile,
+                    const std::string& o0, const std::string& off, uint64_t items, uint64_t per,
+                    uint32_t stride, const std::string& shared, uint32_t words,
+                    const std::function<std::string(const std::string&, const std::string&)>& index) {
+    const bool guard = items % nt != 0, o_edge = outer_dim % outer_tile != 0, k_edge = s.k % c.bk != 0;
+    auto coords = [&](const std::string& pad) {
+      std::string t = pad + "uint e = tid + it * " + u(nt) + ";\n";
+      if (contig_k)
+        t += pad + "uint k4 = e % " + u(c.bk / 4) + ", o = e / " + u(c.bk / 4) + ";\n";
+      else
+        t += pad + "uint o4 = e % " + u(outer_tile / 4) + ", kk = e / " + u(outer_tile / 4) + ";\n";
+      return t;
+    };
+    std::string t = "void load_" + name + "(uint k0) {\n";
+    t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
+    if (guard) t += "    if (e >= " + u(items) + ") break;\n";
+    if (contig_k) {
+      // 4 consecutive k of one outer row.
+      t += "    uint oo = " + o0 + " + o;\n";
+      if (o_edge) t += "    oo = min(oo, " + u(outer_dim - 1) + ");\n";
+      t += "    uint k = k0 + 4u * k4;\n";
+      if (vec) {
+        t += std::string("    vec4 v = ") + (name == "a" ? "A4" : "B4") + "[(" + off + " + " +
+             index("oo", k_edge ? "min(k, " + u(s.k - 4) + ")" : "k") + ") >> 2];\n";
+        if (k_edge) t += "    if (k >= K) v = vec4(0.0);\n";
+      } else {
+        t += "    vec4 v;\n    " + unroll + "for (uint q = 0u; q < 4u; ++q) {\n";
+        t += std::string("      v[q] = ") + (name == "a" ? "A" : "B") + "[" + off + " + " +
+             index("oo", k_edge ? "min(k + q, " + u(s.k - 1) + ")" : "k + q") + "];\n";
+        if (k_edge) t += "      if (k + q >= K) v[q] = 0.0;\n";
+        t += "    }\n";
+      }
+    } else {
+      // 4 consecutive outer indices at one k.
+      t += "    uint k = k0 + kk;\n";
+      t += std::string("    uint kr = ") + (k_edge ? "min(k, " + u(s.k - 1) + ")" : "k") + ";\n";
+      t += "    uint oo = " + o0 + " + 4u * o4;\n";
+      if (vec) {
+        if (o_edge) t += "    oo = min(oo, " + u(outer_dim - 4) + ");\n";
+        t += std::string("    vec4 v = ") + (name == "a" ? "A4" : "B4") + "[(" + off + " + " +
+             index("oo", "kr") + ") >> 2];\n";
+      } else {
+        t += "    vec4 v;\n    " + unroll + "for (uint q = 0u; q < 4u; ++q)\n";
+        t += std::string("      v[q] = ") + (name == "a" ? "A" : "B") + "[" + off + " + " +
+             index(o_edge ? "min(oo + q, " + u(outer_dim - 1) + ")" : "oo + q", "kr") + "];\n";
+      }
+      if (k_edge) t += "    if (k >= K) v = vec4(0.0);\n";
+    }
+    t += "    r" + name + "[it] = v;\n  }\n}\n";
+    // Registers -> shared (f16). The tile keeps the global layout: [outer][k] when contiguous along k.
+    t += "void store_" + name + "(uint buf) {\n";
+    t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
+    if (guard) t += "    if (e >= " + u(items) + ") break;\n";
+    t += "    f16vec4 h = f16vec4(r" + name + "[it]);\n";
+    t += "    uint base = buf * " + u(words) + " + " +
+         (contig_k ? "o * " + u(stride) + " + 4u * k4" : "kk * " + u(stride) + " + 4u * o4") + ";\n";
+    t += "    " + unroll + "for (uint q = 0u; q < 4u; ++q) " + shared + "[base + q] = h[q];\n  }\n}\n";
+    return t;
+  };
+  g += loader("a", a_contig_k, a_vec, s.m, c.bm, "m0", "a_off", items_a, per_a, sa, "As", aw,
+              [&](const std::string& o, const std::string& k) { return a_index(s, o, k); });
+  g += loader("b", b_contig_k, b_vec, s.n, c.bn, "n0", "b_off", items_b, per_b, sb, "Bs", bw,
+              [&](const std::string& o, const std::string& k) { return b_index(s, k, o); });
+
+  // One subgroup's multiplies on shared buffer `buf`. Fragment (i, j) covers rows wm0 + i*MM and columns
+  // wn0 + j*MN of the block.
+  auto a_frag = [&](const std::string& i, const std::string& kk) {
+    return s.transpose_a ? kk + " * SA + wm0 + " + i + " * " + u(mma.m)
+                         : "(wm0 + " + i + " * " + u(mma.m) + ") * SA + " + kk;
+  };
+  auto b_frag = [&](const std::string& j, const std::string& kk) {
+    return s.transpose_b ? "(wn0 + " + j + " * " + u(mma.n) + ") * SB + " + kk
+                         : kk + " * SB + wn0 + " + j + " * " + u(mma.n);
+  };
+  g += "void compute(uint buf) {\n";
+  g += "  uint abase = buf * " + u(aw) + ", bbase = buf * " + u(bw) + ";\n";
+  g += "  " + unroll + "for (uint kk = 0u; kk < BK; kk += " + u(mma.k) + ") {\n";
+  if (emulate) {
+    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+    g += "        mma_emul(i, j, abase + " + a_frag("i", "kk") + ", bbase + " + b_frag("j", "kk") + ");\n";
+  } else {
+    g += "    " + tA + " fa[" + su(fi) + "];\n    " + tB + " fb[" + su(fj) + "];\n";
+    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    g += std::string("      coopMatLoadNV(fa[i], As, abase + ") + a_frag("i", "kk") + ", SA, " +
+         (s.transpose_a ? "true" : "false") + ");\n";
+    g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+    g += std::string("      coopMatLoadNV(fb[j], Bs, bbase + ") + b_frag("j", "kk") + ", SB, " +
+         (s.transpose_b ? "true" : "false") + ");\n";
+    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+    g += "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
+  }
+  g += "  }\n}\n";
+
+  g += "void main() {\n" + grid.glsl;
+  g += "  uint batch = gid / " + u(tiles) + ", tile = gid % " + u(tiles) + ";\n";
+  g += tile_coords(tiles_m, tiles_n, c.group_m);
+  g += "  m0 = tile_m * BM;\n  n0 = tile_n * BN;\n";
+  g += batch_offsets(s);
+  g += "  a_off = aoff;\n  b_off = boff;\n";
+  g += "  tid = gl_LocalInvocationIndex;\n";
+  g += emulate ? "  warp = tid / 32u;\n  lane = tid % 32u;\n"
+               : "  warp = gl_SubgroupID;\n  lane = gl_SubgroupInvocationID;\n";
+  g += "  wm0 = (warp / " + u(warps_n) + ") * " + u(c.wm) + ";\n  wn0 = (warp % " + u(warps_n) + ") * " +
+       u(c.wn) + ";\n";
+  if (emulate)
+    g += "  " + unroll + "for (uint i = 0u; i < " + u(fi * fj) + "; ++i)\n    " + unroll +
+         "for (uint e = 0u; e < " + u(per_lane) + "; ++e) acc[i][e] = 0.0;\n";
+  else
+    g += "  " + unroll + "for (uint i = 0u; i < " + u(fi * fj) + "; ++i) acc[i] = " + tC + "(0.0);\n";
+  g += "  const uint ntiles = " + u(div_up(s.k, c.bk)) + ";\n";
+  g += "  load_a(0u);\n  load_b(0u);\n  store_a(0u);\n  store_b(0u);\n  barrier();\n";
+  g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
+  g += "    uint cur = t & 1u;\n    bool more = t + 1u < ntiles;\n";
+  g += "    if (more) { load_a((t + 1u) * BK); load_b((t + 1u) * BK); }\n";
+  g += "    compute(cur);\n";
+  g += "    if (more) { store_a(cur ^ 1u); store_b(cur ^ 1u); }\n";
+  g += "    barrier();\n  }\n";
+  g += "  uint coff = batch * " + u(s.m * s.n) + ";\n";
+  if (direct && !emulate) {
+    g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+    g += "      coopMatStoreNV(acc[i * " + u(fj) + " + j], C, coff + (m0 + wm0 + i * " + u(mma.m) +
+         ") * N + n0 + wn0 + j * " + u(mma.n) + ", N, false);\n";
+  } else if (direct) {
+    g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+    g += "      " + unroll + "for (uint e = 0u; e < " + u(per_lane) + "; ++e) {\n";
+    g += "        uint idx = lane + 32u * e;\n";
+    g += "        C[coff + (m0 + wm0 + i * " + u(mma.m) + " + idx / " + u(mma.n) + ") * N + n0 + wn0 + j * " +
+         u(mma.n) + " + idx % " + u(mma.n) + "] = acc[i * " + u(fj) + " + j][e];\n      }\n";
+  } else {
+    // Edge blocks: each fragment goes through the subgroup's staging tile, stored with bounds checks.
+    const std::string cs = "warp * " + u(mma.m * mma.n);
+    g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j) {\n";
+    if (emulate)
+      g += "      " + unroll + "for (uint e = 0u; e < " + u(per_lane) + "; ++e) Cs[" + cs +
+           " + lane + 32u * e] = acc[i * " + u(fj) + " + j][e];\n";
+    else
+      g += "      coopMatStoreNV(acc[i * " + u(fj) + " + j], Cs, " + cs + ", " + u(mma.n) + ", false);\n";
+    g += "      barrier();\n";
+    g += "      " + unroll + "for (uint e = 0u; e < " + u(per_lane) + "; ++e) {\n";
+    g += "        uint idx = lane + 32u * e;\n";
+    g += "        uint m = m0 + wm0 + i * " + u(mma.m) + " + idx / " + u(mma.n) + ", n = n0 + wn0 + j * " +
+         u(mma.n) + " + idx % " + u(mma.n) + ";\n";
+    g += "        if (m < M && n < N) C[coff + m * N + n] = Cs[" + cs + " + idx];\n      }\n";
+    g += "      barrier();\n    }\n";
+  }
+  g += "}\n";
+
+  Kernel k;
+  k.name = std::string("matmul_coopmat_f16_") + (emulate ? "emul_" : "") + key;
+  k.glsl = g;
+  k.bindings = gemm_bindings();
+  k.groups = grid.groups;
+  return k;
+}
+
+// ------------------------------------------------------------------------------------------------ small
 
 Kernel small_kernel(const GemmShape& s, const DeviceCaps& caps) {
   // The large operand decides the strategy: with M small it is B, with N small it is A.
@@ -166,10 +760,12 @@ Kernel small_kernel(const GemmShape& s, const DeviceCaps& caps) {
     g += batch_offsets(s);
     g += "  float acc = 0.0;\n";
     g += "  for (uint k = gl_LocalInvocationID.x; k < " + u(s.k) + "; k += " + u(wg) + ")\n";
-    g += "    acc = fma(A[aoff + " + a_index(s, "m", "k") + "], B[boff + " + b_index(s, "k", "n") + "], acc);\n";
+    g += "    acc = fma(A[aoff + " + a_index(s, "m", "k") + "], B[boff + " + b_index(s, "k", "n") +
+         "], acc);\n";
     g += "  partial[gl_LocalInvocationID.x] = acc;\n  barrier();\n";
     g += "  for (uint w = " + u(wg / 2) + "; w > 0u; w >>= 1) {\n";
-    g += "    if (gl_LocalInvocationID.x < w) partial[gl_LocalInvocationID.x] += partial[gl_LocalInvocationID.x + w];\n";
+    g += "    if (gl_LocalInvocationID.x < w) partial[gl_LocalInvocationID.x] += "
+         "partial[gl_LocalInvocationID.x + w];\n";
     g += "    barrier();\n  }\n";
     g += "  if (gl_LocalInvocationID.x == 0u) C[gid] = partial[0];\n}\n";
     k.name = "matmul_small_ksplit_t" + std::to_string(s.transpose_a) + std::to_string(s.transpose_b);
@@ -185,25 +781,176 @@ Kernel small_kernel(const GemmShape& s, const DeviceCaps& caps) {
                                    ";\n  uint n = nm / " + u(s.m) + ", m = nm % " + u(s.m) + ";\n";
   body += batch_offsets(s);
   body += "  float acc = 0.0;\n  for (uint k = 0u; k < " + u(s.k) + "; ++k)\n";
-  body += "    acc = fma(A[aoff + " + a_index(s, "m", "k") + "], B[boff + " + b_index(s, "k", "n") + "], acc);\n";
+  body +=
+      "    acc = fma(A[aoff + " + a_index(s, "m", "k") + "], B[boff + " + b_index(s, "k", "n") + "], acc);\n";
   body += "  C[batch * " + u(s.m * s.n) + " + m * " + u(s.n) + " + n] = acc;\n";
   return detail::elementwise_kernel(
-      "matmul_small_thread_t" + std::to_string(s.transpose_a) + std::to_string(s.transpose_b), decls(), body, outs,
-      gemm_bindings(), caps);
+      "matmul_small_thread_t" + std::to_string(s.transpose_a) + std::to_string(s.transpose_b), decls(), body,
+      outs, gemm_bindings(), caps);
+}
+
+std::mutex& coopmat_mutex() {
+  static std::mutex m;
+  return m;
+}
+CoopMatStatus& coopmat_state() {
+  static CoopMatStatus s;
+  return s;
+}
+
+// "128x64x16" -> {128, 64, 16}; "8x4" -> {8, 4}.
+std::vector<uint32_t> parse_dims(const std::string& text, size_t count, const std::string& knob) {
+  std::vector<uint32_t> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t x = text.find('x', pos);
+    std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
+    char* end = nullptr;
+    unsigned long v = std::strtoul(part.c_str(), &end, 10);
+    if (part.empty() || !end || *end || v == 0 || v > 4096)
+      throw Error(knob + ": expected " + std::to_string(count) + " positive numbers separated by 'x', got '" +
+                  text + "'");
+    out.push_back(uint32_t(v));
+    if (x == std::string::npos) break;
+    pos = x + 1;
+  }
+  if (out.size() != count)
+    throw Error(knob + ": expected " + std::to_string(count) + " numbers separated by 'x', got '" + text +
+                "'");
+  return out;
+}
+
+// The cooperative-matrix kernel assumes 32-lane subgroups (NVIDIA's warps).
+bool caps_allow_coopmat(const DeviceCaps& caps) {
+  return caps.cooperative_matrix_nv && caps.subgroup_size == 32;
+}
+
+std::string env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
 }
 
 }  // namespace
 
+GemmVariant parse_gemm_variant(const std::string& text) {
+  if (text.empty() || text == "auto") return GemmVariant::Auto;
+  if (text == "simt" || text == "tiled") return GemmVariant::Tiled;
+  if (text == "classic") return GemmVariant::Classic;
+  if (text == "small") return GemmVariant::Small;
+  throw Error("MGN_GEMM_VARIANT: expected auto, simt, classic or small, got '" + text + "'");
+}
+
+GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
+  const std::string knob = coopmat ? "MGN_GEMM_F16_TILE" : "MGN_GEMM_TILE";
+  GemmTile t;
+  if (text.empty() || text == "auto") return t;
+  size_t pos = 0;
+  bool first = true;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string field = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (field.empty()) throw Error(knob + ": empty field in '" + text + "'");
+    if (first && std::isdigit(static_cast<unsigned char>(field[0]))) {
+      auto d = parse_dims(field, 3, knob);
+      t.bm = d[0], t.bn = d[1], t.bk = d[2];
+    } else {
+      const char tag = field[0];
+      const std::string rest = field.substr(1);
+      if (!coopmat && tag == 't') {
+        auto d = parse_dims(rest, 2, knob);
+        t.tm = d[0], t.tn = d[1];
+      } else if (!coopmat && tag == 'l') {
+        auto d = parse_dims(rest, 2, knob);
+        t.lx = d[0], t.ly = d[1];
+      } else if (coopmat && tag == 'w') {
+        auto d = parse_dims(rest, 2, knob);
+        t.wm = d[0], t.wn = d[1];
+      } else if (tag == 'g') {
+        t.group_m = parse_dims(rest, 1, knob)[0];
+      } else if (!coopmat && tag == 's') {
+        t.splits = parse_dims(rest, 1, knob)[0];
+      } else {
+        throw Error(knob + ": unknown field '" + field + "' in '" + text + "' (expected " +
+                    (coopmat ? "BMxBNxBK, wWMxWN, gG" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
+      }
+    }
+    first = false;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return t;
+}
+
+GemmOptions gemm_options_from_env() {
+  GemmOptions o;
+  o.variant = parse_gemm_variant(env_str("MGN_GEMM_VARIANT"));
+  o.tile = parse_gemm_tile(env_str("MGN_GEMM_TILE"), false);
+  o.coopmat_tile = parse_gemm_tile(env_str("MGN_GEMM_F16_TILE"), true);
+  o.mma = coopmat_status().mma;
+  return o;
+}
+
+void set_coopmat_status(const CoopMatStatus& status) {
+  std::lock_guard lock(coopmat_mutex());
+  coopmat_state() = status;
+}
+
+CoopMatStatus coopmat_status() {
+  std::lock_guard lock(coopmat_mutex());
+  return coopmat_state();
+}
+
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, GemmVariant variant) {
+  GemmOptions o;
+  o.variant = variant;
+  o.mma = coopmat_status().mma;
+  return lower_gemm(s, caps, o);
+}
+
+Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOptions& options) {
   if (s.a_stride.size() != s.batch.size() || s.b_stride.size() != s.batch.size())
     throw Error("matmul: batch strides do not match the batch rank");
-  if (variant == GemmVariant::Auto) variant = (s.m <= 8 || s.n <= 8) ? GemmVariant::Small : GemmVariant::Tiled;
-  Lowering l;
+  GemmVariant variant = options.variant;
+  if (variant == GemmVariant::Auto)
+    variant = (s.m <= 8 || s.n <= 8) ? GemmVariant::Small : GemmVariant::Tiled;
   if (s.k == 0) {  // empty contraction: C is all zeros
+    Lowering l;
     l.output_zero_filled = true;
     return l;
   }
-  l.kernels.push_back(variant == GemmVariant::Tiled ? tiled_kernel(s, caps) : small_kernel(s, caps));
+  switch (variant) {
+    case GemmVariant::Auto:
+    case GemmVariant::Tiled:
+      return simt_gemm(s, caps, pick_simt(s, caps, options.tile));
+    case GemmVariant::Classic: {
+      Lowering l;
+      l.kernels.push_back(classic_kernel(s, caps));
+      return l;
+    }
+    case GemmVariant::Small: {
+      Lowering l;
+      l.kernels.push_back(small_kernel(s, caps));
+      return l;
+    }
+    case GemmVariant::CoopMatF16: {
+      Lowering l;
+      l.kernels.push_back(coop_kernel(s, caps, pick_coop(s, caps, options.coopmat_tile, options.mma), false));
+      return l;
+    }
+  }
+  throw Error("internal: unknown GEMM variant");
+}
+
+Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const GemmTile& tile,
+                            const CoopMatShape& mma, bool emulate) {
+  if (s.a_stride.size() != s.batch.size() || s.b_stride.size() != s.batch.size())
+    throw Error("matmul: batch strides do not match the batch rank");
+  Lowering l;
+  if (s.k == 0) {
+    l.output_zero_filled = true;
+    return l;
+  }
+  l.kernels.push_back(coop_kernel(s, caps, pick_coop(s, caps, tile, mma), emulate));
   return l;
 }
 
@@ -237,7 +984,14 @@ Lowering lower_matmul(const LowerContext& ctx) {
     }
   }
   if (numel(out) == 0) return {};
-  return lower_gemm(s, ctx.caps);
+  GemmOptions o = gemm_options_from_env();
+  // f16 inputs are only for nodes that allow reduced precision, on a device whose self-test passed.
+  const CoopMatStatus coop = coopmat_status();
+  const std::string f16 = env_str("MGN_GEMM_F16");
+  if (ctx.node.precision == Precision::Accelerated && caps_allow_coopmat(ctx.caps) && coop.verified &&
+      f16 != "0" && s.m > 8 && s.n > 8)
+    o.variant = GemmVariant::CoopMatF16;
+  return lower_gemm(s, ctx.caps, o);
 }
 
 }  // namespace mgn::codegen

@@ -1,6 +1,9 @@
 // Vulkan graph executor: lowering, compile (deduplicated, parallel), storage, one recorded stream per step.
 #include "backend/vulkan/graph_executor.h"
 
+#include "backend/vulkan/gemm_selftest.h"
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -98,6 +101,15 @@ void GraphExecutor::build() {
   caps.max_workgroup_count = L.max_workgroup_count;
   caps.max_storage_buffer_range = L.max_storage_buffer_range;
   caps.cooperative_matrix_nv = ctx_.has(Feature::CooperativeMatrixNV);
+  // The f16 cooperative-matrix GEMM serves Accelerated matmuls only after its device self-test passed
+  // (run once per device and process; a wrong result turns the path off with a note on stderr).
+  if (caps.cooperative_matrix_nv) {
+    bool accelerated_matmul = false;
+    for (int i = 0; i < g_.size(); ++i)
+      accelerated_matmul |= g_.node(i).op == ir::Op::MatMul && g_.node(i).precision == Precision::Accelerated;
+    if (accelerated_matmul) gemm_coopmat_self_test(ctx_);
+  }
+  caps.max_storage_buffers = L.max_storage_buffers_per_stage;
   const char* env = std::getenv("MGN_PLAN");
   const bool planned = opt_.use_plan && !(env && std::string(env) == "0");
   const int n = g_.size();
@@ -282,42 +294,79 @@ int GraphExecutor::arena_view(uint64_t offset, uint64_t bytes, int owner) {
   return int(storages_.size()) - 1;
 }
 
-// The planned path: lower every node first (scratch sizes feed the plan), plan, back the arena with a few
-// allocations, and give every tensor a view at its planned offset; steps follow the plan's dispatch order.
+// Whether fusion is on: the option, unless MGN_FUSION=0 in the environment.
+bool GraphExecutor::fusion_enabled() const {
+  const char* env = std::getenv("MGN_FUSION");
+  return opt_.fusion && !(env && std::string(env) == "0");
+}
+
+// The planned path: choose the fusions, lower every dispatch whose kernels do not depend on the plan
+// (scratch sizes feed it), plan, back the arena with a few allocations, and give every tensor a view at
+// its planned offset; pointwise fusions are lowered once the plan says which of their nodes have memory.
+// Steps follow the plan's dispatch order.
 void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   auto t0 = std::chrono::steady_clock::now();
   const int n = g_.size();
   const DeviceLimits& L = ctx_.limits();
-  // Lower what the step computes (views and sources have no kernel).
+  // What the step computes (views and sources have no kernel); the plan needs every pinned node too.
   std::vector<bool> need(size_t(n), false);
   for (auto& [name, id] : g_.outputs()) need[size_t(id)] = true;
   for (int id : g_.assigns()) need[size_t(id)] = true;
+  for (int id : opt_.plan.pinned)
+    if (id >= 0 && id < n) need[size_t(id)] = true;
   for (int i = n - 1; i >= 0; --i)
     if (need[size_t(i)])
       for (int in : g_.node(i).inputs) need[size_t(in)] = true;
-  std::map<int, codegen::Lowering> lows;
-  for (int i = 0; i < n; ++i) {
-    if (!need[size_t(i)]) continue;
+  auto has_kernel = [&](int i) {
     const ir::Node& node = g_.node(i);
     ir::Archetype arch = ir::op_info(node.op).archetype;
-    if (arch == ir::Archetype::Source || arch == ir::Archetype::State || node.op == ir::Op::Reshape) continue;
-    lows.emplace(i, codegen::lower_node({g_, node, caps}));
+    return need[size_t(i)] && arch != ir::Archetype::Source && arch != ir::Archetype::State &&
+           node.op != ir::Op::Reshape;
+  };
+  // Dispatches in node order: a fusion where its first node is, everything else alone.
+  std::vector<std::vector<int>> fusions;
+  if (fusion_enabled()) fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps);
+  std::vector<int> fusion_of(size_t(n), -1);
+  for (size_t f = 0; f < fusions.size(); ++f)
+    for (int id : fusions[f]) fusion_of[size_t(id)] = int(f);
+  std::vector<plan::Dispatch> dispatches;
+  for (int i = 0; i < n; ++i) {
+    if (!has_kernel(i)) continue;
+    int f = fusion_of[size_t(i)];
+    if (f < 0) dispatches.push_back({{i}});
+    else if (fusions[size_t(f)][0] == i) dispatches.push_back({fusions[size_t(f)]});
   }
+  // Lowerings by the dispatch's first node. A pointwise fusion waits for the plan (which nodes it writes).
+  auto pointwise_fusion = [&](const plan::Dispatch& d) {
+    return d.nodes.size() > 1 && codegen::pointwise_fusible(g_.node(d.nodes[0]));
+  };
+  std::map<int, codegen::Lowering> lows;
+  for (const plan::Dispatch& d : dispatches)
+    if (!pointwise_fusion(d))
+      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, std::vector<bool>(d.nodes.size(), true), caps));
   stats_.lowering_ms = ms_since(t0);
 
   auto t1 = std::chrono::steady_clock::now();
   plan::PlanOptions po = opt_.plan;
-  po.dispatches.clear();
+  po.dispatches = dispatches;
   po.tensor_bytes = [](const ir::Node& nd) { return uint64_t(std::max<int64_t>(numel(nd.shape), 1)) * 4; };
   po.alignment = alloc_->alignment();
   po.max_binding_bytes = L.max_storage_buffer_range;
   po.segment_bytes = alloc_->max_allocation() / po.alignment * po.alignment;
-  po.scratch_bytes = [&lows](const ir::Graph&, const plan::Dispatch& d) {
+  po.scratch_bytes = [&](const ir::Graph&, const plan::Dispatch& d) {
     std::vector<uint64_t> r;
+    if (pointwise_fusion(d)) return r;
     for (uint64_t w : lows.at(d.nodes[0]).scratch_words) r.push_back(std::max<uint64_t>(w, 1) * 4);
     return r;
   };
-  po.in_place_ok = [&lows](const ir::Graph& g, const plan::Dispatch& d, int node, int input) {
+  // In place: a one-kernel pointwise node over an input of its shape (the default rule), or a node of a
+  // pointwise fusion over an outside operand of the fusion's shape. The fused kernel loads every operand
+  // before it stores anything, and an operand of the fusion's shape (or of its element count: any view of
+  // it) is read at the invocation's own element only, so the overwrite is safe. The dK+dV kernel never.
+  po.in_place_ok = [&](const ir::Graph& g, const plan::Dispatch& d, int node, int input) {
+    if (d.nodes.size() > 1)
+      return pointwise_fusion(d) && g.node(input).shape == g.node(node).shape &&
+             std::find(d.nodes.begin(), d.nodes.end(), node) != d.nodes.end();
     const codegen::Lowering& low = lows.at(node);
     return low.kernels.size() == 1 && low.scratch_words.empty() && !low.output_zero_filled &&
            plan::default_in_place_ok(g, d, node, input);
@@ -326,6 +375,14 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   plan_ = plan::make_plan(g_, po);
   stats_.plan_ms = ms_since(tp);
   const plan::Plan& p = *plan_;
+  auto tl = std::chrono::steady_clock::now();
+  for (const plan::Dispatch& d : p.dispatches)
+    if (pointwise_fusion(d)) {
+      std::vector<bool> stored;
+      for (int id : d.nodes) stored.push_back(p.storage_of[size_t(id)] >= 0);
+      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, stored, caps));
+    }
+  stats_.lowering_ms += ms_since(tl);
 
   // Arena segments, then one view per tensor (its own byte size) and per scratch buffer.
   uint64_t seg = p.segment_bytes ? p.segment_bytes : std::max<uint64_t>(p.arena_bytes, po.alignment);
@@ -371,7 +428,8 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   for (int grp = 0; grp < p.num_groups(); ++grp) {
     bool group_start = grp > 0;
     for (int d = p.group_begin[size_t(grp)]; d < p.group_begin[size_t(grp) + 1]; ++d) {
-      int i = p.dispatches[size_t(d)].nodes.at(0);
+      const std::vector<int>& nodes = p.dispatches[size_t(d)].nodes;
+      int i = nodes.at(0);
       codegen::Lowering& low = lows.at(i);
       if (low.output_zero_filled) {
         uint64_t words = storages_[size_t(storage_of_[size_t(i)])].words;
@@ -396,16 +454,17 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
         st.group = grp;
         group_start = false;
         for (const codegen::Binding& b : kern.bindings) {
-          int sid = -1;
+          int sid = -1, id = nodes.at(size_t(b.node));
           switch (b.kind) {
-            case codegen::BindingKind::Input: sid = storage_of_[size_t(g_.node(i).inputs.at(size_t(b.index)))]; break;
-            case codegen::BindingKind::Output: sid = storage_of_[size_t(i)]; break;
+            case codegen::BindingKind::Input: sid = storage_of_[size_t(g_.node(id).inputs.at(size_t(b.index)))]; break;
+            case codegen::BindingKind::Output: sid = storage_of_[size_t(id)]; break;
             case codegen::BindingKind::Scratch: sid = whole(p.scratch_of[size_t(d)].at(size_t(b.index))); break;
           }
+          if (sid < 0) throw Error("internal: kernel " + kern.name + " binds " + g_.describe(id) + ", which has no memory");
           st.storages.push_back(sid);
           st.writes.push_back(b.written);
         }
-        kern.name += " %" + std::to_string(i);
+        for (size_t k2 = 0; k2 < nodes.size(); ++k2) kern.name += (k2 ? "," : " %") + std::to_string(nodes[k2]);
         kernels_.push_back(std::move(kern));
         steps_.push_back(std::move(st));
       }

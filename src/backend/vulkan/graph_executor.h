@@ -39,6 +39,10 @@ struct GraphExecutorOptions {
   // all if write_state gave them values first: a session that loads a checkpoint right after compiling
   // never computes (and uploads) random initial weights. Results are the same either way.
   bool lazy_parameters = false;
+  // Planned path: connected pointwise nodes of one shape run as one kernel (values in registers, written
+  // only where read outside the fusion), and attention_grad_k + attention_grad_v of one attention as one
+  // kernel (codegen::find_fusions). MGN_FUSION=0 in the environment turns it off.
+  bool fusion = true;
   plan::PlanOptions plan;  // tuning (in_place, reuse, submissions...); sizes, alignment and limits from the device
   // Called after submission i of a step is queued, before submission i + 1 (plan.submissions > 1).
   std::function<void(int)> between_submissions;
@@ -113,7 +117,8 @@ class GraphExecutor {
   void build();
   void allocate_storage();  // one buffer per tensor for now; the memory planner will replace this
   int new_storage(uint64_t words, int owner, const std::string& what);
-  void lower_planned(const codegen::DeviceCaps& caps);  // plan, arena, steps in plan order
+  void lower_planned(const codegen::DeviceCaps& caps);  // fusions, plan, arena, steps in plan order
+  bool fusion_enabled() const;
   int arena_view(uint64_t offset, uint64_t bytes, int owner);
   void record_planned();
   void upload_words(int storage, const std::vector<uint32_t>& words);

@@ -1,0 +1,271 @@
+// The f16 cooperative-matrix GEMM's device self-test: the generated kernel against a CPU reference, once per
+// device and process; nothing lowers to that kernel until it passed (codegen::coopmat_status()).
+#include "backend/vulkan/gemm_selftest.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/vulkan/command.h"
+#include "backend/vulkan/memory.h"
+#include "backend/vulkan/pipeline.h"
+#include "codegen/matmul.h"
+#include "codegen/shader_compiler.h"
+#include "mgn/types.h"
+
+namespace mgn::vk {
+namespace {
+
+struct Cached {
+  bool usable = false;
+  codegen::CoopMatStatus status;
+};
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, Cached>& cache() {
+  static std::map<std::string, Cached> c;
+  return c;
+}
+
+std::string device_key(const Context& ctx) {
+  const DeviceInfo& d = ctx.info();
+  std::string key = d.name + "/" + std::to_string(d.index) + "/";
+  for (uint8_t b : d.pipeline_cache_uuid) key += std::to_string(b) + ".";
+  return key;
+}
+
+// Round to the nearest f16 value (ties to even), kept as f32: the reference then sees exactly what the
+// kernel's f32 -> f16 conversion produces, whatever rounding the device uses for ties.
+float round_f16(float x) {
+  if (!std::isfinite(x) || x == 0.0f) return x;
+  const float a = std::fabs(x);
+  if (a >= 65520.0f) return std::copysign(INFINITY, x);
+  int e = 0;
+  std::frexp(a, &e);                    // a = f * 2^e, f in [0.5, 1)
+  const int q = std::max(e - 11, -24);  // f16: 11 significant bits, subnormal spacing 2^-24
+  const float step = std::ldexp(1.0f, q);
+  return std::copysign(std::nearbyint(a / step) * step, x);
+}
+
+// The device's f16 x f16 -> f32 subgroup multiply, preferring 16x16x16, then 16x8x16, then 16x8x8.
+bool pick_shape(const Context& ctx, codegen::CoopMatShape* out, std::string* why) {
+  auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(ctx.instance(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!fn) {
+    *why = "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV is missing";
+    return false;
+  }
+  uint32_t n = 0;
+  check(fn(ctx.physical_device(), &n, nullptr), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+  std::vector<VkCooperativeMatrixPropertiesNV> props(n);
+  for (auto& p : props)
+    p = make<VkCooperativeMatrixPropertiesNV>(VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV);
+  check(fn(ctx.physical_device(), &n, props.data()), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+  const codegen::CoopMatShape preferred[] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}};
+  for (const auto& want : preferred)
+    for (const auto& p : props)
+      if (p.AType == VK_COMPONENT_TYPE_FLOAT16_NV && p.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+          p.CType == VK_COMPONENT_TYPE_FLOAT32_NV && p.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+          p.scope == VK_SCOPE_SUBGROUP_NV && p.MSize == want.m && p.NSize == want.n && p.KSize == want.k) {
+        *out = want;
+        return true;
+      }
+  *why = "no f16 x f16 -> f32 subgroup shape among the device's " + std::to_string(n) +
+         " cooperative-matrix properties (want 16x16x16, 16x8x16 or 16x8x8)";
+  return false;
+}
+
+struct Case {
+  uint64_t m, n, k;
+  bool ta, tb;
+  uint64_t batch;  // a batched, b broadcast over the batch when > 1
+  codegen::GemmTile tile;
+};
+
+// Runs one product on the device; returns the relative L2 error against the double-precision reference
+// on the f16-rounded inputs.
+double run_case(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCache& pipelines,
+                codegen::ShaderCompiler& compiler, const codegen::DeviceCaps& caps,
+                const codegen::CoopMatShape& mma, const Case& c, std::string* kernel_name) {
+  codegen::GemmShape s;
+  s.m = c.m, s.n = c.n, s.k = c.k;
+  s.transpose_a = c.ta, s.transpose_b = c.tb;
+  if (c.batch > 1) {
+    s.batch = {c.batch};
+    s.a_stride = {1};
+    s.b_stride = {0};
+  }
+  codegen::GemmOptions o;
+  o.variant = codegen::GemmVariant::CoopMatF16;
+  o.coopmat_tile = c.tile;
+  o.mma = mma;
+  codegen::Lowering low = codegen::lower_gemm(s, caps, o);
+  if (low.kernels.size() != 1 || !low.scratch_words.empty())
+    throw Error("internal: coopmat GEMM lowering shape");
+  const codegen::Kernel& k = low.kernels[0];
+  *kernel_name = k.name;
+
+  std::vector<float> a(c.batch * c.m * c.k), b(c.k * c.n);
+  uint64_t state = 0x9e3779b97f4a7c15ull ^ (c.m * 131 + c.n * 17 + c.k);
+  auto next = [&state]() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(double(state >> 40) / double(1ull << 24)) * 2.0f - 1.0f;
+  };
+  for (float& v : a) v = round_f16(next());
+  for (float& v : b) v = round_f16(next());
+  std::vector<double> want(c.batch * c.m * c.n);
+  for (uint64_t q = 0; q < c.batch; ++q)
+    for (uint64_t i = 0; i < c.m; ++i)
+      for (uint64_t j = 0; j < c.n; ++j) {
+        double sum = 0;
+        for (uint64_t l = 0; l < c.k; ++l) {
+          const double av = a[q * c.m * c.k + (c.ta ? l * c.m + i : i * c.k + l)];
+          const double bv = b[c.tb ? j * c.k + l : l * c.n + j];
+          sum += av * bv;
+        }
+        want[(q * c.m + i) * c.n + j] = sum;
+      }
+
+  Buffer ba = alloc.allocate(a.size() * 4, MemoryKind::Device, "coopmat self-test a");
+  Buffer bb = alloc.allocate(b.size() * 4, MemoryKind::Device, "coopmat self-test b");
+  Buffer bc = alloc.allocate(want.size() * 4, MemoryKind::Device, "coopmat self-test c");
+  std::vector<float> got(want.size());
+  try {
+    transfer.upload(ba, a.data(), a.size() * 4);
+    transfer.upload(bb, b.data(), b.size() * 4);
+    codegen::ShaderOptions so;
+    so.name = k.name;
+    PipelineDesc d;
+    d.spirv = compiler.compile(k.glsl, so).words;
+    d.num_buffers = 3;
+    d.name = k.name;
+    CommandStream stream(ctx);
+    stream.dispatch(pipelines.get(d), {ba, bb, bc}, k.groups, nullptr, 0, k.name);
+    stream.submit();
+    transfer.download(bc, got.data(), got.size() * 4);
+  } catch (...) {
+    alloc.free(ba);
+    alloc.free(bb);
+    alloc.free(bc);
+    throw;
+  }
+  alloc.free(ba);
+  alloc.free(bb);
+  alloc.free(bc);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = double(got[i]) - want[i];
+    num += e * e;
+    den += want[i] * want[i];
+  }
+  if (!std::isfinite(num)) return INFINITY;
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+codegen::CoopMatStatus run_all(Context& ctx) {
+  codegen::CoopMatStatus st;
+  if (!ctx.has(Feature::CooperativeMatrixNV)) {
+    st.note = "the device lacks VK_NV_cooperative_matrix";
+    return st;
+  }
+  const char* env = std::getenv("MGN_GEMM_F16");
+  if (env && std::strcmp(env, "0") == 0) {
+    st.note = "off (MGN_GEMM_F16=0)";
+    return st;
+  }
+  if (ctx.limits().subgroup_size != 32) {
+    st.note = "subgroup size " + std::to_string(ctx.limits().subgroup_size) + ", the kernel needs 32";
+    return st;
+  }
+  if (!ctx.has(Feature::ShaderFloat16)) {
+    st.note = "the device lacks shaderFloat16 (f16 shared-memory tiles)";
+    return st;
+  }
+  codegen::CoopMatShape mma;
+  if (!pick_shape(ctx, &mma, &st.note)) return st;
+  st.mma = mma;
+
+  const DeviceLimits& L = ctx.limits();
+  codegen::DeviceCaps caps;
+  caps.subgroup_size = L.subgroup_size;
+  caps.max_shared_bytes = L.max_shared_memory;
+  caps.max_workgroup_invocations = L.max_workgroup_invocations;
+  caps.max_workgroup_count = L.max_workgroup_count;
+  caps.max_storage_buffer_range = L.max_storage_buffer_range;
+  caps.cooperative_matrix_nv = true;
+
+  // The tile a session would use (MGN_GEMM_F16_TILE or auto) on a block-aligned product, the large default
+  // tile, and an edge-staged, transposed, batched product.
+  const codegen::GemmTile env_tile = codegen::parse_gemm_tile(
+      std::getenv("MGN_GEMM_F16_TILE") ? std::getenv("MGN_GEMM_F16_TILE") : "", true);
+  codegen::GemmTile big;
+  big.bm = big.bn = 128;
+  const Case cases[] = {
+      {256, 256, 256, false, false, 1, env_tile},
+      {256, 256, 96, false, false, 1, big},
+      {136, 200, 70, true, true, 2, env_tile},
+  };
+  Allocator alloc(ctx);
+  Transfer transfer(ctx, alloc, 1 << 20);
+  PipelineCache pipelines(ctx, "");
+  codegen::ShaderCompiler compiler(codegen::default_cache_dir());
+  std::string passed;
+  for (const Case& c : cases) {
+    std::string name;
+    const double err = run_case(ctx, alloc, transfer, pipelines, compiler, caps, mma, c, &name);
+    char line[256];
+    std::snprintf(line, sizeof line, "%llux%llux%llu%s%s%s rel L2 %.2e", (unsigned long long)c.m,
+                  (unsigned long long)c.n, (unsigned long long)c.k, c.ta ? " tA" : "", c.tb ? " tB" : "",
+                  c.batch > 1 ? " batched" : "", err);
+    // Inputs are f16-exact, so only f32 accumulation order separates the kernel from the reference.
+    if (!(err <= 1e-3)) {
+      st.note = std::string("wrong results: ") + line + " via " + name;
+      return st;
+    }
+    passed += (passed.empty() ? "" : "; ") + std::string(line);
+  }
+  st.verified = true;
+  st.note = "passed (" + std::to_string(mma.m) + "x" + std::to_string(mma.n) + "x" + std::to_string(mma.k) +
+            " multiplies): " + passed;
+  return st;
+}
+
+}  // namespace
+
+bool gemm_coopmat_self_test(Context& ctx) {
+  const std::string key = device_key(ctx);
+  std::lock_guard lock(cache_mutex());
+  auto it = cache().find(key);
+  if (it == cache().end()) {
+    Cached c;
+    try {
+      c.status = run_all(ctx);
+    } catch (const std::exception& e) {
+      c.status = {};
+      c.status.note = std::string("the self-test failed to run: ") + e.what();
+      if (c.status.note.size() > 2000) c.status.note = c.status.note.substr(0, 2000) + " [...]";
+    }
+    c.usable = c.status.verified;
+    if (!c.usable && ctx.has(Feature::CooperativeMatrixNV))
+      std::fprintf(stderr, "mgn: f16 cooperative-matrix GEMM disabled on %s: %s\n", ctx.info().name.c_str(),
+                   c.status.note.c_str());
+    it = cache().emplace(key, c).first;
+  }
+  codegen::set_coopmat_status(it->second.status);
+  return it->second.usable;
+}
+
+std::string gemm_coopmat_self_test_note(const Context& ctx) {
+  std::lock_guard lock(cache_mutex());
+  auto it = cache().find(device_key(ctx));
+  return it == cache().end() ? std::string() : it->second.status.note;
+}
+
+}  // namespace mgn::vk

@@ -1,0 +1,494 @@
+// The GEMM variants (src/codegen/matmul.cpp) on the Vulkan device (lavapipe under ctest, validation on):
+// every SIMT tile configuration the sweep uses, forced onto small shapes that hit its boundaries (M, N, K
+// not tile multiples, K shorter than one slice, batches with broadcasting, all transposes, split K, vec4
+// and scalar load paths), compared with the CPU reference executor by relative L2 error; the f16
+// cooperative-matrix kernel compiled and validated for real, and run in its emulated form; the knobs.
+#include <gtest/gtest.h>
+
+#ifdef MGN_HAVE_VULKAN
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/executor.h"
+#include "backend/vulkan/command.h"
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/gemm_selftest.h"
+#include "backend/vulkan/memory.h"
+#include "backend/vulkan/pipeline.h"
+#include "codegen/kernel.h"
+#include "codegen/matmul.h"
+#include "codegen/shader_compiler.h"
+#include "ir/graph.h"
+#include "mgn/graph.h"
+
+namespace mgn {
+namespace {
+
+using codegen::BindingKind;
+using codegen::GemmOptions;
+using codegen::GemmShape;
+using codegen::GemmTile;
+using codegen::GemmVariant;
+using codegen::Lowering;
+
+std::string temp_dir(const char* tag) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / (std::string("mgn_") + tag + "_XXXXXX")).string();
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+bool want_validation() {
+  const char* v = std::getenv("MGN_VALIDATION");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// Nearest f16 value (ties to even), as f32.
+float round_f16(float x) {
+  if (x == 0.0f) return x;
+  int e = 0;
+  std::frexp(std::fabs(x), &e);
+  const float step = std::ldexp(1.0f, std::max(e - 11, -24));
+  return std::copysign(std::nearbyint(std::fabs(x) / step) * step, x);
+}
+
+// One matmul problem: a [batch_a..., m, k] (or [.., k, m] transposed) times b likewise.
+struct Problem {
+  Shape a, b;
+  bool ta = false, tb = false;
+};
+
+GemmShape gemm_shape(const Shape& as, const Shape& bs, const Shape& out, bool ta, bool tb) {
+  GemmShape s;
+  s.transpose_a = ta, s.transpose_b = tb;
+  s.m = uint64_t(out[out.size() - 2]);
+  s.n = uint64_t(out.back());
+  s.k = uint64_t(ta ? as[as.size() - 2] : as.back());
+  const size_t nb = out.size() - 2, na = as.size() - 2, nbb = bs.size() - 2;
+  s.batch.assign(out.begin(), out.end() - 2);
+  s.a_stride.assign(nb, 0);
+  s.b_stride.assign(nb, 0);
+  uint64_t sa = 1, sb = 1;
+  for (size_t d = nb; d-- > 0;) {
+    const size_t off = nb - d;
+    if (off <= na) {
+      uint64_t dim = uint64_t(as[na - off]);
+      s.a_stride[d] = dim == 1 ? 0 : sa;
+      sa *= dim;
+    }
+    if (off <= nbb) {
+      uint64_t dim = uint64_t(bs[nbb - off]);
+      s.b_stride[d] = dim == 1 ? 0 : sb;
+      sb *= dim;
+    }
+  }
+  return s;
+}
+
+class VulkanGemm : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    setenv("MGN_CACHE_DIR", temp_dir("vkgemm_cache").c_str(), 1);
+    vk::ContextOptions o;
+    o.validation = want_validation();
+    ctx_ = std::make_unique<vk::Context>(o);
+    alloc_ = std::make_unique<vk::Allocator>(*ctx_);
+    transfer_ = std::make_unique<vk::Transfer>(*ctx_, *alloc_, 1 << 20);
+    compiler_ = std::make_unique<codegen::ShaderCompiler>("");
+    pipelines_ = std::make_unique<vk::PipelineCache>(*ctx_, "");
+    const vk::DeviceLimits& L = ctx_->limits();
+    caps_.subgroup_size = L.subgroup_size;
+    caps_.max_shared_bytes = L.max_shared_memory;
+    caps_.max_workgroup_invocations = L.max_workgroup_invocations;
+    caps_.max_workgroup_count = L.max_workgroup_count;
+    caps_.max_storage_buffer_range = L.max_storage_buffer_range;
+  }
+  static void TearDownTestSuite() {
+    pipelines_.reset();
+    compiler_.reset();
+    transfer_.reset();
+    alloc_.reset();
+    ctx_.reset();
+  }
+  void TearDown() override {
+    EXPECT_EQ(ctx_->validation_message_count(), 0u);
+    for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
+    ctx_->clear_validation_messages();
+  }
+
+  // Runs a GEMM lowering: bindings are a, b, output and scratch buffers.
+  static std::vector<float> run_gpu(const Lowering& low, const std::vector<float>& a,
+                                    const std::vector<float>& b, size_t n_out) {
+    vk::Buffer ba = alloc_->allocate(a.size() * 4, vk::MemoryKind::Device, "a");
+    vk::Buffer bb = alloc_->allocate(b.size() * 4, vk::MemoryKind::Device, "b");
+    vk::Buffer out = alloc_->allocate(std::max<size_t>(n_out, 1) * 4, vk::MemoryKind::Device, "out");
+    transfer_->upload(ba, a.data(), a.size() * 4);
+    transfer_->upload(bb, b.data(), b.size() * 4);
+    if (low.output_zero_filled) transfer_->fill_zero(out);
+    std::vector<vk::Buffer> scratch;
+    for (uint64_t w : low.scratch_words)
+      scratch.push_back(alloc_->allocate(std::max<uint64_t>(w, 1) * 4, vk::MemoryKind::Device, "scratch"));
+    {
+      vk::CommandStream stream(*ctx_);
+      for (size_t i = 0; i < low.kernels.size(); ++i) {
+        const codegen::Kernel& k = low.kernels[i];
+        codegen::ShaderOptions so;
+        so.name = k.name;
+        vk::PipelineDesc d;
+        d.spirv = compiler_->compile(k.glsl, so).words;
+        d.num_buffers = uint32_t(k.bindings.size());
+        d.name = k.name;
+        std::vector<vk::Buffer> bind;
+        for (const codegen::Binding& bd : k.bindings)
+          bind.push_back(bd.kind == BindingKind::Input    ? (bd.index == 0 ? ba : bb)
+                         : bd.kind == BindingKind::Output ? out
+                                                          : scratch.at(size_t(bd.index)));
+        if (i > 0) stream.barrier();
+        stream.dispatch(pipelines_->get(d), bind, k.groups, nullptr, 0, k.name);
+      }
+      stream.submit();
+    }
+    std::vector<float> result(n_out);
+    transfer_->download(out, result.data(), n_out * 4);
+    alloc_->free(ba);
+    alloc_->free(bb);
+    alloc_->free(out);
+    for (auto& s : scratch) alloc_->free(s);
+    return result;
+  }
+
+  // The problem on the CPU reference executor and through `lower` on the GPU; returns the rel-L2 error.
+  // f16_inputs rounds the random inputs to f16 values first (for the f16 kernels: the reference then sees
+  // exactly the kernel's operands).
+  static double check(const Problem& p, const std::function<Lowering(const GemmShape&)>& lower,
+                      std::string* names = nullptr, bool f16_inputs = false, uint32_t seed = 1) {
+    mgn::Graph g;
+    Tensor a = g.input("a", p.a), b = g.input("b", p.b);
+    Tensor y = matmul(a, b, p.ta, p.tb);
+    ir::Graph& ir = g.ir();
+    ir.add_output("y", y.id());
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> av(size_t(numel(p.a))), bv(size_t(numel(p.b)));
+    for (float& x : av) x = f16_inputs ? round_f16(dist(rng)) : dist(rng);
+    for (float& x : bv) x = f16_inputs ? round_f16(dist(rng)) : dist(rng);
+    cpu::Executor cpu(ir);
+    cpu.set_input("a", av);
+    cpu.set_input("b", bv);
+    cpu.run();
+    const std::vector<double>& want = cpu.output("y").v;
+    Lowering low = lower(gemm_shape(p.a, p.b, y.shape(), p.ta, p.tb));
+    if (names)
+      for (const auto& k : low.kernels) *names += k.name + " ";
+    std::vector<float> got = run_gpu(low, av, bv, want.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double d = double(got[i]) - want[i];
+      num += d * d;
+      den += want[i] * want[i];
+    }
+    return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+  }
+
+  static Lowering simt(const GemmShape& s, const GemmTile& t) {
+    GemmOptions o;
+    o.variant = GemmVariant::Tiled;
+    o.tile = t;
+    return codegen::lower_gemm(s, caps_, o);
+  }
+
+  static codegen::DeviceCaps caps_;
+  static std::unique_ptr<vk::Context> ctx_;
+  static std::unique_ptr<vk::Allocator> alloc_;
+  static std::unique_ptr<vk::Transfer> transfer_;
+  static std::unique_ptr<codegen::ShaderCompiler> compiler_;
+  static std::unique_ptr<vk::PipelineCache> pipelines_;
+};
+codegen::DeviceCaps VulkanGemm::caps_;
+std::unique_ptr<vk::Context> VulkanGemm::ctx_;
+std::unique_ptr<vk::Allocator> VulkanGemm::alloc_;
+std::unique_ptr<vk::Transfer> VulkanGemm::transfer_;
+std::unique_ptr<codegen::ShaderCompiler> VulkanGemm::compiler_;
+std::unique_ptr<vk::PipelineCache> VulkanGemm::pipelines_;
+
+// The boundary problems every configuration runs (small: lavapipe does ~2 GFLOP/s).
+std::vector<Problem> boundary_problems(bool all_transposes) {
+  std::vector<Problem> ps;
+  // M, N, K all tile multiples for 64/128 tiles with BK 8/16: the no-check interior path.
+  ps.push_back({{128, 32}, {32, 128}});
+  // Nothing a multiple: partial blocks and a partial K slice; N % 4 != 0 (scalar stores), K % 4 != 0.
+  for (int ta = 0; ta < (all_transposes ? 2 : 1); ++ta)
+    for (int tb = 0; tb < (all_transposes ? 2 : 1); ++tb)
+      ps.push_back(
+          {ta ? Shape{37, 133} : Shape{133, 37}, tb ? Shape{70, 37} : Shape{37, 70}, bool(ta), bool(tb)});
+  // M, N multiples of 4 but not of the tile (vec4 loads and stores with clamped edges), both transposes.
+  ps.push_back({{20, 132}, {68, 20}, true, true});
+  ps.push_back({{20, 132}, {20, 68}, true, false});
+  // K shorter than one slice.
+  ps.push_back({{65, 3}, {3, 67}});
+  // Batched with broadcasting on both sides.
+  ps.push_back({{2, 1, 33, 21}, {3, 21, 40}});
+  return ps;
+}
+
+TEST_F(VulkanGemm, DefaultSimtOnBoundaries) {
+  for (const Problem& p : boundary_problems(true)) {
+    std::string names;
+    double err = check(
+        p, [](const GemmShape& s) { return codegen::lower_gemm(s, caps_, GemmVariant::Tiled); }, &names);
+    EXPECT_LE(err, 1e-5) << names;
+    EXPECT_NE(names.find("matmul_tiled_"), std::string::npos) << names;
+  }
+}
+
+TEST_F(VulkanGemm, SweepTileConfigsOnBoundaries) {
+  // The configurations bench/gemm_sweep.sh times, forced onto small shapes. (BK 16 at 128x128 needs 33 KiB
+  // of shared memory; lavapipe has 32, so that one runs with BK 8 here and is compiled below.)
+  const char* tiles[] = {
+      "128x128x8", "128x128x8,l8x4", "128x128x8,g1", "128x64x16",         "64x128x16,t4x8",
+      "64x64x16",  "64x32x16",       "32x32x16",     "128x128x8,t8x8,s3", "64x64x8,l4x8",
+  };
+  for (const char* spec : tiles) {
+    const GemmTile t = codegen::parse_gemm_tile(spec, false);
+    for (const Problem& p : boundary_problems(std::string(spec) == "128x128x8")) {
+      std::string names;
+      double err = check(
+          p, [&](const GemmShape& s) { return simt(s, t); }, &names);
+      EXPECT_LE(err, 1e-5) << spec << " via " << names;
+    }
+  }
+}
+
+TEST_F(VulkanGemm, SplitK) {
+  // The SmolLM2 lm-head gradient pattern (small M x N, long K), scaled down: auto splits K and sums
+  // in a second kernel; explicit splits that do not divide K evenly leave a short last split.
+  std::string names;
+  double err = check(
+      {{2048, 24}, {2048, 40}, true, false},
+      [](const GemmShape& s) { return codegen::lower_gemm(s, caps_, GemmVariant::Tiled); }, &names);
+  EXPECT_LE(err, 1e-5) << names;
+  EXPECT_NE(names.find("matmul_splitk_sum"), std::string::npos) << names;
+  for (const char* spec : {"64x64x16,s5", "32x32x16,s7", "64x64x8,s2"}) {
+    names.clear();
+    err = check(
+        {{2, 30, 1000}, {1000, 50}},
+        [&](const GemmShape& s) { return simt(s, codegen::parse_gemm_tile(spec, false)); }, &names);
+    EXPECT_LE(err, 1e-5) << spec << " via " << names;
+  }
+}
+
+TEST_F(VulkanGemm, ClassicBaseline) {
+  for (const Problem& p : boundary_problems(false)) {
+    std::string names;
+    double err = check(
+        p, [](const GemmShape& s) { return codegen::lower_gemm(s, caps_, GemmVariant::Classic); }, &names);
+    EXPECT_LE(err, 1e-5) << names;
+    EXPECT_NE(names.find("matmul_classic_"), std::string::npos);
+  }
+}
+
+TEST_F(VulkanGemm, LargeConfigsCompileAndValidate) {
+  // What the H200 runs at 4096^3 (48 KiB of shared memory there): every sweep tile compiles and passes
+  // SPIRV-Tools validation, aligned and not.
+  codegen::DeviceCaps big = caps_;
+  big.max_shared_bytes = 49152;
+  big.max_workgroup_invocations = 1024;
+  big.subgroup_size = 32;
+  for (const char* spec : {"128x128x16", "128x128x16,l8x4", "128x128x8", "128x128x16,g1", "128x64x16"}) {
+    for (uint64_t n : {4096ull, 4093ull}) {
+      GemmShape s;
+      s.m = n, s.n = n, s.k = n;
+      GemmOptions o;
+      o.variant = GemmVariant::Tiled;
+      o.tile = codegen::parse_gemm_tile(spec, false);
+      Lowering l = codegen::lower_gemm(s, big, o);
+      for (const auto& k : l.kernels) {
+        codegen::ShaderOptions so;
+        so.name = k.name;
+        EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << spec;
+      }
+    }
+  }
+  // Auto on the H200's 4096^3 picks 128x128 blocks, 8x8 per thread, BK 16, one kernel.
+  GemmShape s;
+  s.m = s.n = s.k = 4096;
+  Lowering l = codegen::lower_gemm(s, big, GemmVariant::Auto);
+  ASSERT_EQ(l.kernels.size(), 1u);
+  EXPECT_EQ(l.kernels[0].name.rfind("matmul_tiled_128x128x16_8x8", 0), 0u) << l.kernels[0].name;
+  EXPECT_EQ(l.kernels[0].groups[0] * l.kernels[0].groups[1], 1024u);
+}
+
+// ------------------------------------------------------------------------------ f16 cooperative matrix
+
+std::vector<GemmShape> coopmat_shapes() {
+  std::vector<GemmShape> out;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (uint64_t n : {256ull, 200ull, 4096ull}) {
+        GemmShape s;
+        s.m = n, s.n = n + (n == 200 ? 6 : 0), s.k = n == 200 ? 70 : n;
+        s.transpose_a = ta, s.transpose_b = tb;
+        out.push_back(s);
+      }
+  GemmShape batched;
+  batched.m = 136, batched.n = 200, batched.k = 70;
+  batched.batch = {2, 3};
+  batched.a_stride = {3, 1};
+  batched.b_stride = {0, 1};
+  out.push_back(batched);
+  return out;
+}
+
+TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
+  // GL_NV_cooperative_matrix kernels compile through shaderc and pass SPIRV-Tools here, although lavapipe
+  // cannot run them: the direct-store and edge-staged epilogues, both transposes, every multiply shape the
+  // self-test may pick, and the tiles of the sweep.
+  codegen::DeviceCaps nv = caps_;
+  nv.max_shared_bytes = 49152;
+  nv.max_workgroup_invocations = 1024;
+  nv.subgroup_size = 32;
+  nv.cooperative_matrix_nv = true;
+  const codegen::CoopMatShape mmas[] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}};
+  const char* tiles[] = {"",         "128x128x32",   "128x128x32,w32x64", "128x256x16,w64x64",
+                         "64x64x32", "128x128x16,g1"};
+  const std::vector<GemmShape> shapes = coopmat_shapes();
+  for (const auto& mma : mmas)
+    for (const char* spec : tiles)
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        // Every shape with the default tile; the other tiles (16x16x16 only) on a few of them.
+        if (*spec && (mma.n != 16 || (i % 3 != 2 && i != 3 && i != shapes.size() - 1))) continue;
+        const GemmShape& s = shapes[i];
+        Lowering l = codegen::lower_gemm_coopmat(s, nv, codegen::parse_gemm_tile(spec, true), mma);
+        ASSERT_EQ(l.kernels.size(), 1u);
+        const auto& k = l.kernels[0];
+        EXPECT_NE(k.glsl.find("coopMatMulAddNV"), std::string::npos);
+        codegen::ShaderOptions so;
+        so.name = k.name;
+        EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << k.name << " tile '" << spec << "'";
+      }
+}
+
+TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
+  // The cooperative-matrix kernel with its matrix operations spelled out (virtual 32-lane subgroups): the
+  // tiling, f16 staging, fragment offsets, strides and layouts, and both epilogues, on f16-exact inputs.
+  const std::vector<Problem> aligned = {{{128, 64}, {64, 128}}, {{64, 128}, {128, 64}, true, true}};
+  std::vector<Problem> edges;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      edges.push_back(
+          {ta ? Shape{37, 70} : Shape{70, 37}, tb ? Shape{45, 37} : Shape{37, 45}, bool(ta), bool(tb)});
+  edges.push_back({{2, 1, 20, 40}, {3, 20, 36}, true, false});  // vec4 A along m, batched, broadcast
+  edges.push_back({{66, 5}, {5, 36}});                          // K shorter than one slice
+  struct Cfg {
+    codegen::CoopMatShape mma;
+    const char* tile;
+    std::vector<Problem> problems;
+  };
+  const Cfg cfgs[] = {
+      {{16, 16, 16}, "64x64x32", aligned},
+      {{16, 16, 16}, "64x64x32", edges},
+      {{16, 8, 16}, "32x64x16,w32x32", {aligned[1], edges[1], edges[2], edges[4]}},
+      {{16, 8, 8}, "128x64x16,w64x32", {aligned[0], edges[3], edges[5]}},
+  };
+  for (const Cfg& c : cfgs)
+    for (const Problem& p : c.problems) {
+      std::string names;
+      double err = check(
+          p,
+          [&](const GemmShape& s) {
+            return codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile(c.tile, true), c.mma, true);
+          },
+          &names, true);
+      EXPECT_LE(err, 1e-5) << c.tile << " via " << names;
+    }
+}
+
+TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
+  // With a (pretend) verified cooperative-matrix device, a strict matmul stays f32 SIMT; an Accelerated
+  // one lowers to the f16 kernel, unless MGN_GEMM_F16=0.
+  codegen::DeviceCaps nv = caps_;
+  nv.cooperative_matrix_nv = true;
+  nv.subgroup_size = 32;
+  nv.max_shared_bytes = 49152;
+  nv.max_workgroup_invocations = 1024;
+  const codegen::CoopMatStatus saved = codegen::coopmat_status();
+  codegen::CoopMatStatus ok;
+  ok.verified = true;
+  codegen::set_coopmat_status(ok);
+  auto lower = [&](Precision p) {
+    mgn::Graph g;
+    Tensor y = matmul(g.input("a", {64, 48}), g.input("b", {48, 80}));
+    y.set_precision(p);
+    ir::Graph& ir = g.ir();
+    return codegen::lower_matmul({ir, ir.node(y.id()), nv}).kernels.at(0).name;
+  };
+  EXPECT_EQ(lower(Precision::Strict).rfind("matmul_tiled_", 0), 0u);
+  EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_coopmat_f16_", 0), 0u);
+  setenv("MGN_GEMM_F16", "0", 1);
+  EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_tiled_", 0), 0u);
+  unsetenv("MGN_GEMM_F16");
+  // Not verified (no self-test, or it failed): never the f16 kernel.
+  codegen::set_coopmat_status({});
+  EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_tiled_", 0), 0u);
+  codegen::set_coopmat_status(saved);
+}
+
+TEST_F(VulkanGemm, SelfTestOffWithoutTheExtension) {
+  if (ctx_->has(vk::Feature::CooperativeMatrixNV)) GTEST_SKIP() << "device has VK_NV_cooperative_matrix";
+  EXPECT_FALSE(vk::gemm_coopmat_self_test(*ctx_));
+  EXPECT_FALSE(codegen::coopmat_status().verified);
+  EXPECT_NE(vk::gemm_coopmat_self_test_note(*ctx_).find("lacks"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------- knobs
+
+TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
+  GemmTile t = codegen::parse_gemm_tile("128x64x16,t8x4,l8x4,g4,s2", false);
+  EXPECT_EQ(t.bm, 128u);
+  EXPECT_EQ(t.bn, 64u);
+  EXPECT_EQ(t.bk, 16u);
+  EXPECT_EQ(t.tm, 8u);
+  EXPECT_EQ(t.tn, 4u);
+  EXPECT_EQ(t.lx, 8u);
+  EXPECT_EQ(t.ly, 4u);
+  EXPECT_EQ(t.group_m, 4u);
+  EXPECT_EQ(t.splits, 2u);
+  GemmTile c = codegen::parse_gemm_tile("128x256x32,w64x64,g8", true);
+  EXPECT_EQ(c.bn, 256u);
+  EXPECT_EQ(c.wm, 64u);
+  EXPECT_EQ(c.wn, 64u);
+  EXPECT_THROW(codegen::parse_gemm_tile("128x128", false), Error);
+  EXPECT_THROW(codegen::parse_gemm_tile("128x128x8,w8x4", false), Error);
+  EXPECT_THROW(codegen::parse_gemm_variant("fast"), Error);
+  EXPECT_EQ(codegen::parse_gemm_variant("simt"), GemmVariant::Tiled);
+
+  auto lowered = [&]() {
+    mgn::Graph g;
+    Tensor y = matmul(g.input("a", {70, 40}), g.input("b", {40, 90}));
+    ir::Graph& ir = g.ir();
+    return codegen::lower_matmul({ir, ir.node(y.id()), caps_});
+  };
+  setenv("MGN_GEMM_TILE", "32x32x16,g1", 1);
+  EXPECT_EQ(lowered().kernels.at(0).name.rfind("matmul_tiled_32x32x16_4x4_l8x4_g1", 0), 0u)
+      << lowered().kernels.at(0).name;
+  setenv("MGN_GEMM_VARIANT", "classic", 1);
+  EXPECT_EQ(lowered().kernels.at(0).name.rfind("matmul_classic_", 0), 0u);
+  setenv("MGN_GEMM_TILE", "100x128x8,t8x8", 1);
+  setenv("MGN_GEMM_VARIANT", "simt", 1);
+  EXPECT_THROW(lowered(), Error);  // 100 is not a multiple of the per-thread tile: a clear error
+  unsetenv("MGN_GEMM_TILE");
+  unsetenv("MGN_GEMM_VARIANT");
+}
+
+}  // namespace
+}  // namespace mgn
+#endif  // MGN_HAVE_VULKAN
