@@ -104,6 +104,10 @@ class Gate:
                 check("step", k, rel_l2(o[k], r[k]) if ok else math.inf, tol["step"])
             else:
                 check("step", k, math.inf, tol["step"], "missing on our side")
+        # State after the step that has no gradient (BatchNorm's running statistics).
+        for k in sorted(k for k in r if k.startswith("step.") and k != "step.loss" and k[5:] not in ref_params):
+            ok = k in o and o[k].shape == r[k].shape
+            check("step", k, rel_l2(o[k], r[k]) if ok else math.inf, tol["step"], "" if k in o else "missing on our side")
 
     def verdict(self, groups):
         rows = [c for c in self.checks if c[0] in groups or c[0] == "inputs"]

@@ -7,12 +7,22 @@
 #                GPU machine has no layer package)
 #   cnn          compile time per phase for the Fashion-MNIST CNN, cold and warm caches, a profiled short
 #                run, then the main job: the CNN, 5 epochs, AdamW, checkpoint, reload, test accuracy
-#   bench        mgn bench fashion-cnn next to bench/pytorch/fashion_cnn.py, then bench/compare.py
 #   llama        SmolLM2-135M, random weights: transformers as the reference, then mgn llama-check
 #                (gates of issue 6 and timings next to PyTorch eager)
 #   bench        the harness of docs/benchmarks.md: mgn bench fashion-cnn and bench/pytorch/fashion_cnn.py
 #                (eager and torch.compile, strict and accelerated) at batch $BENCH_BATCHES (default "64 256"),
 #                same weights and inputs, then bench/compare.py (gates + table) -> bench_table.md
+#   bench-llama  the same harness for SmolLM2-135M (batch 1, 128 tokens; phases compile, inference, minimal,
+#                flb, step; planned and measured memory): mgn bench smollm2-135m next to llama_ref.py --bench
+#                (transformers eager, strict and accelerated; torch.compile strict only, capped at
+#                $BENCH_LLAMA_COMPILE_TIMEOUT s, default 300) -> bench_llama_table.md (about 3-6 minutes)
+#   bench-resnet the same harness for ResNet-50 (batch 4, 3x224x224, 1000 classes, real BatchNorm; phases compile,
+#                inference, flb, step): mgn bench resnet50 next to resnet_bench.py (eager strict and accelerated;
+#                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150)
+#                -> bench_resnet_table.md (about 2-4 minutes)
+#   micro        mgn bench attention / conv next to bench/pytorch/attention.py / conv.py (same inputs,
+#                outputs checked), and mgn bench-gemm next to gemm.py on the SmolLM2 and cube shapes, one
+#                table -> micro_table.md (about 2 minutes)
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
@@ -33,7 +43,7 @@ for job in "$@"; do
       ;;
     conformance)
       # The oracle files sit next to the binaries; the test looks for them where they were built.
-      for t in ${CONF_TESTS:-vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test}; do
+      for t in ${CONF_TESTS:-vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test vulkan_gemm_test vulkan_fusion_test vulkan_llama_test}; do
         [ -x "$B/tests/$t" ] && (cd "$B" && MGN_ORACLE_DIR="$PWD/oracle" "./tests/$t") > "$OUT/$t.txt" 2>&1
         echo "$t rc=$?" >> "$OUT/conformance_rc.txt"
       done
@@ -83,6 +93,111 @@ for job in "$@"; do
         && "$B/mgn" llama-check /tmp/llm --json "$OUT/llama_check.json" > "$OUT/llama_check.txt" 2>&1
       echo "llama rc=$?" >> "$OUT/llama_ref.txt"
       [ -f /tmp/llm/torch_times.json ] && cp /tmp/llm/torch_times.json "$OUT/torch_times.json"
+      ;;
+    bench-llama)
+      # Back: bench_llama_{mgn,torch}.jsonl, bench_llama_table.md, bench_llama_log.txt (the gate tensors and the
+      # 540 MB of weights stay in /tmp). Cold compile in an empty cache first, an untimed compile fills the
+      # caches, then the timed run writes the weights the PyTorch side loads.
+      L="$OUT/bench_llama_log.txt" T=/tmp/bench_llama
+      rm -rf "$T" && mkdir -p "$T"
+      export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
+      P="$T/smollm2-135m_b1"
+      __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache-cold" "$B/mgn" bench smollm2-135m --phases compile --cache cold \
+        --json "$T/cold.mgn.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench smollm2-135m compile cold rc=$?" >> "$L"
+      "$B/mgn" bench smollm2-135m --phases compile > /dev/null 2>> "$L"
+      "$B/mgn" bench smollm2-135m --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
+        --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench smollm2-135m rc=$?" >> "$L"
+      python3 bench/pytorch/llama_ref.py --bench --device cuda --impls eager --weights "$P.weights.safetensors" \
+        --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
+      echo "llama_ref.py --bench eager rc=$?" >> "$L"
+      timeout "${BENCH_LLAMA_COMPILE_TIMEOUT:-300}" python3 bench/pytorch/llama_ref.py --bench --device cuda \
+        --impls compiled --modes strict --weights "$P.weights.safetensors" --json "$P.compiled.torch.jsonl" \
+        > /dev/null 2>> "$L"
+      echo "llama_ref.py --bench compiled rc=$? (124: timed out)" >> "$L"
+      cat "$T"/*.mgn.jsonl > "$OUT/bench_llama_mgn.jsonl"
+      cat "$T"/*.torch.jsonl > "$OUT/bench_llama_torch.jsonl"
+      python3 bench/compare.py --require-gates --out "$OUT/bench_llama_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
+        "$P.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
+      echo "compare rc=$?" >> "$L"
+      export MGN_CACHE_DIR=/tmp/mgn-cache
+      unset __GL_SHADER_DISK_CACHE_PATH
+      ;;
+    bench-resnet)
+      # Back: bench_resnet_{mgn,torch}.jsonl, bench_resnet_table.md, bench_resnet_log.txt (the gate tensors and the
+      # weights stay in /tmp). Cold compile in an empty cache first, an untimed compile fills the caches, then
+      # the timed run writes the weights and inputs the PyTorch side loads.
+      L="$OUT/bench_resnet_log.txt" T=/tmp/bench_resnet
+      rm -rf "$T" && mkdir -p "$T"
+      export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
+      P="$T/resnet50_b4"
+      __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache-cold" "$B/mgn" bench resnet50 --batch 4 --phases compile --cache cold \
+        --json "$T/cold.mgn.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench resnet50 compile cold rc=$?" >> "$L"
+      "$B/mgn" bench resnet50 --batch 4 --phases compile > /dev/null 2>> "$L"
+      "$B/mgn" bench resnet50 --batch 4 --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
+        --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench resnet50 rc=$?" >> "$L"
+      python3 bench/pytorch/resnet_bench.py --device cuda --impls eager --weights "$P.weights.safetensors" \
+        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
+      echo "resnet_bench.py eager rc=$?" >> "$L"
+      timeout "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" python3 bench/pytorch/resnet_bench.py --device cuda \
+        --impls compiled --modes strict --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" \
+        --json "$P.compiled.torch.jsonl" > /dev/null 2>> "$L"
+      echo "resnet_bench.py compiled rc=$? (124: timed out)" >> "$L"
+      cat "$T"/*.mgn.jsonl > "$OUT/bench_resnet_mgn.jsonl"
+      cat "$T"/*.torch.jsonl > "$OUT/bench_resnet_torch.jsonl"
+      python3 bench/compare.py --require-gates --out "$OUT/bench_resnet_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
+        "$P.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
+      echo "compare rc=$?" >> "$L"
+      export MGN_CACHE_DIR=/tmp/mgn-cache
+      unset __GL_SHADER_DISK_CACHE_PATH
+      ;;
+    micro)
+      # Back: micro_{mgn,torch}.jsonl, micro_table.md, micro_log.txt.
+      L="$OUT/micro_log.txt" T=/tmp/micro
+      rm -rf "$T" && mkdir -p "$T"
+      FILES=""
+      for W in attention conv; do
+        "$B/mgn" bench "$W" --outputs "$T/$W.mgn_out.safetensors" --json "$T/$W.mgn.jsonl" > /dev/null 2>> "$L"
+        echo "mgn bench $W rc=$?" >> "$L"
+        python3 "bench/pytorch/$W.py" --device cuda --inputs "$T/$W.mgn_out.safetensors" \
+          --outputs "$T/$W.torch_out.safetensors" --json "$T/$W.torch.jsonl" > /dev/null 2>> "$L"
+        echo "$W.py rc=$?" >> "$L"
+        FILES="$FILES $T/$W.mgn.jsonl $T/$W.torch.jsonl $T/$W.mgn_out.safetensors $T/$W.torch_out.safetensors"
+      done
+      # SmolLM2's projections (q/o 576x576 are covered by the cubes' small end), its lm_head forward and
+      # input gradient, and the cubes.
+      SHAPES="128x1536x576 128x576x1536 128x49152x576 128x576x49152 512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192"
+      "$B/mgn" bench-gemm $SHAPES > "$T/gemm.mgn.jsonl" 2>> "$L"
+      echo "mgn bench-gemm rc=$?" >> "$L"
+      python3 bench/pytorch/gemm.py --device cuda $SHAPES > "$T/gemm.torch.jsonl" 2>> "$L"
+      echo "gemm.py rc=$?" >> "$L"
+      cat "$T"/*.mgn.jsonl > "$OUT/micro_mgn.jsonl"
+      cat "$T"/*.torch.jsonl > "$OUT/micro_torch.jsonl"
+      python3 bench/compare.py --require-gates --out "$OUT/micro_table.md" $FILES "$T/gemm.mgn.jsonl" \
+        "$T/gemm.torch.jsonl" > /dev/null 2>> "$L"
+      echo "compare rc=$?" >> "$L"
+      ;;
+    gemm-sweep)
+      # Every GEMM variant (bench/gemm_sweep.sh) next to cuBLAS, then an Nsight Compute report of the default
+      # f32 kernel at 4096^3 (text page only; the .ncu-rep stays in /tmp). Back: gemm_sweep/{gemm_sweep.md,
+      # gemm_sweep.json, gemm_sweep.jsonl, gemm_torch.jsonl, gemm_sweep.log, ncu_simt.txt}.
+      bash bench/gemm_sweep.sh "$B" --out "$OUT/gemm_sweep" > "$OUT/gemm_sweep_stdout.txt" 2>&1
+      echo "gemm_sweep rc=$?" >> "$OUT/gemm_sweep_stdout.txt"
+      timeout 240 bash bench/gemm_sweep.sh "$B" --ncu simt --out /tmp/ncu >> "$OUT/gemm_sweep_stdout.txt" 2>&1
+      echo "ncu rc=$?" >> "$OUT/gemm_sweep_stdout.txt"
+      cp /tmp/ncu/*.txt "$OUT/gemm_sweep/" 2>/dev/null
+      ;;
+    resnet-mem)
+      # ResNet-50 (batch 4, 224x224, AdamW): our planned memory (training and inference) next to PyTorch's
+      # peak allocated memory on this GPU. Back: resnet_plan_{train,infer}.txt, resnet_torch_memory.json.
+      "$B/mgn" plan --model resnet50 --show report > "$OUT/resnet_plan_train.txt" 2>&1
+      "$B/mgn" plan --model resnet50 --mode infer --show report > "$OUT/resnet_plan_infer.txt" 2>&1
+      rm -rf /tmp/rn50 && python3 bench/pytorch/resnet50_ref.py /tmp/rn50 --device cuda > "$OUT/resnet_torch.txt" 2>&1
+      echo "resnet50_ref rc=$?" >> "$OUT/resnet_torch.txt"
+      cp /tmp/rn50/torch_memory.json "$OUT/resnet_torch_memory.json" 2>/dev/null
       ;;
     *) echo "unknown job $job" >> "$OUT/errors.txt" ;;
   esac

@@ -8,7 +8,8 @@ B=$(realpath "${1:-build-h200}")
 cd "$(dirname "$0")/.."
 rm -rf .h200 && mkdir -p .h200/bin/tests
 cp "$B/mgn" .h200/bin/
-for t in vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test; do
+for t in vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test vulkan_gemm_test \
+         vulkan_fusion_test vulkan_llama_test; do
   [ -x "$B/tests/$t" ] && cp "$B/tests/$t" .h200/bin/tests/
 done
 strip .h200/bin/mgn .h200/bin/tests/* 2>/dev/null || true

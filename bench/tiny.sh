@@ -4,12 +4,12 @@
 # own, and compare.py applies the gates and writes one table. It checks that the harness runs and that both
 # sides compute the same function; it asserts nothing about timings.
 # Usage: bench/tiny.sh MGN PYTHON OUT_DIR [WORKLOAD...]
-#   workloads: fashion-cnn fashion-mlp llama-tiny attention conv gemm (default: all of them)
+#   workloads: fashion-cnn fashion-mlp llama-tiny resnet-tiny attention conv gemm (default: all of them)
 #   BENCH_BACKEND=cpu|vulkan|auto (default auto) picks our side's backend (bench-gemm always uses auto)
 set -eu
 MGN=$1 PY=$2 OUT=$3
 shift 3
-[ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny attention conv gemm
+[ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny attention conv gemm
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
 RUNS="--warmup 1 --samples 2"
@@ -33,6 +33,13 @@ for W in "$@"; do
         --weights "$P.weights.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
       # Every timed phase carries the session's planned and measured memory.
       [ "$(grep -c '"plan_physical_bytes"' "$P.mgn.jsonl")" -eq 4 ] || { echo "tiny.sh: memory fields missing"; exit 1; }
+      ;;
+    resnet-tiny)
+      # ResNet-18, width 8, batch 2, 64x64, 10 classes; the PyTorch side reads our inputs from the gate file.
+      "$MGN" bench resnet-tiny $BACKEND $RUNS --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
+        --json "$P.mgn.jsonl"
+      "$PY" "$HERE/pytorch/resnet_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
+        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
       ;;
     attention|conv)
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"

@@ -55,6 +55,8 @@ struct ModelSpec {
   // Adjusts the initial weights of the inference session before they are used or written (optional).
   std::function<void(Session&, const std::vector<std::string>&)> init_weights;
   std::map<std::string, std::string> weights_meta, gate_meta;
+  // State that is no parameter (e.g. BatchNorm's running statistics): no gradient, gated after the step.
+  std::function<bool(const std::string&)> is_state;
 };
 
 void require_finite(float v, const std::string& what) {
@@ -86,6 +88,9 @@ int run_model(const Args& a, const ModelSpec& m) {
   Session infer = compile(gi, {.mode = Mode::Infer, .backend = a.backend});
   compile_ms["inference"] = ms_since(t0);
   const std::vector<std::string> params = infer.state_names();
+  std::vector<std::string> trainable;
+  for (const std::string& n : params)
+    if (!m.is_state || !m.is_state(n)) trainable.push_back(n);
 
   std::optional<Graph> gm, gf, gt;
   std::optional<Session> minimal, flb, train;
@@ -100,7 +105,7 @@ int run_model(const Args& a, const ModelSpec& m) {
     t0 = Clock::now();
     gf.emplace(m.graph(Mode::Train));
     if (a.mode != Precision::Strict) mark_precision(*gf, a.mode);
-    add_gradient_outputs(*gf, params, "bench " + a.workload);
+    add_gradient_outputs(*gf, trainable, "bench " + a.workload);
     flb.emplace(compile(*gf, {.mode = Mode::Infer, .backend = a.backend}));
     compile_ms["flb"] = ms_since(t0);
   }
@@ -172,7 +177,7 @@ int run_model(const Args& a, const ModelSpec& m) {
     }
     flb->run();
     out.push_back(StoredTensor::from_f32("loss", {}, flb->read("loss")));
-    for (const std::string& name : params)
+    for (const std::string& name : trainable)
       out.push_back(StoredTensor::from_f32("grad." + name, flb->shape_of(name), flb->read("grad." + name)));
     train->step();
     out.push_back(StoredTensor::from_f32("step.loss", {}, train->read("loss")));
@@ -362,14 +367,89 @@ ModelSpec llama_spec(Args& a) {
   return m;
 }
 
+// ---- ResNet (torchvision layout, real BatchNorm)
+
+// Inputs both sides read from the gate file (input.x, input.labels): uniform images in [-1, 1) and labels
+// from bench_ids' formula.
+ModelSpec resnet_spec(Args& a) {
+  a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
+  if (a.seq || !a.config.empty() || !a.cases.empty() || a.tiny)
+    throw Error("bench " + a.workload + ": --seq, --config, --cases and --tiny are for other workloads");
+  models::ResNetConfig cfg;
+  if (a.workload == "resnet-tiny") {
+    cfg.depth = 18;
+    cfg.width = 8;
+    cfg.image_size = 64;  // layer4 at 2x2: BatchNorm over 8 values per channel, not 2 (ill-conditioned)
+    cfg.num_classes = 10;
+    cfg.batch = 2;
+  }
+  if (a.batch) cfg.batch = a.batch;
+  cfg.seed = a.seed;
+  ModelSpec m;
+  m.batch = cfg.batch;
+  m.extra = {{"image", cfg.image_size}};
+  m.graph = [=](Mode mode) {
+    models::ResNetConfig c = cfg;
+    c.mode = mode;
+    return models::resnet(c);
+  };
+  const int64_t B = cfg.batch, S = cfg.image_size;
+  Feed x{.name = "x", .shape = {B, 3, S, S}, .f32 = uniform(size_t(B * 3 * S * S), a.seed * 131 + 7, -1.0f, 1.0f)};
+  Feed labels{.name = "labels", .shape = {B}, .integer = true, .i32 = bench_ids(B, 1, cfg.num_classes, a.seed)};
+  m.infer_feeds = {x};
+  m.train_feeds = {x, labels};
+  m.is_state = [](const std::string& n) {
+    auto ends = [&](const char* s) {
+      std::string t(s);
+      return n.size() >= t.size() && n.compare(n.size() - t.size(), t.size(), t) == 0;
+    };
+    return ends(".running_mean") || ends(".running_var");
+  };
+  // torchvision's init gives every BN weight 1, bias 0, running mean 0, var 1, where a side that dropped one
+  // would still agree: weight 1 + U(-0.1, 0.1), bias, mean U(-0.1, 0.1), var 1 + U(0, 0.5).
+  m.init_weights = [seed = a.seed](Session& s, const std::vector<std::string>& names) {
+    for (const std::string& n : names) {
+      if (n.find("bn") == std::string::npos && n.find("downsample.1") == std::string::npos) continue;
+      const size_t k = size_t(numel(s.shape_of(n)));
+      std::vector<float> v;
+      auto ends = [&](const std::string& t) {
+        return n.size() >= t.size() && n.compare(n.size() - t.size(), t.size(), t) == 0;
+      };
+      if (ends(".weight")) {
+        v = uniform(k, name_seed(n, seed), 0.9f, 1.1f);
+      } else if (ends(".bias") || ends(".running_mean")) {
+        v = uniform(k, name_seed(n, seed), -0.1f, 0.1f);
+      } else if (ends(".running_var")) {
+        v = uniform(k, name_seed(n, seed), 1.0f, 1.5f);
+      } else {
+        continue;
+      }
+      s.write_parameter(n, v);
+    }
+  };
+  const std::string cj = Json{{"depth", cfg.depth},
+                              {"width", cfg.width},
+                              {"image_size", cfg.image_size},
+                              {"num_classes", cfg.num_classes},
+                              {"bn_momentum", cfg.bn_momentum},
+                              {"bn_eps", cfg.bn_eps}}
+                             .dump();
+  m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
+  m.gate_meta = {{"image", std::to_string(S)}, {"config", cj}};
+  return m;
+}
+
 }  // namespace
 
 bool is_model_workload(const std::string& w) {
-  return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" || w == "llama";
+  return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" || w == "llama" ||
+         w == "resnet50" || w == "resnet-tiny";
 }
 
 int run_model_bench(Args& a) {
-  ModelSpec m = a.workload.rfind("fashion-", 0) == 0 ? fashion_spec(a) : llama_spec(a);
+  ModelSpec m = a.workload.rfind("fashion-", 0) == 0  ? fashion_spec(a)
+                : a.workload.rfind("resnet", 0) == 0 ? resnet_spec(a)
+                                                     : llama_spec(a);
   return run_model(a, m);
 }
 

@@ -102,7 +102,8 @@ class Session {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   std::vector<std::string> state_names() const;  // parameters, then state, in graph order
-  // (kernel name, GLSL) of every dispatch of the compiled step, in order ("<kernel> %<node id>"); empty
+  // (kernel name, GLSL) of every dispatch of the compiled step, in order ("<kernel> %<node id>", or
+  // "fused<N>_[shape] %<id>,<id>,..." for a fused dispatch); empty
   // on the CPU reference executor. `mgn kernels` prints them.
   std::vector<std::pair<std::string, std::string>> kernel_sources() const;
   // What the session's engine holds now (the CPU engine reports its plan's arena only).
