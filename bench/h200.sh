@@ -186,7 +186,7 @@ for job in "$@"; do
       # gemm_sweep.json, gemm_sweep.jsonl, gemm_torch.jsonl, gemm_sweep.log, ncu_simt.txt}.
       bash bench/gemm_sweep.sh "$B" --out "$OUT/gemm_sweep" > "$OUT/gemm_sweep_stdout.txt" 2>&1
       echo "gemm_sweep rc=$?" >> "$OUT/gemm_sweep_stdout.txt"
-      timeout 240 bash bench/gemm_sweep.sh "$B" --ncu simt --out /tmp/ncu >> "$OUT/gemm_sweep_stdout.txt" 2>&1
+      timeout 120 bash bench/gemm_sweep.sh "$B" --ncu simt --out /tmp/ncu >> "$OUT/gemm_sweep_stdout.txt" 2>&1
       echo "ncu rc=$?" >> "$OUT/gemm_sweep_stdout.txt"
       cp /tmp/ncu/*.txt "$OUT/gemm_sweep/" 2>/dev/null
       ;;
