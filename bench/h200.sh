@@ -183,10 +183,10 @@ for job in "$@"; do
     gemm-sweep)
       # Every GEMM variant (bench/gemm_sweep.sh) next to cuBLAS, then an Nsight Compute report of the default
       # f32 kernel at 4096^3 (text page only; the .ncu-rep stays in /tmp). Back: gemm_sweep/{gemm_sweep.md,
-      # gemm_sweep.json, gemm_sweep.jsonl, gemm_torch.jsonl, gemm_sweep.log, ncu_simt.txt}.
+      # gemm_sweep.json, gemm_sweep.jsonl, gemm_torch.jsonl, gemm_sweep.log, ncu_default.txt}.
       bash bench/gemm_sweep.sh "$B" --out "$OUT/gemm_sweep" > "$OUT/gemm_sweep_stdout.txt" 2>&1
       echo "gemm_sweep rc=$?" >> "$OUT/gemm_sweep_stdout.txt"
-      timeout 120 bash bench/gemm_sweep.sh "$B" --ncu simt --out /tmp/ncu >> "$OUT/gemm_sweep_stdout.txt" 2>&1
+      timeout 120 bash bench/gemm_sweep.sh "$B" --ncu default --out /tmp/ncu >> "$OUT/gemm_sweep_stdout.txt" 2>&1
       echo "ncu rc=$?" >> "$OUT/gemm_sweep_stdout.txt"
       cp /tmp/ncu/*.txt "$OUT/gemm_sweep/" 2>/dev/null
       ;;
