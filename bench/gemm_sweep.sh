@@ -4,13 +4,15 @@
 # f16) in the same run, and one table. About 2-4 minutes on an H200.
 #
 #   bench/gemm_sweep.sh [BIN_DIR] [--out DIR] [--shapes "MxNxK ..."] [--only NAME,NAME] [--no-torch] [--no-f16]
+#                       [--no-profile]
 #   bench/gemm_sweep.sh [BIN_DIR] --ncu NAME [--out DIR]   # Nsight Compute report of one variant at 4096^3
 #                                                          # ($NCU_SHAPE overrides the shape)
 #
 # BIN_DIR holds mgn (default build-release); $PYTHON (default python3) runs gemm.py. Writes under DIR (default $OUT/gemm_sweep, $OUT defaulting to
 # /tmp/out): gemm_sweep.jsonl (every mgn line, with "tag" = variant name), gemm_torch.jsonl,
 # gemm_sweep.md (TFLOP/s per variant and shape, % of cuBLAS, worst sampled error, kernel names),
-# gemm_sweep.json (the same numbers, plus the best variant per shape), gemm_sweep.log (stderr, timings).
+# gemm_sweep.json (the same numbers, plus the best variant per shape), gemm_sweep.log (stderr, timings),
+# profile_NAME.txt (MGN_PROFILE's GPU time per kernel at 4096^3 or $PROFILE_SHAPE, unless --no-profile).
 # With --ncu: ncu_NAME.ncu-rep and ncu_NAME.txt (`ncu --import ... --page details`).
 set -uo pipefail
 
@@ -21,6 +23,7 @@ ONLY=""
 NCU_VARIANT=""
 TORCH=1
 F16=1
+PROFILE=1
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then B=$1; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,7 +33,8 @@ while [ $# -gt 0 ]; do
     --ncu) NCU_VARIANT=$2; shift 2 ;;
     --no-torch) TORCH=0; shift ;;
     --no-f16) F16=0; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --no-profile) PROFILE=0; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "gemm_sweep.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +55,9 @@ export MGN_VALIDATION=0
 export MGN_CACHE_DIR="$OUTDIR/.cache"  # fresh SPIR-V cache: no kernel from an older build
 rm -rf "$MGN_CACHE_DIR"
 
-# name | MGN_GEMM_VARIANT | MGN_GEMM_TILE (f32) or MGN_GEMM_F16_TILE (f16) | precision
+# name | MGN_GEMM_VARIANT | MGN_GEMM_TILE (f32) or MGN_GEMM_F16_TILE (f16) | precision [| MGN_GEMM_F16_ABLATE]
+# Ablated rows (noload: no global loads after the first K slice; nomma: no multiplies) compute wrong
+# results on purpose: their times split the f16 kernel's time into its parts.
 # "default" is what a session gets with no knob set. Tile fields: BMxBNxBK, tTMxTN per thread, lLXxLY
 # lanes of a subgroup (along N x M), gG tile rows walked together, sS K splits; f16: wWMxWN subgroup tile.
 VARIANTS=(
@@ -69,19 +75,29 @@ VARIANTS=(
   "64x64_t8x8|simt|64x64x16,t8x8|strict"
   "32x32|simt|32x32x16|strict"
   "f16_default|auto||f16"
-  "f16_bk16|auto|128x128x16|f16"
-  "f16_w32x64|auto|128x128x32,w32x64|f16"
+  "f16_w64x64|auto|128x128x32,w64x64|f16"
+  "f16_b1|auto|128x128x32,b1|f16"
+  "f16_128x128x64_b1|auto|128x128x64,w64x64,b1|f16"
   "f16_128x256|auto|128x256x16,w64x64|f16"
+  "f16_128x256_b1|auto|128x256x32,w64x64,b1|f16"
+  "f16_256x128_b1|auto|256x128x32,w64x64,b1|f16"
+  "f16_128x256x32_b2|auto|128x256x32,w64x64,b2|f16"
   "f16_64x64|auto|64x64x32|f16"
+  "f16_default_noload|auto||f16|noload"
+  "f16_default_nomma|auto||f16|nomma"
+  "f16_128x256_b1_noload|auto|128x256x32,w64x64,b1|f16|noload"
+  "f16_128x256_b1_nomma|auto|128x256x32,w64x64,b1|f16|nomma"
 )
 
-run_variant() {  # name variant tile precision shapes... -> one JSON line per shape on stdout
-  local name=$1 variant=$2 tile=$3 prec=$4
-  shift 4
+run_variant() {  # name variant tile precision ablate shapes... -> one JSON line per shape on stdout
+  local name=$1 variant=$2 tile=$3 prec=$4 ablate=$5
+  shift 5
   local flags=(--tag "$name" --backend vulkan)
   local env_tile=MGN_GEMM_TILE
   if [ "$prec" = f16 ]; then flags+=(--f16); env_tile=MGN_GEMM_F16_TILE; fi
-  env MGN_GEMM_VARIANT="$variant" "$env_tile=$tile" timeout 150 "$MGN" bench-gemm "$@" "${flags[@]}"
+  [ -n "$ablate" ] && flags+=(--no-check)
+  env MGN_GEMM_VARIANT="$variant" "$env_tile=$tile" MGN_GEMM_F16_ABLATE="$ablate" \
+    timeout 150 "$MGN" bench-gemm "$@" "${flags[@]}"
 }
 
 find_ncu() {
@@ -96,16 +112,17 @@ if [ -n "$NCU_VARIANT" ]; then
   NCU=$(find_ncu)
   [ -n "$NCU" ] || { echo "gemm_sweep.sh: ncu not found (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-compute)" >&2; exit 2; }
   for row in "${VARIANTS[@]}"; do
-    IFS='|' read -r name variant tile prec <<< "$row"
+    IFS='|' read -r name variant tile prec ablate <<< "$row"
     [ "$name" = "$NCU_VARIANT" ] || continue
     env_tile=MGN_GEMM_TILE; flags=()
     if [ "$prec" = f16 ]; then flags=(--f16); env_tile=MGN_GEMM_F16_TILE; fi
     # Vulkan compute dispatches show up under their SPIR-V entry point ("main"); -c 1 keeps the first one
     # after the self-test (f16) and the warm-up-free single sample. A driver/ncu pair that does not
     # profile Vulkan reports "No kernels were profiled": then use nsys or the sweep's timings.
-    echo "$NCU --set full -k regex:'main|matmul' -c 1 --target-processes all -f -o $OUTDIR/ncu_$name ..." | tee -a "$LOG"
-    env MGN_GEMM_VARIANT="$variant" "$env_tile=$tile" "$NCU" --set full -k 'regex:main|matmul' -c 1 \
-      --target-processes all -f -o "$OUTDIR/ncu_$name" \
+    # --clock-control none: leave the GPU's clocks as they are (the device notes ask for it).
+    echo "$NCU --set full --clock-control none -k regex:'main|matmul' -c 1 --target-processes all -f -o $OUTDIR/ncu_$name ..." | tee -a "$LOG"
+    env MGN_GEMM_VARIANT="$variant" "$env_tile=$tile" MGN_GEMM_F16_ABLATE="$ablate" "$NCU" --set full \
+      --clock-control none -k 'regex:main|matmul' -c 1 --target-processes all -f -o "$OUTDIR/ncu_$name" \
       "$MGN" bench-gemm "${NCU_SHAPE:-4096x4096x4096}" --warmup 0 --samples 1 --no-check --backend vulkan \
       --tag "$name" "${flags[@]}" \
       > "$OUTDIR/ncu_$name.stdout" 2>>"$LOG"
@@ -121,13 +138,19 @@ fi
 T0=$(date +%s)
 : > "$OUTDIR/gemm_sweep.jsonl"
 for row in "${VARIANTS[@]}"; do
-  IFS='|' read -r name variant tile prec <<< "$row"
+  IFS='|' read -r name variant tile prec ablate <<< "$row"
   if [ -n "$ONLY" ] && ! printf ',%s,' "$ONLY" | grep -q ",$name,"; then continue; fi
   [ "$prec" = f16 ] && [ "$F16" = 0 ] && continue
   t=$(date +%s)
   echo "== $name ($variant ${tile:-auto} $prec)" >> "$LOG"
-  run_variant "$name" "$variant" "$tile" "$prec" $SHAPES >> "$OUTDIR/gemm_sweep.jsonl" 2>>"$LOG"
+  run_variant "$name" "$variant" "$tile" "$prec" "$ablate" $SHAPES >> "$OUTDIR/gemm_sweep.jsonl" 2>>"$LOG"
   echo "   rc=$? $(( $(date +%s) - t )) s" >> "$LOG"
+  # GPU time per kernel (timestamp queries, MGN_PROFILE) at 4096^3: the f16 rows' packing passes apart
+  # from the multiply.
+  if [ "$PROFILE" = 1 ]; then
+    MGN_PROFILE=1 run_variant "$name" "$variant" "$tile" "$prec" "$ablate" "${PROFILE_SHAPE:-4096x4096x4096}" --no-check \
+      > /dev/null 2> "$OUTDIR/profile_$name.txt"
+  fi
 done
 if [ "$TORCH" = 1 ]; then
   PY=${PYTHON:-$(command -v python3)}
@@ -198,13 +221,21 @@ for t in tags:
 for s in shapes:
     for prec in ("strict", "f16"):
         cands = [(cell[(t, s)]["tflops"], t) for t in tags if (t, s) in cell and cell[(t, s)]["precision"] == prec
-                 and (prec == "strict" or "coopmat" in cell[(t, s)]["kernels"])]
+                 and (prec == "strict" or "coopmat" in cell[(t, s)]["kernels"])
+                 and "ABLATED" not in cell[(t, s)]["kernels"]]
         if cands:
             summary["best"]["%s %s" % (s, prec)] = max(cands)[1]
 md += ["", "Best f32 variant per shape: " + ", ".join("%s → %s" % (k.split()[0], v) for k, v in summary["best"].items() if k.endswith("strict"))]
 f16_notes = sorted({r.get("coopmat", "") for r in mgn if r["precision"] == "f16"})
 if f16_notes:
     md += ["", "f16 cooperative-matrix self-test: " + "; ".join(f16_notes)]
+profiles = sorted(f for f in os.listdir(out) if f.startswith("profile_") and f.endswith(".txt"))
+if profiles:
+    md += ["", "## GPU time per kernel at 4096x4096x4096 (MGN_PROFILE timestamps)", ""]
+    for f in profiles:
+        rows = [l.rstrip() for l in open(os.path.join(out, f)) if "ms/run" in l or "GPU time per run" in l]
+        if rows:
+            md += ["`%s`:" % f[len("profile_"):-4], "", "```"] + rows + ["```", ""]
 open(os.path.join(out, "gemm_sweep.md"), "w").write("\n".join(md) + "\n")
 json.dump(summary, open(os.path.join(out, "gemm_sweep.json"), "w"), indent=1)
 print("\n".join(md))

@@ -128,42 +128,7 @@ class VulkanGemm : public ::testing::Test {
   // Runs a GEMM lowering: bindings are a, b, output and scratch buffers.
   static std::vector<float> run_gpu(const Lowering& low, const std::vector<float>& a,
                                     const std::vector<float>& b, size_t n_out) {
-    vk::Buffer ba = alloc_->allocate(a.size() * 4, vk::MemoryKind::Device, "a");
-    vk::Buffer bb = alloc_->allocate(b.size() * 4, vk::MemoryKind::Device, "b");
-    vk::Buffer out = alloc_->allocate(std::max<size_t>(n_out, 1) * 4, vk::MemoryKind::Device, "out");
-    transfer_->upload(ba, a.data(), a.size() * 4);
-    transfer_->upload(bb, b.data(), b.size() * 4);
-    if (low.output_zero_filled) transfer_->fill_zero(out);
-    std::vector<vk::Buffer> scratch;
-    for (uint64_t w : low.scratch_words)
-      scratch.push_back(alloc_->allocate(std::max<uint64_t>(w, 1) * 4, vk::MemoryKind::Device, "scratch"));
-    {
-      vk::CommandStream stream(*ctx_);
-      for (size_t i = 0; i < low.kernels.size(); ++i) {
-        const codegen::Kernel& k = low.kernels[i];
-        codegen::ShaderOptions so;
-        so.name = k.name;
-        vk::PipelineDesc d;
-        d.spirv = compiler_->compile(k.glsl, so).words;
-        d.num_buffers = uint32_t(k.bindings.size());
-        d.name = k.name;
-        std::vector<vk::Buffer> bind;
-        for (const codegen::Binding& bd : k.bindings)
-          bind.push_back(bd.kind == BindingKind::Input    ? (bd.index == 0 ? ba : bb)
-                         : bd.kind == BindingKind::Output ? out
-                                                          : scratch.at(size_t(bd.index)));
-        if (i > 0) stream.barrier();
-        stream.dispatch(pipelines_->get(d), bind, k.groups, nullptr, 0, k.name);
-      }
-      stream.submit();
-    }
-    std::vector<float> result(n_out);
-    transfer_->download(out, result.data(), n_out * 4);
-    alloc_->free(ba);
-    alloc_->free(bb);
-    alloc_->free(out);
-    for (auto& s : scratch) alloc_->free(s);
-    return result;
+    return vk::run_gemm_lowering(*ctx_, *alloc_, *transfer_, *pipelines_, *compiler_, low, a, b, n_out);
   }
 
   // The problem on the CPU reference executor and through `lower` on the GPU; returns the rel-L2 error.
@@ -358,8 +323,16 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
   nv.subgroup_size = 32;
   nv.cooperative_matrix_nv = true;
   const codegen::CoopMatShape mmas[] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}};
-  const char* tiles[] = {"",         "128x128x32",   "128x128x32,w32x64", "128x256x16,w64x64",
-                         "64x64x32", "128x128x16,g1"};
+  const char* tiles[] = {"",
+                         "128x128x32",
+                         "128x128x32,w32x64",
+                         "128x128x32,w64x64",
+                         "128x256x16,w64x64",
+                         "128x256x32,w64x64,b1",
+                         "256x128x32,w64x64,b1",
+                         "128x128x64,w64x64,b1",
+                         "64x64x32",
+                         "128x128x16,g1"};
   const std::vector<GemmShape> shapes = coopmat_shapes();
   for (const auto& mma : mmas)
     for (const char* spec : tiles)
@@ -368,12 +341,15 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
         if (*spec && (mma.n != 16 || (i % 3 != 2 && i != 3 && i != shapes.size() - 1))) continue;
         const GemmShape& s = shapes[i];
         Lowering l = codegen::lower_gemm_coopmat(s, nv, codegen::parse_gemm_tile(spec, true), mma);
-        ASSERT_EQ(l.kernels.size(), 1u);
-        const auto& k = l.kernels[0];
-        EXPECT_NE(k.glsl.find("coopMatMulAddNV"), std::string::npos);
-        codegen::ShaderOptions so;
-        so.name = k.name;
-        EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << k.name << " tile '" << spec << "'";
+        // Pack A, pack B (to the two scratch buffers), multiply.
+        ASSERT_EQ(l.kernels.size(), 3u);
+        ASSERT_EQ(l.scratch_words.size(), 2u);
+        EXPECT_NE(l.kernels[2].glsl.find("coopMatMulAddNV"), std::string::npos);
+        for (const auto& k : l.kernels) {
+          codegen::ShaderOptions so;
+          so.name = k.name;
+          EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << k.name << " tile '" << spec << "'";
+        }
       }
 }
 
@@ -398,6 +374,8 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
       {{16, 16, 16}, "64x64x32", edges},
       {{16, 8, 16}, "32x64x16,w32x32", {aligned[1], edges[1], edges[2], edges[4]}},
       {{16, 8, 8}, "128x64x16,w64x32", {aligned[0], edges[3], edges[5]}},
+      // One shared buffer (two barriers per slice), a 64x64 subgroup tile.
+      {{16, 16, 16}, "64x128x32,w64x64,b1", {aligned[0], edges[0], edges[3], edges[4]}},
   };
   for (const Cfg& c : cfgs)
     for (const Problem& p : c.problems) {
@@ -429,7 +407,7 @@ TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
     Tensor y = matmul(g.input("a", {64, 48}), g.input("b", {48, 80}));
     y.set_precision(p);
     ir::Graph& ir = g.ir();
-    return codegen::lower_matmul({ir, ir.node(y.id()), nv}).kernels.at(0).name;
+    return codegen::lower_matmul({ir, ir.node(y.id()), nv}).kernels.back().name;
   };
   EXPECT_EQ(lower(Precision::Strict).rfind("matmul_tiled_", 0), 0u);
   EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_coopmat_f16_", 0), 0u);
@@ -449,6 +427,30 @@ TEST_F(VulkanGemm, SelfTestOffWithoutTheExtension) {
   EXPECT_NE(vk::gemm_coopmat_self_test_note(*ctx_).find("lacks"), std::string::npos);
 }
 
+TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
+  // The real GL_NV_cooperative_matrix kernels (runs on a GPU that has the extension, e.g. in the H200
+  // conformance job): every tile of the sweep, both epilogues, all transposes, a broadcast batch, one and
+  // two shared buffers, on f16-exact inputs against the CPU reference.
+  if (!ctx_->has(vk::Feature::CooperativeMatrixNV)) GTEST_SKIP() << "device lacks VK_NV_cooperative_matrix";
+  if (!vk::gemm_coopmat_self_test(*ctx_)) GTEST_FAIL() << "self-test: " << vk::gemm_coopmat_self_test_note(*ctx_);
+  const codegen::CoopMatShape mma = codegen::coopmat_status().mma;
+  std::vector<Problem> problems = {{{256, 128}, {128, 256}}, {{128, 256}, {256, 128}, true, true}};
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      problems.push_back(
+          {ta ? Shape{70, 137} : Shape{137, 70}, tb ? Shape{203, 70} : Shape{70, 203}, bool(ta), bool(tb)});
+  problems.push_back({{2, 1, 20, 40}, {3, 20, 36}, true, false});
+  for (const char* tile : {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1", "128x256x16,w64x64",
+                           "128x256x32,w64x64,b1", "256x128x32,w64x64,b1", "64x64x32"})
+    for (const Problem& p : problems) {
+      std::string names;
+      const double err = check(
+          p, [&](const GemmShape& s) { return codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile(tile, true), mma); },
+          &names, true);
+      EXPECT_LE(err, 1e-5) << "tile '" << tile << "' via " << names;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------- knobs
 
 TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
@@ -462,6 +464,8 @@ TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
   EXPECT_EQ(t.ly, 4u);
   EXPECT_EQ(t.group_m, 4u);
   EXPECT_EQ(t.splits, 2u);
+  EXPECT_EQ(codegen::parse_gemm_tile("128x256x32,b1", true).buffers, 1u);
+  EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,b1", false), Error);
   GemmTile c = codegen::parse_gemm_tile("128x256x32,w64x64,g8", true);
   EXPECT_EQ(c.bn, 256u);
   EXPECT_EQ(c.wm, 64u);

@@ -9,9 +9,9 @@
 //    are literals: interior blocks carry no bounds checks when M, N, K are tile multiples, and edges clamp
 //    the load address (rows past the edge are never stored) or zero the K tail. Small grids split K.
 //  * Classic: the first single-buffered SIMT kernel, kept as the baseline the variants are measured against.
-//  * CoopMatF16: A and B rounded to f16 on their way into shared memory and multiplied by
-//    GL_NV_cooperative_matrix with f32 accumulation; Accelerated nodes only, once the device self-test
-//    passed.
+//  * CoopMatF16: A and B rounded to zero-padded f16 copies (one packing pass each), then multiplied by
+//    GL_NV_cooperative_matrix with f32 accumulation from those copies; Accelerated nodes only, once the
+//    device self-test passed.
 //  * Small: for M or N tiny (GEMV-like, e.g. a single token's projection) a block tile would waste most of
 //    its threads. Either one workgroup reduces K for one output (when the large operand is contiguous along
 //    K, so the reads coalesce), or one thread computes one output (consecutive threads along the large
@@ -448,38 +448,82 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const SimtConfig&
 }
 
 // ------------------------------------------------------------------------------ f16 cooperative matrix
+//
+// Two steps. First one pass per operand rounds it to f16 into a scratch copy, zero-padded to whole blocks
+// (rows and columns of the operand's global layout rounded up to the block tile and K slice), packed
+// 8 halves to a uvec4: the GEMM then reads half the bytes of the f32 operand, 16 bytes per load, with no
+// bounds checks. Then the GEMM: BK-deep slices of both copies go global -> registers -> shared memory (one
+// or two buffers) as uvec4s, and each subgroup multiplies its WM x WN tile with GL_NV_cooperative_matrix,
+// accumulating in f32. Only the output stores of edge blocks check bounds.
 
 struct CoopConfig {
-  uint32_t bm, bn, bk, wm, wn, group_m;
+  uint32_t bm, bn, bk, wm, wn, group_m, buffers;
   CoopMatShape mma;
+  // MGN_GEMM_F16_ABLATE, for the benchmark's time decomposition only (results are wrong): "noload" keeps
+  // multiplying the first K slice (no global loads after it: the multiply-and-shared-read ceiling);
+  // "nomma" drops the multiplies (global -> shared streaming alone).
+  std::string ablate;
 };
 
-// Shared bytes: two f16 buffers of each operand's tile (rows padded by 8 halves = 16 bytes so the
-// cooperative loads' rows start on different banks and stay 16-byte aligned), plus a 4-byte-per-element
-// staging tile per subgroup for edge blocks.
+// An operand's f16 copy: `count` matrices of rows x cols halves (the global layout, padded), made from
+// src_rows x src_cols f32 values.
+struct PackedOperand {
+  uint64_t count, rows, cols, src_rows, src_cols;
+  uint64_t words() const { return count * rows * cols / 2; }
+  uint64_t vec8() const { return rows * cols / 8; }  // uvec4s per matrix
+};
+
+uint64_t round_up(uint64_t v, uint64_t to) {
+  return div_up(v, to) * to;
+}
+
+// Matrices of an operand: its batch strides are those of a packed array, so the last one is at
+// sum((batch[d] - 1) * stride[d]).
+uint64_t operand_matrices(const GemmShape& s, const std::vector<uint64_t>& stride) {
+  uint64_t last = 0;
+  for (size_t d = 0; d < s.batch.size(); ++d) last += (s.batch[d] - 1) * stride[d];
+  return last + 1;
+}
+
+PackedOperand packed_a(const GemmShape& s, const CoopConfig& c) {
+  const uint64_t n = operand_matrices(s, s.a_stride);
+  if (s.transpose_a) return {n, round_up(s.k, c.bk), round_up(s.m, c.bm), s.k, s.m};
+  return {n, round_up(s.m, c.bm), round_up(s.k, c.bk), s.m, s.k};
+}
+PackedOperand packed_b(const GemmShape& s, const CoopConfig& c) {
+  const uint64_t n = operand_matrices(s, s.b_stride);
+  if (s.transpose_b) return {n, round_up(s.n, c.bn), round_up(s.k, c.bk), s.n, s.k};
+  return {n, round_up(s.k, c.bk), round_up(s.n, c.bn), s.k, s.n};
+}
+
+// Shared tiles keep the global layout ([m][k] or [k][m] for A, [k][n] or [n][k] for B), rows padded by
+// 8 halves = 16 bytes so the cooperative loads' rows start on different banks and stay 16-byte aligned.
 uint32_t coop_a_stride(const GemmShape& s, const CoopConfig& c) {
   return (s.transpose_a ? c.bm : c.bk) + 8;
 }
 uint32_t coop_b_stride(const GemmShape& s, const CoopConfig& c) {
   return (s.transpose_b ? c.bk : c.bn) + 8;
 }
-uint32_t coop_a_words(const GemmShape& s, const CoopConfig& c) {
+uint32_t coop_a_halves(const GemmShape& s, const CoopConfig& c) {
   return coop_a_stride(s, c) * (s.transpose_a ? c.bk : c.bm);
 }
-uint32_t coop_b_words(const GemmShape& s, const CoopConfig& c) {
+uint32_t coop_b_halves(const GemmShape& s, const CoopConfig& c) {
   return coop_b_stride(s, c) * (s.transpose_b ? c.bn : c.bk);
 }
 bool coop_direct_store(const GemmShape& s, const CoopConfig& c) {
   return s.m % c.bm == 0 && s.n % c.bn == 0;
 }
+// Shared bytes: `buffers` copies of each operand's tile, plus a 4-byte-per-element staging tile per
+// subgroup for edge blocks.
 uint32_t coop_shared_bytes(const GemmShape& s, const CoopConfig& c) {
   const uint32_t warps = (c.bm / c.wm) * (c.bn / c.wn);
-  return 2u * 2u * (coop_a_words(s, c) + coop_b_words(s, c)) +
+  return c.buffers * 2u * (coop_a_halves(s, c) + coop_b_halves(s, c)) +
          (coop_direct_store(s, c) ? 0u : warps * c.mma.m * c.mma.n * 4u);
 }
 
 // Auto: 128x128 blocks of 8 subgroups, each a 64x32 tile (4x2 multiplies of 16x16 per 16-deep step),
-// BK = 32; 64x64 blocks of 4 subgroups (32x32 each) when the grid of 128x128 blocks is small.
+// BK = 32, two shared buffers; 64x64 blocks of 4 subgroups (32x32 each) when the grid of 128x128 blocks
+// is small.
 CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
                      const CoopMatShape& mma) {
   CoopConfig c{};
@@ -492,19 +536,52 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   c.wm = want.wm ? want.wm : std::min<uint32_t>(c.bm, c.bm >= 128 ? 64 : 32);
   c.wn = want.wn ? want.wn : std::min<uint32_t>(c.bn, 32);
   c.group_m = want.group_m ? want.group_m : 8;
+  c.buffers = want.buffers ? want.buffers : 2;
+  if (const char* ab = std::getenv("MGN_GEMM_F16_ABLATE")) c.ablate = ab;
+  if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma")
+    throw Error("MGN_GEMM_F16_ABLATE: expected noload or nomma, got '" + c.ablate + "'");
   auto bad = [](const std::string& what) { throw Error("MGN_GEMM_F16_TILE: " + what); };
   if (c.bm % c.wm || c.bn % c.wn || c.wm % mma.m || c.wn % mma.n || c.bk % mma.k || c.bk % 8 || c.bm % 8 ||
       c.bn % 8)
     bad("block " + su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + " / subgroup tile " + su(c.wm) + "x" +
         su(c.wn) + " do not tile into " + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + " multiplies");
+  if (c.buffers > 2) bad("b" + su(c.buffers) + ": one or two shared buffers");
   const uint32_t threads = (c.bm / c.wm) * (c.bn / c.wn) * 32;
   if (threads > caps.max_workgroup_invocations) bad(su(threads) + " threads exceed the device limit");
   if (!want.bk)
-    while (c.bk > mma.k && coop_shared_bytes(s, c) > caps.max_shared_bytes) c.bk /= 2;
+    while (c.bk > mma.k && c.bk > 8 && coop_shared_bytes(s, c) > caps.max_shared_bytes) c.bk /= 2;
   if (coop_shared_bytes(s, c) > caps.max_shared_bytes)
     bad(su(coop_shared_bytes(s, c)) + " bytes of shared memory exceed the device's " +
         su(caps.max_shared_bytes));
   return c;
+}
+
+// One operand to its f16 copy (scratch `slot`): invocation i writes 8 halves of row r, columns 8c..8c+7,
+// zero outside the src_rows x src_cols matrix.
+Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOperand& p, const DeviceCaps& caps) {
+  const bool v4 = p.src_cols % 4 == 0;
+  const uint64_t per_row = p.cols / 8, src_mat = p.src_rows * p.src_cols;
+  std::string decls = buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", false) +
+                      buffer_as(1, "uvec4", "P", true);
+  std::string body = "  uint mat = i / " + u(p.vec8()) + ", rest = i % " + u(p.vec8()) + ";\n";
+  body += "  uint r = rest / " + u(per_row) + ", c = (rest % " + u(per_row) + ") * 8u;\n";
+  body += "  vec4 lo = vec4(0.0), hi = vec4(0.0);\n";
+  body += "  if (r < " + u(p.src_rows) + ") {\n";
+  body += "    uint src = mat * " + u(src_mat) + " + r * " + u(p.src_cols) + " + c;\n";
+  if (v4) {
+    // src_cols and c are multiples of 4: each vec4 lies wholly inside the row or wholly past its end.
+    body += "    if (c < " + u(p.src_cols) + ") lo = X4[src >> 2];\n";
+    body += "    if (c + 4u < " + u(p.src_cols) + ") hi = X4[(src >> 2) + 1u];\n";
+  } else {
+    body += "    for (uint q = 0u; q < 4u; ++q) {\n";
+    body += "      if (c + q < " + u(p.src_cols) + ") lo[q] = X[src + q];\n";
+    body += "      if (c + 4u + q < " + u(p.src_cols) + ") hi[q] = X[src + 4u + q];\n    }\n";
+  }
+  body += "  }\n";
+  body += "  P[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));\n";
+  return detail::elementwise_kernel(
+      std::string("matmul_f16_pack_") + which + "_" + su(p.rows) + "x" + su(p.cols), decls, body,
+      p.count * p.vec8(), {{BindingKind::Input, input, false}, {BindingKind::Scratch, slot, true}}, caps);
 }
 
 // `emulate`: the same kernel with every cooperative-matrix operation spelled out per invocation over
@@ -520,47 +597,52 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const uint64_t tiles = tiles_m * tiles_n;
   detail::Grid grid = detail::flat_grid(tiles * nb, caps);
   const uint32_t sa = coop_a_stride(s, c), sb = coop_b_stride(s, c);
-  const uint32_t aw = coop_a_words(s, c), bw = coop_b_words(s, c);
+  const uint32_t ah = coop_a_halves(s, c), bh = coop_b_halves(s, c);
+  const PackedOperand pa = packed_a(s, c), pb = packed_b(s, c);
   const bool direct = coop_direct_store(s, c);
-  // Which global axis is contiguous: A along k unless transposed, B along n unless transposed.
-  const bool a_contig_k = !s.transpose_a, b_contig_k = s.transpose_b;
-  const bool a_vec = (a_contig_k ? s.k : s.m) % 4 == 0, b_vec = (b_contig_k ? s.k : s.n) % 4 == 0;
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) +
                           "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) +
-                          (direct ? "" : "_edge") + "_t" + su(s.transpose_a) + su(s.transpose_b);
+                          "_b" + su(c.buffers) + (direct ? "" : "_edge") + "_t" + su(s.transpose_a) +
+                          su(s.transpose_b) + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
 
   std::string g = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n";
-  g += "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
   if (!emulate)
-    g += "#extension GL_NV_cooperative_matrix : require\n#extension GL_KHR_memory_scope_semantics : require\n"
+    g += "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+         "#extension GL_NV_cooperative_matrix : require\n#extension GL_KHR_memory_scope_semantics : require\n"
          "#extension GL_KHR_shader_subgroup_basic : require\n";
   g += std::string("// matmul f16 cooperative matrix") + (emulate ? " (EMULATED, for tests)" : "") + " " +
-       key + ": f32 in, rounded to f16 in shared memory, f32 accumulation\n";
+       key + ": f16 copies of A and B in, f32 accumulation\n";
   g += "// M=" + su(s.m) + " N=" + su(s.n) + " K=" + su(s.k) + " batch=" + su(nb) + "; " + su(warps) +
        " subgroups of 32, each " + su(c.wm) + "x" + su(c.wn) + " as " + su(fi) + "x" + su(fj) +
-       " multiplies\n";
+       " multiplies; " + su(c.buffers) + " shared buffer(s)\n";
   g += "layout(local_size_x = " + su(nt) + ") in;\n";
-  g += a_vec ? buffer_as(0, "vec4", "A4", false) : buffer_as(0, "float", "A", false);
-  g += b_vec ? buffer_as(1, "vec4", "B4", false) : buffer_as(1, "float", "B", false);
+  g += "// A16, B16: the operands' f16 copies, 8 halves per uvec4, " + std::string(s.transpose_a ? "[k][m]" : "[m][k]") +
+       " " + su(pa.rows) + "x" + su(pa.cols) + " and " + (s.transpose_b ? "[n][k]" : "[k][n]") + " " + su(pb.rows) +
+       "x" + su(pb.cols) + " halves per matrix (zero padding)\n";
+  g += buffer_as(0, "uvec4", "A16", false) + buffer_as(1, "uvec4", "B16", false);
   g += "layout(std430, set = 0, binding = 2) buffer B2 { float C[]; };\n";
-  g += "const uint M = " + u(s.m) + ", N = " + u(s.n) + ", K = " + u(s.k) + ";\n";
+  g += "const uint M = " + u(s.m) + ", N = " + u(s.n) + ";\n";
   g += "const uint BM = " + u(c.bm) + ", BN = " + u(c.bn) + ", BK = " + u(c.bk) + ";\n";
   g += "const uint SA = " + u(sa) + ", SB = " + u(sb) + ";  // shared row strides in halves\n";
   g += std::string("// A tile ") + (s.transpose_a ? "[k][m]" : "[m][k]") + ", B tile " +
-       (s.transpose_b ? "[n][k]" : "[k][n]") + " (the global layouts), two buffers each\n";
-  g += "shared float16_t As[" + su(2 * aw) + "];\nshared float16_t Bs[" + su(2 * bw) + "];\n";
+       (s.transpose_b ? "[n][k]" : "[k][n]") + " (the global layouts), 8 halves per uvec4\n";
+  g += "shared uvec4 As[" + su(c.buffers * ah / 8) + "];\nshared uvec4 Bs[" + su(c.buffers * bh / 8) + "];\n";
   if (!direct) g += "shared float Cs[" + su(warps * mma.m * mma.n) + "];\n";
   const std::string MM = su(mma.m), MN = su(mma.n), MK = su(mma.k);
   const std::string tA = "fcoopmatNV<16, gl_ScopeSubgroup, " + MM + ", " + MK + ">";
   const std::string tB = "fcoopmatNV<16, gl_ScopeSubgroup, " + MK + ", " + MN + ">";
   const std::string tC = "fcoopmatNV<32, gl_ScopeSubgroup, " + MM + ", " + MN + ">";
-  const uint64_t items_a = uint64_t(c.bm) * c.bk / 4, items_b = uint64_t(c.bn) * c.bk / 4;
+  const uint64_t items_a = uint64_t(c.bm) * c.bk / 8, items_b = uint64_t(c.bn) * c.bk / 8;
   const uint64_t per_a = div_up(items_a, nt), per_b = div_up(items_b, nt);
-  g += "vec4 ra[" + su(per_a) + "], rb[" + su(per_b) + "];\n";
-  g += "uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;\n";
+  g += "uvec4 ra[" + su(per_a) + "], rb[" + su(per_b) + "];\n";
+  g += "uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a_off, b_off in uvec4s\n";
   if (emulate) {
     g += "float acc[" + su(fi * fj) + "][" + su(per_lane) +
          "];  // lane's elements idx = lane + 32 * e, row-major\n";
+    // Half h of a shared tile (8 halves per uvec4, 2 per word, the lower address in the low bits).
+    for (const char* t : {"As", "Bs"})
+      g += std::string("float half_") + t + "(uint h) {\n  vec2 v = unpackHalf2x16(" + t +
+           "[h >> 3u][(h >> 1u) & 3u]);\n  return (h & 1u) != 0u ? v.y : v.x;\n}\n";
     // Row-major element (r, c) of a fragment at `off`: off + r * stride + c; column-major: off + c * stride +
     // r.
     g += "void mma_emul(uint ia, uint ib, uint fa, uint fb) {\n";
@@ -568,80 +650,47 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "    uint idx = lane + 32u * e, r = idx / " + u(mma.n) + ", cc = idx % " + u(mma.n) + ";\n";
     g += "    float sum = acc[ia * " + u(fj) + " + ib][e];\n";
     g += "    for (uint kk = 0u; kk < " + u(mma.k) + "; ++kk)\n";
-    g += std::string("      sum = fma(float(As[fa + ") + (s.transpose_a ? "kk * SA + r" : "r * SA + kk") +
-         "]), float(Bs[fb + " + (s.transpose_b ? "cc * SB + kk" : "kk * SB + cc") + "]), sum);\n";
+    g += std::string("      sum = fma(half_As(fa + ") + (s.transpose_a ? "kk * SA + r" : "r * SA + kk") +
+         "), half_Bs(fb + " + (s.transpose_b ? "cc * SB + kk" : "kk * SB + cc") + "), sum);\n";
     g += "    acc[ia * " + u(fj) + " + ib][e] = sum;\n  }\n}\n";
   } else {
     g += tC + " acc[" + su(fi * fj) + "];\n";
   }
 
-  // Global -> registers: an item is 4 consecutive values along the operand's contiguous axis.
-  auto loader = [&](const std::string& name, bool contig_k, bool vec, uint64_t outer_dim, uint32_t outer_tile,
-                    const std::string& o0, const std::string& off, uint64_t items, uint64_t per,
-                    uint32_t stride, const std::string& shared, uint32_t words,
-                    const std::function<std::string(const std::string&, const std::string&)>& index) {
-    const bool guard = items % nt != 0, o_edge = outer_dim % outer_tile != 0, k_edge = s.k % c.bk != 0;
+  // Global -> registers -> shared: an item is 8 consecutive halves along the copy's contiguous axis.
+  auto loader = [&](const std::string& name, bool contig_k, uint32_t outer_tile, const std::string& o0,
+                    const PackedOperand& p, uint64_t items, uint64_t per, uint32_t stride, uint32_t halves) {
+    const bool guard = items % nt != 0;
+    const std::string src = name == "a" ? "A16" : "B16", dst = name == "a" ? "As" : "Bs";
+    const uint64_t cols8 = p.cols / 8;
     auto coords = [&](const std::string& pad) {
       std::string t = pad + "uint e = tid + it * " + u(nt) + ";\n";
       if (contig_k)
-        t += pad + "uint k4 = e % " + u(c.bk / 4) + ", o = e / " + u(c.bk / 4) + ";\n";
+        t += pad + "uint k8 = e % " + u(c.bk / 8) + ", o = e / " + u(c.bk / 8) + ";\n";
       else
-        t += pad + "uint o4 = e % " + u(outer_tile / 4) + ", kk = e / " + u(outer_tile / 4) + ";\n";
+        t += pad + "uint o8 = e % " + u(outer_tile / 8) + ", kk = e / " + u(outer_tile / 8) + ";\n";
       return t;
     };
     std::string t = "void load_" + name + "(uint k0) {\n";
     t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
     if (guard) t += "    if (e >= " + u(items) + ") break;\n";
-    if (contig_k) {
-      // 4 consecutive k of one outer row.
-      t += "    uint oo = " + o0 + " + o;\n";
-      if (o_edge) t += "    oo = min(oo, " + u(outer_dim - 1) + ");\n";
-      t += "    uint k = k0 + 4u * k4;\n";
-      if (vec) {
-        t += std::string("    vec4 v = ") + (name == "a" ? "A4" : "B4") + "[(" + off + " + " +
-             index("oo", k_edge ? "min(k, " + u(s.k - 4) + ")" : "k") + ") >> 2];\n";
-        if (k_edge) t += "    if (k >= K) v = vec4(0.0);\n";
-      } else {
-        t += "    vec4 v;\n    " + unroll + "for (uint q = 0u; q < 4u; ++q) {\n";
-        t += std::string("      v[q] = ") + (name == "a" ? "A" : "B") + "[" + off + " + " +
-             index("oo", k_edge ? "min(k + q, " + u(s.k - 1) + ")" : "k + q") + "];\n";
-        if (k_edge) t += "      if (k + q >= K) v[q] = 0.0;\n";
-        t += "    }\n";
-      }
-    } else {
-      // 4 consecutive outer indices at one k.
-      t += "    uint k = k0 + kk;\n";
-      t += std::string("    uint kr = ") + (k_edge ? "min(k, " + u(s.k - 1) + ")" : "k") + ";\n";
-      t += "    uint oo = " + o0 + " + 4u * o4;\n";
-      if (vec) {
-        if (o_edge) t += "    oo = min(oo, " + u(outer_dim - 4) + ");\n";
-        t += std::string("    vec4 v = ") + (name == "a" ? "A4" : "B4") + "[(" + off + " + " +
-             index("oo", "kr") + ") >> 2];\n";
-      } else {
-        t += "    vec4 v;\n    " + unroll + "for (uint q = 0u; q < 4u; ++q)\n";
-        t += std::string("      v[q] = ") + (name == "a" ? "A" : "B") + "[" + off + " + " +
-             index(o_edge ? "min(oo + q, " + u(outer_dim - 1) + ")" : "oo + q", "kr") + "];\n";
-      }
-      if (k_edge) t += "    if (k >= K) v = vec4(0.0);\n";
-    }
-    t += "    r" + name + "[it] = v;\n  }\n}\n";
-    // Registers -> shared (f16). The tile keeps the global layout: [outer][k] when contiguous along k.
+    t += "    r" + name + "[it] = " + src + "[" + name + "_off + " +
+         (contig_k ? "(" + o0 + " + o) * " + u(cols8) + " + k0 / 8u + k8"
+                   : "(k0 + kk) * " + u(cols8) + " + " + o0 + " / 8u + o8") +
+         "];\n  }\n}\n";
     t += "void store_" + name + "(uint buf) {\n";
     t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
     if (guard) t += "    if (e >= " + u(items) + ") break;\n";
-    t += "    f16vec4 h = f16vec4(r" + name + "[it]);\n";
-    t += "    uint base = buf * " + u(words) + " + " +
-         (contig_k ? "o * " + u(stride) + " + 4u * k4" : "kk * " + u(stride) + " + 4u * o4") + ";\n";
-    t += "    " + unroll + "for (uint q = 0u; q < 4u; ++q) " + shared + "[base + q] = h[q];\n  }\n}\n";
+    t += "    " + dst + "[buf * " + u(halves / 8) + " + " +
+         (contig_k ? "o * " + u(stride / 8) + " + k8" : "kk * " + u(stride / 8) + " + o8") + "] = r" + name +
+         "[it];\n  }\n}\n";
     return t;
   };
-  g += loader("a", a_contig_k, a_vec, s.m, c.bm, "m0", "a_off", items_a, per_a, sa, "As", aw,
-              [&](const std::string& o, const std::string& k) { return a_index(s, o, k); });
-  g += loader("b", b_contig_k, b_vec, s.n, c.bn, "n0", "b_off", items_b, per_b, sb, "Bs", bw,
-              [&](const std::string& o, const std::string& k) { return b_index(s, k, o); });
+  g += loader("a", !s.transpose_a, c.bm, "m0", pa, items_a, per_a, sa, ah);
+  g += loader("b", s.transpose_b, c.bn, "n0", pb, items_b, per_b, sb, bh);
 
   // One subgroup's multiplies on shared buffer `buf`. Fragment (i, j) covers rows wm0 + i*MM and columns
-  // wn0 + j*MN of the block.
+  // wn0 + j*MN of the block; offsets in halves (multiples of 8).
   auto a_frag = [&](const std::string& i, const std::string& kk) {
     return s.transpose_a ? kk + " * SA + wm0 + " + i + " * " + u(mma.m)
                          : "(wm0 + " + i + " * " + u(mma.m) + ") * SA + " + kk;
@@ -651,7 +700,7 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
                          : kk + " * SB + wn0 + " + j + " * " + u(mma.n);
   };
   g += "void compute(uint buf) {\n";
-  g += "  uint abase = buf * " + u(aw) + ", bbase = buf * " + u(bw) + ";\n";
+  g += "  uint abase = buf * " + u(ah) + ", bbase = buf * " + u(bh) + ";\n";
   g += "  " + unroll + "for (uint kk = 0u; kk < BK; kk += " + u(mma.k) + ") {\n";
   if (emulate) {
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
@@ -660,14 +709,17 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   } else {
     g += "    " + tA + " fa[" + su(fi) + "];\n    " + tB + " fb[" + su(fj) + "];\n";
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-    g += std::string("      coopMatLoadNV(fa[i], As, abase + ") + a_frag("i", "kk") + ", SA, " +
+    g += std::string("      coopMatLoadNV(fa[i], As, (abase + ") + a_frag("i", "kk") + ") / 8u, SA / 8u, " +
          (s.transpose_a ? "true" : "false") + ");\n";
     g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-    g += std::string("      coopMatLoadNV(fb[j], Bs, bbase + ") + b_frag("j", "kk") + ", SB, " +
+    g += std::string("      coopMatLoadNV(fb[j], Bs, (bbase + ") + b_frag("j", "kk") + ") / 8u, SB / 8u, " +
          (s.transpose_b ? "true" : "false") + ");\n";
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
     g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-    g += "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
+    if (c.ablate != "nomma")
+      g += "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
+    else
+      g += "        {}  // ABLATED: no multiply\n";
   }
   g += "  }\n}\n";
 
@@ -675,8 +727,14 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   g += "  uint batch = gid / " + u(tiles) + ", tile = gid % " + u(tiles) + ";\n";
   g += tile_coords(tiles_m, tiles_n, c.group_m);
   g += "  m0 = tile_m * BM;\n  n0 = tile_n * BN;\n";
-  g += batch_offsets(s);
-  g += "  a_off = aoff;\n  b_off = boff;\n";
+  // Which matrix of each copy this batch reads (broadcast operands have stride 0).
+  g += "  uint amat = 0u, bmat = 0u, rest = batch;\n";
+  for (size_t d = s.batch.size(); d-- > 0;) {
+    if (s.batch[d] == 1) continue;
+    g += "  { uint idx = rest % " + u(s.batch[d]) + "; rest /= " + u(s.batch[d]) + "; amat += idx * " +
+         u(s.a_stride[d]) + "; bmat += idx * " + u(s.b_stride[d]) + "; }\n";
+  }
+  g += "  a_off = amat * " + u(pa.vec8()) + ";\n  b_off = bmat * " + u(pb.vec8()) + ";\n";
   g += "  tid = gl_LocalInvocationIndex;\n";
   g += emulate ? "  warp = tid / 32u;\n  lane = tid % 32u;\n"
                : "  warp = gl_SubgroupID;\n  lane = gl_SubgroupInvocationID;\n";
@@ -690,11 +748,20 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   g += "  const uint ntiles = " + u(div_up(s.k, c.bk)) + ";\n";
   g += "  load_a(0u);\n  load_b(0u);\n  store_a(0u);\n  store_b(0u);\n  barrier();\n";
   g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
-  g += "    uint cur = t & 1u;\n    bool more = t + 1u < ntiles;\n";
+  g += std::string("    bool more = ") + (c.ablate == "noload" ? "false;  // ABLATED: no loads after the first slice\n"
+                                                                : "t + 1u < ntiles;\n");
   g += "    if (more) { load_a((t + 1u) * BK); load_b((t + 1u) * BK); }\n";
-  g += "    compute(cur);\n";
-  g += "    if (more) { store_a(cur ^ 1u); store_b(cur ^ 1u); }\n";
-  g += "    barrier();\n  }\n";
+  if (c.buffers == 2) {
+    // The next slice goes to the other buffer while this one is read: one barrier per slice.
+    g += "    uint cur = t & 1u;\n    compute(cur);\n";
+    g += "    if (more) { store_a(cur ^ 1u); store_b(cur ^ 1u); }\n";
+    g += "    barrier();\n  }\n";
+  } else {
+    // One buffer: everyone finishes reading it before it is overwritten.
+    g += "    compute(0u);\n    barrier();\n";
+    g += "    if (more) { store_a(0u); store_b(0u); }\n";
+    g += "    barrier();\n  }\n";
+  }
   g += "  uint coff = batch * " + u(s.m * s.n) + ";\n";
   if (direct && !emulate) {
     g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
@@ -731,9 +798,20 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   Kernel k;
   k.name = std::string("matmul_coopmat_f16_") + (emulate ? "emul_" : "") + key;
   k.glsl = g;
-  k.bindings = gemm_bindings();
+  k.bindings = {{BindingKind::Scratch, 0, false}, {BindingKind::Scratch, 1, false}, {BindingKind::Output, 0, true}};
   k.groups = grid.groups;
   return k;
+}
+
+// The whole f16 lowering: pack A, pack B (scratch 0 and 1), multiply.
+Lowering coop_gemm(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate) {
+  Lowering l;
+  const PackedOperand pa = packed_a(s, c), pb = packed_b(s, c);
+  l.scratch_words = {pa.words(), pb.words()};
+  l.kernels.push_back(coop_pack_kernel("a", 0, 0, pa, caps));
+  l.kernels.push_back(coop_pack_kernel("b", 1, 1, pb, caps));
+  l.kernels.push_back(coop_kernel(s, caps, c, emulate));
+  return l;
 }
 
 // ------------------------------------------------------------------------------------------------ small
@@ -864,6 +942,8 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
       } else if (!coopmat && tag == 'l') {
         auto d = parse_dims(rest, 2, knob);
         t.lx = d[0], t.ly = d[1];
+      } else if (coopmat && tag == 'b') {
+        t.buffers = parse_dims(rest, 1, knob)[0];
       } else if (coopmat && tag == 'w') {
         auto d = parse_dims(rest, 2, knob);
         t.wm = d[0], t.wn = d[1];
@@ -873,7 +953,7 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
         t.splits = parse_dims(rest, 1, knob)[0];
       } else {
         throw Error(knob + ": unknown field '" + field + "' in '" + text + "' (expected " +
-                    (coopmat ? "BMxBNxBK, wWMxWN, gG" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
+                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
       }
     }
     first = false;
@@ -935,9 +1015,7 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
       return l;
     }
     case GemmVariant::CoopMatF16: {
-      Lowering l;
-      l.kernels.push_back(coop_kernel(s, caps, pick_coop(s, caps, options.coopmat_tile, options.mma), false));
-      return l;
+      return coop_gemm(s, caps, pick_coop(s, caps, options.coopmat_tile, options.mma), false);
     }
   }
   throw Error("internal: unknown GEMM variant");
@@ -952,8 +1030,7 @@ Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const Ge
     l.output_zero_filled = true;
     return l;
   }
-  l.kernels.push_back(coop_kernel(s, caps, pick_coop(s, caps, tile, mma), emulate));
-  return l;
+  return coop_gemm(s, caps, pick_coop(s, caps, tile, mma), emulate);
 }
 
 Lowering lower_matmul(const LowerContext& ctx) {

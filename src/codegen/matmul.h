@@ -6,7 +6,8 @@
 //   MGN_GEMM_TILE     BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]  simt tile: block, per-thread tile, lanes of a
 //                                                         subgroup along N x M, tile-row group, K splits
 //   MGN_GEMM_F16      0 disables the f16 cooperative-matrix path for Accelerated nodes
-//   MGN_GEMM_F16_TILE BMxBNxBK[,wWMxWN][,gG]              coopmat tile: block, warp tile, tile-row group
+//   MGN_GEMM_F16_TILE BMxBNxBK[,wWMxWN][,gG][,bB]         coopmat tile: block, warp tile, tile-row group,
+//                                                         shared buffers per operand (1 or 2)
 // Any field left out is chosen by the heuristics (the defaults are the expected-fastest configuration).
 #pragma once
 
@@ -26,8 +27,9 @@ struct GemmShape {
 };
 
 // Tiled is the register-tiled SIMT kernel (double-buffered, vec4 shared reads); Classic is the first
-// single-buffered version, kept as the baseline of the sweep; CoopMatF16 rounds A and B to f16 and
-// multiplies with GL_NV_cooperative_matrix (f32 accumulation); only for Accelerated nodes.
+// single-buffered version, kept as the baseline of the sweep; CoopMatF16 rounds A and B to f16 copies
+// (two packing kernels, scratch buffers) and multiplies them with GL_NV_cooperative_matrix (f32
+// accumulation); only for Accelerated nodes.
 enum class GemmVariant : uint8_t { Auto, Tiled, Small, Classic, CoopMatF16 };
 
 // 0 everywhere means "let the heuristic choose".
@@ -38,6 +40,7 @@ struct GemmTile {
   uint32_t wm = 0, wn = 0;          // coopmat: one subgroup's tile
   uint32_t group_m = 0;             // tile rows walked together (L2 reuse); 1 = plain row-major order
   uint32_t splits = 0;              // simt: K split into this many partial products, then summed
+  uint32_t buffers = 0;             // coopmat: shared-memory buffers per operand (1 or 2)
 };
 
 // Shape of one cooperative-matrix multiply (the device's VkCooperativeMatrixPropertiesNV entry).
@@ -68,7 +71,8 @@ struct CoopMatStatus {
 void set_coopmat_status(const CoopMatStatus& status);
 CoopMatStatus coopmat_status();
 
-// Bindings: 0 = a, 1 = b (node inputs 0, 1), 2 = output (split-K adds a scratch buffer and a second kernel).
+// Bindings: 0 = a, 1 = b (node inputs 0, 1), 2 = output (split-K adds a scratch buffer and a second kernel;
+// CoopMatF16 is three kernels: pack A to scratch 0, pack B to scratch 1, multiply scratch 0 x 1 -> output).
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, GemmVariant variant = GemmVariant::Auto);
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOptions& options);
 

@@ -107,10 +107,7 @@ double run_case(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCach
   o.coopmat_tile = c.tile;
   o.mma = mma;
   codegen::Lowering low = codegen::lower_gemm(s, caps, o);
-  if (low.kernels.size() != 1 || !low.scratch_words.empty())
-    throw Error("internal: coopmat GEMM lowering shape");
-  const codegen::Kernel& k = low.kernels[0];
-  *kernel_name = k.name;
+  for (const auto& k : low.kernels) *kernel_name += (kernel_name->empty() ? "" : " + ") + k.name;
 
   std::vector<float> a(c.batch * c.m * c.k), b(c.k * c.n);
   uint64_t state = 0x9e3779b97f4a7c15ull ^ (c.m * 131 + c.n * 17 + c.k);
@@ -132,33 +129,8 @@ double run_case(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCach
         }
         want[(q * c.m + i) * c.n + j] = sum;
       }
-
-  Buffer ba = alloc.allocate(a.size() * 4, MemoryKind::Device, "coopmat self-test a");
-  Buffer bb = alloc.allocate(b.size() * 4, MemoryKind::Device, "coopmat self-test b");
-  Buffer bc = alloc.allocate(want.size() * 4, MemoryKind::Device, "coopmat self-test c");
-  std::vector<float> got(want.size());
-  try {
-    transfer.upload(ba, a.data(), a.size() * 4);
-    transfer.upload(bb, b.data(), b.size() * 4);
-    codegen::ShaderOptions so;
-    so.name = k.name;
-    PipelineDesc d;
-    d.spirv = compiler.compile(k.glsl, so).words;
-    d.num_buffers = 3;
-    d.name = k.name;
-    CommandStream stream(ctx);
-    stream.dispatch(pipelines.get(d), {ba, bb, bc}, k.groups, nullptr, 0, k.name);
-    stream.submit();
-    transfer.download(bc, got.data(), got.size() * 4);
-  } catch (...) {
-    alloc.free(ba);
-    alloc.free(bb);
-    alloc.free(bc);
-    throw;
-  }
-  alloc.free(ba);
-  alloc.free(bb);
-  alloc.free(bc);
+  const std::vector<float> got =
+      run_gemm_lowering(ctx, alloc, transfer, pipelines, compiler, low, a, b, want.size());
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double e = double(got[i]) - want[i];
@@ -238,6 +210,55 @@ codegen::CoopMatStatus run_all(Context& ctx) {
 }
 
 }  // namespace
+
+std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCache& pipelines,
+                                     codegen::ShaderCompiler& compiler, const codegen::Lowering& low,
+                                     const std::vector<float>& a, const std::vector<float>& b, size_t n_out) {
+  std::vector<Buffer> owned;
+  auto release = [&]() {
+    for (Buffer& x : owned) alloc.free(x);
+    owned.clear();
+  };
+  std::vector<float> out(n_out);
+  try {
+    owned.push_back(alloc.allocate(std::max<size_t>(a.size(), 1) * 4, MemoryKind::Device, "gemm a"));
+    owned.push_back(alloc.allocate(std::max<size_t>(b.size(), 1) * 4, MemoryKind::Device, "gemm b"));
+    owned.push_back(alloc.allocate(std::max<size_t>(n_out, 1) * 4, MemoryKind::Device, "gemm out"));
+    for (uint64_t w : low.scratch_words)
+      owned.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "gemm scratch"));
+    if (!a.empty()) transfer.upload(owned[0], a.data(), a.size() * 4);
+    if (!b.empty()) transfer.upload(owned[1], b.data(), b.size() * 4);
+    if (low.output_zero_filled) transfer.fill_zero(owned[2]);
+    {
+      CommandStream stream(ctx);
+      for (size_t i = 0; i < low.kernels.size(); ++i) {
+        const codegen::Kernel& k = low.kernels[i];
+        codegen::ShaderOptions so;
+        so.name = k.name;
+        so.scalar_block_layout = k.scalar_block_layout;
+        PipelineDesc d;
+        d.spirv = compiler.compile(k.glsl, so).words;
+        d.num_buffers = uint32_t(k.bindings.size());
+        d.name = k.name;
+        d.required_subgroup_size = k.required_subgroup_size;
+        std::vector<Buffer> bind;
+        for (const codegen::Binding& bd : k.bindings)
+          bind.push_back(bd.kind == codegen::BindingKind::Input    ? owned.at(bd.index == 0 ? 0 : 1)
+                         : bd.kind == codegen::BindingKind::Output ? owned[2]
+                                                                   : owned.at(3 + size_t(bd.index)));
+        if (i > 0) stream.barrier();
+        stream.dispatch(pipelines.get(d), bind, k.groups, nullptr, 0, k.name);
+      }
+      stream.submit();
+    }
+    transfer.download(owned[2], out.data(), n_out * 4);
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  return out;
+}
 
 bool gemm_coopmat_self_test(Context& ctx) {
   const std::string key = device_key(ctx);
