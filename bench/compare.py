@@ -3,6 +3,8 @@ their gate outputs (safetensors: logits, loss, every gradient, every parameter a
 correctness gates (PyTorch strict eager is the reference) and writes one markdown table:
 workload x batch x phase x mode: ours, PyTorch eager, PyTorch compiled (median ms), ratios, gate verdict.
 Exits 1 when a gate fails (or, with --require-gates, when a workload has no pair of outputs to check).
+Where the reference file also holds the float64 tensors of the same model (`f64.*`, resnet_bench.py
+--f64-reference), a second gate "vs exact (f64)" measures both sides against them (docs/benchmarks.md).
 
   python3 bench/compare.py --out table.md mgn.jsonl torch.jsonl mgn_out.safetensors torch_out.safetensors
 """
@@ -34,6 +36,18 @@ def rel_l2(a, b):
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     d, n = np.linalg.norm(a - b), np.linalg.norm(b)
     return 0.0 if d == 0 else d / max(n, 1e-30)
+
+
+def rel_scalar(a, b):
+    """Relative error of a one-value tensor (a loss) against b; inf unless both hold one value."""
+    a, b = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)
+    if a.size != 1 or b.size != 1:
+        return math.inf
+    return abs(float(a[0]) - float(b[0])) / max(abs(float(b[0])), 1e-30)
+
+
+def grad_norm(tensors, names, prefix="grad."):
+    return math.sqrt(sum(float(np.sum(np.square(tensors[prefix + p], dtype=np.float64))) for p in names))
 
 
 class Gate:
@@ -87,8 +101,7 @@ class Gate:
                 continue
             ok = o["grad." + p].shape == r["grad." + p].shape
             check("grad", "grad." + p, rel_l2(o["grad." + p], r["grad." + p]) if ok else math.inf, tol["grad"])
-        gn_o = math.sqrt(sum(float(np.sum(np.square(o["grad." + p], dtype=np.float64))) for p in ours_params))
-        gn_r = math.sqrt(sum(float(np.sum(np.square(r["grad." + p], dtype=np.float64))) for p in ref_params))
+        gn_o, gn_r = grad_norm(o, ours_params), grad_norm(r, ref_params)
         check("grad", "total gradient norm", abs(gn_o - gn_r) / max(gn_r, 1e-30), tol["grad"],
               f"{gn_o:.6g} vs {gn_r:.6g}")
 
@@ -109,6 +122,70 @@ class Gate:
             ok = k in o and o[k].shape == r[k].shape
             check("step", k, rel_l2(o[k], r[k]) if ok else math.inf, tol["step"], "" if k in o else "missing on our side")
 
+        # The exact reference: the same PyTorch model in float64 ("f64.<name>", resnet_bench.py --f64-reference).
+        self.exact = []  # (group, name, ours vs torch f32, torch f32 vs f64, ours vs f64, limit, passed)
+        if any(k.startswith("f64.") for k in r):
+            self.exact_checks(tol, ref_params)
+
+    def exact_checks(self, tol, ref_params):
+        """Per tensor: ours vs PyTorch f32 (the gate above), PyTorch f32 vs f64 (PyTorch's own f32 error, the noise
+        floor), ours vs f64; pass when ours vs f64 <= max(the limit, 2 x PyTorch f32 vs f64)."""
+        o, r = self.ours, self.ref
+        groups = {"logits": "logits", "minimal.logits": "minimal", "loss": "loss", "step.loss": "step"}
+
+        def add(group, name, ours_ref, ref_exact, ours_exact, limit):
+            limit = max(limit, 2 * ref_exact)
+            self.exact.append((group, name, ours_ref, ref_exact, ours_exact, limit, bool(ours_exact <= limit)))
+
+        def tensor(k):
+            if k not in r or "f64." + k not in r:
+                return
+            group = groups.get(k, k.split(".", 1)[0])
+            scalar = k.endswith("loss")
+
+            def err(a, b):
+                if a is None:
+                    return math.inf
+                return rel_scalar(a, b) if scalar else rel_l2(a, b) if np.shape(a) == np.shape(b) else math.inf
+            add(group, k, err(o.get(k), r[k]), err(r[k], r["f64." + k]), err(o.get(k), r["f64." + k]),
+                tol["loss"] if scalar else tol["logits"] if group == "minimal" else tol[group])
+
+        for k in ["logits", "minimal.logits", "loss"] + ["grad." + p for p in ref_params]:
+            tensor(k)
+        if ref_params and all("f64.grad." + p in r and "grad." + p in o for p in ref_params):
+            gn_o, gn_r, gn_x = grad_norm(o, ref_params), grad_norm(r, ref_params), grad_norm(r, ref_params, "f64.grad.")
+            add("grad", "total gradient norm", abs(gn_o - gn_r) / max(gn_r, 1e-30), abs(gn_r - gn_x) / max(gn_x, 1e-30),
+                abs(gn_o - gn_x) / max(gn_x, 1e-30), tol["grad"])
+        for k in ["step.loss"] + sorted(k for k in r if k.startswith("step.") and k != "step.loss"):
+            tensor(k)
+
+    def exact_verdict(self, groups):
+        rows = [c for c in self.exact if c[0] in groups]
+        if not rows:
+            return "—"
+        bad = [c for c in rows if not c[6]]
+        if bad:
+            return f"**FAIL** ({', '.join(c[1] for c in bad[:3])})"
+        return f"pass (max {max(c[4] for c in rows):.1e})"
+
+    def exact_rows(self):
+        """The markdown of the gate vs exact (f64): every tensor's three errors and a summary line."""
+        out = ["| check | ours vs torch f32 | torch f32 vs f64 | ours vs f64 | limit | verdict |",
+               "|---|---|---|---|---|---|"]
+        for group, name, ours_ref, ref_exact, ours_exact, limit, ok in self.exact:
+            out.append(f"| {name} | {ours_ref:.2e} | {ref_exact:.2e} | {ours_exact:.2e} | {limit:.1e} | "
+                       f"{'pass' if ok else '**FAIL**'} |")
+        worst_o = max(self.exact, key=lambda c: c[4])
+        worst_r = max(self.exact, key=lambda c: c[3])
+        bad = [c for c in self.exact if not c[6]]
+        grads = [c for c in self.exact if c[1].startswith("grad.") and c[3] > 0]
+        ratio = (f"; over the {len(grads)} gradient tensors the median of ours vs f64 ÷ PyTorch f32 vs f64 is "
+                 f"{float(np.median([c[4] / c[3] for c in grads])):.2f}" if grads else "")
+        out += ["", f"Gate vs exact (f64): ours vs f64 worst {worst_o[4]:.2e} ({worst_o[1]}), PyTorch f32 vs f64 "
+                f"worst {worst_r[3]:.2e} ({worst_r[1]}){ratio}; "
+                + (f"**{len(bad)} of {len(self.exact)} FAIL**." if bad else f"all {len(self.exact)} pass.")]
+        return out
+
     def verdict(self, groups):
         rows = [c for c in self.checks if c[0] in groups or c[0] == "inputs"]
         bad = [c for c in rows if not c[4]]
@@ -118,7 +195,7 @@ class Gate:
         return f"pass (max {worst:.1e})"
 
     def passed(self):
-        return all(c[4] for c in self.checks)
+        return all(c[4] for c in self.checks) and all(c[6] for c in self.exact)
 
 
 class MicroGate:
@@ -340,6 +417,7 @@ def main():
     keys = sorted({(r["workload"], r["batch"]) for r in records} | set(outputs))
     modes = [m for m in ("strict", "accelerated") if any(r["mode"] == m for r in records)]
 
+    exact = any(g.exact for g in gates.values())  # a float64 reference exists: one more verdict column
     lines = []
     envs = sorted({f"{r['side']}: {r.get('backend', '?')}" + (f" / {r['device']}" if r.get("device") else "") +
                    (f", torch {r['torch']}" if r.get("torch") else "") for r in records + micro})
@@ -351,7 +429,8 @@ def main():
                   "and training sessions (cold: empty shader and pipeline caches) vs the first calls of the "
                   "torch.compile'd phases. Minimal: one decode token with the KV cache of the prefill.", ""]
         lines += ["| workload | batch | phase | mode | ours | torch eager | torch compiled | ours/eager | "
-                  "ours/compiled | gate |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "ours/compiled | gate |" + (" gate vs exact (f64) |" if exact else ""),
+                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if exact else "")]
     for (w, b) in keys:
         for phase in PHASES:
             for mode in modes:
@@ -369,11 +448,13 @@ def main():
                 c = comp["median_ms"] if comp else None
                 mark = "†" if ours and ours["mode"] != mode else ""
                 g = gates.get((w, b))
-                verdict = "—"
+                verdict = exact_verdict = "—"
                 if g and phase in PHASE_GATES and (g.mode == mode or (mark and g.mode == "strict")):
                     verdict = g.verdict(PHASE_GATES[phase])
+                    exact_verdict = g.exact_verdict(PHASE_GATES[phase])
                 lines.append(f"| {w} | {b} | {phase} | {mode} | {fmt_ms(o)}{mark} | {fmt_ms(e)} | {fmt_ms(c)} | "
-                             f"{fmt_ratio(o, e)} | {fmt_ratio(o, c)} | {verdict} |")
+                             f"{fmt_ratio(o, e)} | {fmt_ratio(o, c)} | {verdict} |" +
+                             (f" {exact_verdict} |" if exact else ""))
     if keys:
         lines += [""]
         lines += memory_table(cell, keys)
@@ -387,6 +468,14 @@ def main():
                   "", "| check | value | limit | verdict | note |", "|---|---|---|---|---|"]
         lines += gate_rows(g.checks)
         lines.append("")
+        if g.exact:
+            lines += [f"Gate vs exact (f64), {w} batch {b}: the same PyTorch model, weights and inputs in float64 "
+                      f"(on {g.ref_meta.get('f64_device', '?')}) as the exact result. Per tensor relative L2 (losses: "
+                      "relative error) of ours vs PyTorch f32 (the gate above), PyTorch f32 vs f64 (PyTorch's own f32 "
+                      "error: the noise floor) and ours vs f64; pass when ours vs f64 <= max(limit above, 2 × PyTorch "
+                      "f32 vs f64).", ""]
+            lines += g.exact_rows()
+            lines.append("")
         failed |= not g.passed()
     for w, g in micro_gates.items():
         rows = [c for (case, phase), cs in sorted(g.checks.items()) for c in cs]

@@ -18,8 +18,8 @@
 #                $BENCH_LLAMA_COMPILE_TIMEOUT s, default 300) -> bench_llama_table.md (about 3-6 minutes)
 #   bench-resnet the same harness for ResNet-50 (batch 4, 3x224x224, 1000 classes, real BatchNorm; phases compile,
 #                inference, flb, step): mgn bench resnet50 next to resnet_bench.py (eager strict and accelerated;
-#                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150)
-#                -> bench_resnet_table.md (about 2-4 minutes)
+#                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150; PyTorch's
+#                float64 reference for the gate vs exact) -> bench_resnet_table.md (about 2-4 minutes)
 #   micro        mgn bench attention / conv next to bench/pytorch/attention.py / conv.py (same inputs,
 #                outputs checked), and mgn bench-gemm next to gemm.py on the SmolLM2 and cube shapes, one
 #                table -> micro_table.md (about 2 minutes)
@@ -34,6 +34,42 @@ ldconfig
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } > "$OUT/env.txt" 2>&1
 export LD_LIBRARY_PATH="$(realpath "$B")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export MGN_VALIDATION=0 MGN_CACHE_DIR=/tmp/mgn-cache MGN_FASHION_MNIST_DIR="$(realpath "$DATA")"
+# The harness of one model workload (jobs bench-llama, bench-resnet), files in T=/tmp/bench_TAG with the prefix
+# P=$T/WORKLOAD_bBATCH: our cold compile in an empty cache (ours and the driver's), an untimed compile that fills
+# the caches, the timed run that writes the weights (and inputs) the PyTorch side loads; the PyTorch script eager
+# (strict and accelerated; the gate tensors, with EAGER_FLAGS) and torch.compile strict, capped at LIMIT seconds;
+# then compare.py -> $OUT/bench_TAG_{mgn,torch}.jsonl, bench_TAG_table.md, bench_TAG_log.txt.
+# Usage: model_bench TAG WORKLOAD BATCH LIMIT LABEL EAGER_FLAGS SCRIPT [ARG...] (LABEL: the script in the log)
+model_bench() {
+  local tag=$1 w=$2 batch=$3 limit=$4 label=$5 eager_flags=$6
+  shift 6
+  local L="$OUT/bench_${tag}_log.txt" T="/tmp/bench_$tag"
+  local P="$T/${w}_b$batch"
+  rm -rf "$T" && mkdir -p "$T"
+  export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
+  __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache-cold" "$B/mgn" bench "$w" --batch "$batch" --phases compile --cache cold \
+    --json "$T/cold.mgn.jsonl" > /dev/null 2>> "$L"
+  echo "mgn bench $w compile cold rc=$?" >> "$L"
+  "$B/mgn" bench "$w" --batch "$batch" --phases compile > /dev/null 2>> "$L"
+  "$B/mgn" bench "$w" --batch "$batch" --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
+    --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
+  echo "mgn bench $w rc=$?" >> "$L"
+  # shellcheck disable=SC2086 # EAGER_FLAGS: words
+  python3 "$@" --device cuda --impls eager $eager_flags --weights "$P.weights.safetensors" \
+    --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
+  echo "$label eager rc=$?" >> "$L"
+  timeout "$limit" python3 "$@" --device cuda --impls compiled --modes strict --weights "$P.weights.safetensors" \
+    --json "$P.compiled.torch.jsonl" > /dev/null 2>> "$L"
+  echo "$label compiled rc=$? (124: timed out)" >> "$L"
+  cat "$T"/*.mgn.jsonl > "$OUT/bench_${tag}_mgn.jsonl"
+  cat "$T"/*.torch.jsonl > "$OUT/bench_${tag}_torch.jsonl"
+  python3 bench/compare.py --require-gates --out "$OUT/bench_${tag}_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
+    "$P.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
+  echo "compare rc=$?" >> "$L"
+  export MGN_CACHE_DIR=/tmp/mgn-cache
+  unset __GL_SHADER_DISK_CACHE_PATH
+}
+
 for job in "$@"; do
   case "$job" in
     gemm)
@@ -96,63 +132,15 @@ for job in "$@"; do
       ;;
     bench-llama)
       # Back: bench_llama_{mgn,torch}.jsonl, bench_llama_table.md, bench_llama_log.txt (the gate tensors and the
-      # 540 MB of weights stay in /tmp). Cold compile in an empty cache first, an untimed compile fills the
-      # caches, then the timed run writes the weights the PyTorch side loads.
-      L="$OUT/bench_llama_log.txt" T=/tmp/bench_llama
-      rm -rf "$T" && mkdir -p "$T"
-      export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
-      P="$T/smollm2-135m_b1"
-      __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache-cold" "$B/mgn" bench smollm2-135m --phases compile --cache cold \
-        --json "$T/cold.mgn.jsonl" > /dev/null 2>> "$L"
-      echo "mgn bench smollm2-135m compile cold rc=$?" >> "$L"
-      "$B/mgn" bench smollm2-135m --phases compile > /dev/null 2>> "$L"
-      "$B/mgn" bench smollm2-135m --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
-        --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
-      echo "mgn bench smollm2-135m rc=$?" >> "$L"
-      python3 bench/pytorch/llama_ref.py --bench --device cuda --impls eager --weights "$P.weights.safetensors" \
-        --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
-      echo "llama_ref.py --bench eager rc=$?" >> "$L"
-      timeout "${BENCH_LLAMA_COMPILE_TIMEOUT:-300}" python3 bench/pytorch/llama_ref.py --bench --device cuda \
-        --impls compiled --modes strict --weights "$P.weights.safetensors" --json "$P.compiled.torch.jsonl" \
-        > /dev/null 2>> "$L"
-      echo "llama_ref.py --bench compiled rc=$? (124: timed out)" >> "$L"
-      cat "$T"/*.mgn.jsonl > "$OUT/bench_llama_mgn.jsonl"
-      cat "$T"/*.torch.jsonl > "$OUT/bench_llama_torch.jsonl"
-      python3 bench/compare.py --require-gates --out "$OUT/bench_llama_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
-        "$P.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
-      echo "compare rc=$?" >> "$L"
-      export MGN_CACHE_DIR=/tmp/mgn-cache
-      unset __GL_SHADER_DISK_CACHE_PATH
+      # 540 MB of weights stay in /tmp).
+      model_bench llama smollm2-135m 1 "${BENCH_LLAMA_COMPILE_TIMEOUT:-300}" "llama_ref.py --bench" "" \
+        bench/pytorch/llama_ref.py --bench
       ;;
     bench-resnet)
-      # Back: bench_resnet_{mgn,torch}.jsonl, bench_resnet_table.md, bench_resnet_log.txt (the gate tensors and the
-      # weights stay in /tmp). Cold compile in an empty cache first, an untimed compile fills the caches, then
-      # the timed run writes the weights and inputs the PyTorch side loads.
-      L="$OUT/bench_resnet_log.txt" T=/tmp/bench_resnet
-      rm -rf "$T" && mkdir -p "$T"
-      export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
-      P="$T/resnet50_b4"
-      __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache-cold" "$B/mgn" bench resnet50 --batch 4 --phases compile --cache cold \
-        --json "$T/cold.mgn.jsonl" > /dev/null 2>> "$L"
-      echo "mgn bench resnet50 compile cold rc=$?" >> "$L"
-      "$B/mgn" bench resnet50 --batch 4 --phases compile > /dev/null 2>> "$L"
-      "$B/mgn" bench resnet50 --batch 4 --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
-        --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
-      echo "mgn bench resnet50 rc=$?" >> "$L"
-      python3 bench/pytorch/resnet_bench.py --device cuda --impls eager --weights "$P.weights.safetensors" \
-        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
-      echo "resnet_bench.py eager rc=$?" >> "$L"
-      timeout "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" python3 bench/pytorch/resnet_bench.py --device cuda \
-        --impls compiled --modes strict --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" \
-        --json "$P.compiled.torch.jsonl" > /dev/null 2>> "$L"
-      echo "resnet_bench.py compiled rc=$? (124: timed out)" >> "$L"
-      cat "$T"/*.mgn.jsonl > "$OUT/bench_resnet_mgn.jsonl"
-      cat "$T"/*.torch.jsonl > "$OUT/bench_resnet_torch.jsonl"
-      python3 bench/compare.py --require-gates --out "$OUT/bench_resnet_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
-        "$P.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
-      echo "compare rc=$?" >> "$L"
-      export MGN_CACHE_DIR=/tmp/mgn-cache
-      unset __GL_SHADER_DISK_CACHE_PATH
+      # Back: bench_resnet_{mgn,torch}.jsonl, bench_resnet_table.md, bench_resnet_log.txt (the gate tensors, with
+      # PyTorch's float64 reference, and the weights stay in /tmp). The PyTorch side reads our inputs.
+      model_bench resnet resnet50 4 "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" "resnet_bench.py" "--f64-reference" \
+        bench/pytorch/resnet_bench.py --inputs /tmp/bench_resnet/resnet50_b4.mgn_out.safetensors
       ;;
     micro)
       # Back: micro_{mgn,torch}.jsonl, micro_table.md, micro_log.txt.

@@ -35,11 +35,12 @@ for W in "$@"; do
       [ "$(grep -c '"plan_physical_bytes"' "$P.mgn.jsonl")" -eq 4 ] || { echo "tiny.sh: memory fields missing"; exit 1; }
       ;;
     resnet-tiny)
-      # ResNet-18, width 8, batch 2, 64x64, 10 classes; the PyTorch side reads our inputs from the gate file.
+      # ResNet-18, width 8, batch 2, 64x64, 10 classes; the PyTorch side reads our inputs from the gate file and
+      # adds its float64 reference (f64.*), so that compare.py's gate vs exact (f64) runs too.
       "$MGN" bench resnet-tiny $BACKEND $RUNS --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
         --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/resnet_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
-        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" --f64-reference
       ;;
     attention|conv)
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
@@ -58,3 +59,7 @@ for W in "$@"; do
   FILES="$FILES $P.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.torch_out.safetensors"
 done
 "$PY" "$HERE/compare.py" --require-gates --out "$OUT/table.md" $FILES
+case " $* " in
+  *" resnet-tiny "*)
+    grep -q "^Gate vs exact (f64), resnet-tiny" "$OUT/table.md" || { echo "tiny.sh: no gate vs exact (f64) in the table"; exit 1; } ;;
+esac

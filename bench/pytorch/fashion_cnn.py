@@ -12,11 +12,8 @@ model (logits, loss, every gradient, every parameter after one step). Falls back
 """
 import argparse
 import gzip
-import importlib
-import json
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -25,7 +22,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_lite  # noqa: E402
-from timing import ADAMW, set_mode, sync, time_calls  # noqa: E402
+import timing  # noqa: E402
+from timing import ADAMW, set_mode  # noqa: E402
 
 
 class FashionCnn(nn.Module):
@@ -126,14 +124,9 @@ class Phases:
         self.flb()
         self.opt_step()
 
-
-def record(common, phase, ms, warmup, **extra):
-    p25, p50, p75 = (float(np.percentile(ms, q)) for q in (25, 50, 75))
-    r = dict(common)
-    r.update({"phase": phase, "warmup": warmup, "samples": len(ms), "median_ms": p50, "p25_ms": p25,
-              "p75_ms": p75, "iqr_ms": p75 - p25, "min_ms": min(ms), "max_ms": max(ms), "samples_ms": ms})
-    r.update(extra)
-    return r
+    def value(self, phase):
+        """A scalar of the phase's last result (checked finite after the samples)."""
+        return self.logits[0, 0].item() if phase == "inference" else self.loss.item()
 
 
 def gate_outputs(args, weights, x, y, device, meta):
@@ -161,86 +154,32 @@ def main():
     ap.add_argument("--workload", default="fashion-cnn", choices=["fashion-cnn", "fashion-mlp"])
     ap.add_argument("--weights", required=True, help="safetensors file written by `mgn bench --weights`")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--samples", type=int, default=20)
-    ap.add_argument("--phases", default="compile,inference,flb,step")
-    ap.add_argument("--modes", default="strict,accelerated", help="on the CPU only strict is run")
-    ap.add_argument("--impls", default="eager,compiled")
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--json", help="write the JSON lines here too (they always go to stdout)")
-    ap.add_argument("--outputs", help="write the gate tensors of the strict eager model here")
+    timing.add_run_args(ap)
     ap.add_argument("--data", default=os.environ.get("MGN_FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     args = ap.parse_args()
 
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = timing.pick_device(args.device)
     weights, _ = safetensors_lite.read(args.weights)
     xs, ys = load_batch(args.data, args.batch)
     x, y = torch.from_numpy(xs).to(device), torch.from_numpy(ys).to(device)
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    dev_name = timing.device_name(device)
     meta = {"backend": device.type, "device": dev_name, "torch": torch.__version__}
     params = sum(int(np.prod(v.shape)) for v in weights.values())
-
-    out_file = open(args.json, "w") if args.json else None
-
-    def emit(r):
-        s = json.dumps(r)
-        print(s, flush=True)
-        if out_file:
-            out_file.write(s + "\n")
-            out_file.flush()
+    lines = timing.JsonLines(args.json)
 
     if args.outputs:
         gate_outputs(args, weights, x, y, device, meta)
         print(f"fashion_cnn.py: gate outputs in {args.outputs}", file=sys.stderr)
 
-    phases = [p for p in args.phases.split(",") if p]
-    modes = [m for m in args.modes.split(",") if m]
-    impls = [i for i in args.impls.split(",") if i]
-    if device.type == "cpu" and "accelerated" in modes:
-        modes.remove("accelerated")
-        print("fashion_cnn.py: CPU: accelerated (TF32) has no meaning, strict only", file=sys.stderr)
-    if "compiled" in impls and not hasattr(torch, "compile"):
-        impls.remove("compiled")
-        print(f"fashion_cnn.py: torch {torch.__version__} has no torch.compile, eager only", file=sys.stderr)
-
-    for mode in modes:
-        for impl in impls:
-            set_mode(mode)
-            compiled = impl == "compiled"
-            if compiled:
-                importlib.import_module("torch._dynamo").reset()  # every configuration compiles from scratch
-            ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled)
-            common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
-                          device=dev_name, batch=args.batch, params=params, torch=torch.__version__)
-            if compiled:
-                # Compile: the first call of each phase, which traces, compiles and runs it once.
-                parts = {}
-                for name in ("inference", "flb", "step"):
-                    if name not in phases and "compile" not in phases:
-                        continue
-                    t0 = time.perf_counter()
-                    getattr(ph, name)()
-                    sync(device)
-                    parts[name] = (time.perf_counter() - t0) * 1e3
-                if "compile" in phases:
-                    emit(record(common, "compile", [sum(parts.values())], 0, parts_ms=parts))
-            for name in ("inference", "flb", "step"):
-                if name not in phases:
-                    continue
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(device)
-                ms = time_calls(getattr(ph, name), args.warmup, args.samples, device)
-                extra = {}
-                if device.type == "cuda":
-                    extra["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
-                value = ph.logits[0, 0].item() if name == "inference" else ph.loss.item()
-                if not np.isfinite(value):
-                    raise RuntimeError(f"{impl} {mode} {name}: non-finite result {value}")
-                emit(record(common, name, ms, args.warmup, **extra))
-    if out_file:
-        out_file.close()
+    phases, modes, impls = timing.run_lists(args, device, "fashion_cnn.py")
+    for mode, impl, compiled in timing.configurations(modes, impls):
+        ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled)
+        common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
+                      device=dev_name, batch=args.batch, params=params, torch=torch.__version__)
+        timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples, device,
+                           lines.emit, compiled, ph.value)
+    lines.close()
 
 
 if __name__ == "__main__":

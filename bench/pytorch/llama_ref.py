@@ -22,12 +22,10 @@ Weights: matrices ~ N(0, initializer_range^2) (1/sqrt(hidden), the published Smo
 weights 1 + N(0, 0.1^2) so that a dropped norm weight shows.
 """
 import argparse
-import importlib
 import json
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
@@ -300,8 +298,10 @@ class LlamaRun:
         self.opt_step = self.opt.step
         self.decode = None
         self.loss = None
+        self.compiled = False
 
     def compile(self):
+        self.compiled = True
         self.model.compile()
         opt = self.opt
 
@@ -314,9 +314,16 @@ class LlamaRun:
         with torch.no_grad():
             self.logits = self.model.logits(self.ids)
 
-    def prepare_minimal(self):
-        # The cache of the prefill (the S prompt tokens), then one token at position S per timed call.
+    def prepare(self, phase):
+        """Before a phase is timed; False: not timed. Minimal: the cache of the prefill (the S prompt tokens),
+        then one token at position S per timed call."""
+        if phase != "minimal":
+            return True
+        if self.compiled:  # a dynamic KV cache under torch.compile recompiles per length: not timed
+            print("llama_ref.py: minimal (KV-cache decode) is timed eager only", file=sys.stderr)
+            return False
         self.decode = self.model.decode_step(self.ids, self.nxt)
+        return True
 
     def minimal(self):
         self.decode()
@@ -329,6 +336,14 @@ class LlamaRun:
     def step(self):
         self.flb()
         self.opt_step()
+
+    def value(self, phase):
+        """A scalar of the phase's last result (checked finite after the samples)."""
+        if phase == "inference":
+            return self.logits[0, 0, 0].item()
+        if phase == "minimal":
+            return self.model.last_logits[0, 0, 0].item()
+        return self.loss.item()
 
 
 def bench_main(a):
@@ -375,54 +390,16 @@ def bench_main(a):
             bench_gate_outputs(a, build, ids, nxt, workload, meta)
             print(f"llama_ref.py: gate outputs in {a.outputs}", file=sys.stderr)
 
-        phases = [p for p in a.phases.split(",") if p]
-        modes = timing.cpu_modes([m for m in a.modes.split(",") if m], device, "llama_ref.py")
-        impls = [i for i in a.impls.split(",") if i]
-        if "compiled" in impls and not hasattr(torch, "compile"):
-            impls.remove("compiled")
-            print(f"llama_ref.py: torch {torch.__version__} has no torch.compile, eager only", file=sys.stderr)
-        for mode in modes:
-            for run_impl in impls:
-                timing.set_mode(mode)
-                compiled = run_impl == "compiled"
-                if compiled:
-                    importlib.import_module("torch._dynamo").reset()
-                run = LlamaRun(build(), a.lr, ids, nxt)
-                common = dict(meta, side="torch", impl=run_impl, workload=workload, mode=mode, batch=B, seq=S,
-                              params=params)
-                if compiled:
-                    run.compile()
-                    parts = {}
-                    for name in ("inference", "flb", "step"):
-                        if name not in phases and "compile" not in phases:
-                            continue
-                        t0 = time.perf_counter()
-                        getattr(run, name)()
-                        timing.sync(device)
-                        parts[name] = (time.perf_counter() - t0) * 1e3
-                    if "compile" in phases:
-                        out_lines.emit(dict(common, phase="compile", **timing.summary([sum(parts.values())], 0),
-                                            parts_ms=parts))
-                for name in ("inference", "minimal", "flb", "step"):
-                    if name not in phases:
-                        continue
-                    if name == "minimal":
-                        if compiled:  # a dynamic KV cache under torch.compile recompiles per length: not timed
-                            print("llama_ref.py: minimal (KV-cache decode) is timed eager only", file=sys.stderr)
-                            continue
-                        run.prepare_minimal()
-                    ms, peak = timing.time_with_peak(getattr(run, name), a.warmup, a.samples, device)
-                    if name == "inference":
-                        value = run.logits[0, 0, 0].item()
-                    elif name == "minimal":
-                        value = run.model.last_logits[0, 0, 0].item()
-                    else:
-                        value = run.loss.item()
-                    if not np.isfinite(value):
-                        raise RuntimeError(f"{run_impl} {mode} {name}: non-finite result {value}")
-                    extra_fields = {} if peak is None else {"peak_mem_bytes": peak}
-                    out_lines.emit(dict(common, phase=name, **timing.summary(ms, a.warmup), **extra_fields))
-                del run
+        phases, modes, impls = timing.run_lists(a, device, "llama_ref.py")
+        for mode, run_impl, compiled in timing.configurations(modes, impls):
+            run = LlamaRun(build(), a.lr, ids, nxt)
+            common = dict(meta, side="torch", impl=run_impl, workload=workload, mode=mode, batch=B, seq=S,
+                          params=params)
+            if compiled:
+                run.compile()
+            timing.time_phases(run, common, phases, ("inference", "minimal", "flb", "step"), a.warmup, a.samples,
+                               device, out_lines.emit, compiled, run.value, prepare=run.prepare)
+            del run
     out_lines.close()
 
 

@@ -3,13 +3,14 @@ state_dict names, so torchvision is not needed), the config from the weights fil
 the inputs from our gate file (input.x, input.labels), AdamW as mgn::AdamW. Phases inference (eval, running
 statistics), flb (train: batch statistics, forward + loss + backward) and step; eager and torch.compile,
 strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors (logits, loss, every
-gradient, every parameter and running statistic after one step).
+gradient, every parameter and running statistic after one step); with --f64-reference also the same tensors of
+the same model, weights and inputs computed in float64 (names prefixed `f64.`, untimed): the exact reference
+against which compare.py measures both sides' f32 error.
 
   python3 bench/pytorch/resnet_bench.py --weights w.safetensors --inputs mgn_out.safetensors \\
-      --json torch.jsonl --outputs torch_out.safetensors
+      --json torch.jsonl --outputs torch_out.safetensors [--f64-reference]
 """
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -22,8 +23,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_lite  # noqa: E402
-from timing import ADAMW, set_mode, sync, time_calls  # noqa: E402
-from fashion_cnn import record  # noqa: E402
+import timing  # noqa: E402
+import fashion_cnn  # noqa: E402
+from timing import set_mode  # noqa: E402
 
 
 class Basic(nn.Module):
@@ -103,54 +105,53 @@ def build_model(cfg, weights):
     return model
 
 
-class Phases:
-    def __init__(self, model, lr, x, y, compiled):
-        self.model, self.x, self.y = model, x, y
-        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, **ADAMW)
-        self.fwd = torch.compile(model) if compiled else model
-        if compiled:
-            opt = self.opt
-
-            @torch.compile(fullgraph=False)
-            def opt_step():
-                opt.step()
-            self.opt_step = opt_step
-        else:
-            self.opt_step = self.opt.step
-        self.loss = None
+class Phases(fashion_cnn.Phases):
+    """fashion_cnn's phases; inference in eval mode (running statistics), flb and step in train mode (batch
+    statistics)."""
 
     def inference(self):
         self.model.eval()
-        with torch.no_grad():
-            self.logits = self.fwd(self.x)
+        super().inference()
 
     def flb(self):
         self.model.train()
-        self.opt.zero_grad(set_to_none=True)
-        self.loss = F.cross_entropy(self.fwd(self.x), self.y)
-        self.loss.backward()
-
-    def step(self):
-        self.flb()
-        self.opt_step()
+        super().flb()
 
 
-def gate_outputs(args, cfg, weights, x, y, device, meta):
+def gate_tensors(args, cfg, weights, x, y, device, dtype):
+    """Strict eager in dtype: logits, loss, every gradient, and after one AdamW step the loss and every parameter
+    and running statistic (from the same f32 weights and inputs, widened exactly)."""
     set_mode("strict")
-    out = {"input.x": x.cpu().numpy(), "input.labels": y.cpu().numpy().astype(np.int32)}
-    ph = Phases(build_model(cfg, weights).to(device), args.lr, x, y, compiled=False)
+    x = x.to(device, dtype)
+    y = y.to(device)
+    out = {}
+    ph = Phases(build_model(cfg, weights).to(device, dtype), args.lr, x, y, compiled=False)
     ph.inference()
     out["logits"] = ph.logits.cpu().numpy()
     ph.flb()
-    out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
+    out["loss"] = ph.loss.detach().cpu().numpy()
     for name, p in ph.model.named_parameters():
         out["grad." + name] = p.grad.detach().cpu().numpy()
-    ph = Phases(build_model(cfg, weights).to(device), args.lr, x, y, compiled=False)
+    ph = Phases(build_model(cfg, weights).to(device, dtype), args.lr, x, y, compiled=False)
     ph.step()
-    out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
+    out["step.loss"] = ph.loss.detach().cpu().numpy()
     for name, t in ph.model.state_dict().items():
         if not name.endswith("num_batches_tracked"):
             out["step." + name] = t.detach().cpu().numpy()
+    return out
+
+
+def gate_outputs(args, cfg, weights, x, y, device, meta):
+    out = {"input.x": x.cpu().numpy(), "input.labels": y.cpu().numpy().astype(np.int32)}
+    out.update(gate_tensors(args, cfg, weights, x, y, device, torch.float32))
+    if args.f64_reference:
+        # The exact reference (noise floor): float64 where the device has it (CUDA, the CPU), else the CPU.
+        dev64 = device if device.type in ("cuda", "cpu") else torch.device("cpu")
+        t0 = time.perf_counter()
+        out.update({"f64." + k: v for k, v in gate_tensors(args, cfg, weights, x, y, dev64, torch.float64).items()})
+        meta = dict(meta, f64_device=dev64.type)
+        print(f"resnet_bench.py: float64 reference on {dev64.type} in {time.perf_counter() - t0:.2f} s",
+              file=sys.stderr)
     safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
                                                    workload=args.workload, batch=str(x.shape[0]), lr=str(args.lr)))
 
@@ -159,19 +160,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--weights", required=True, help="safetensors file written by `mgn bench --weights`")
     ap.add_argument("--inputs", required=True, help="our gate file (`mgn bench --outputs`): input.x, input.labels")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--samples", type=int, default=20)
-    ap.add_argument("--phases", default="compile,inference,flb,step")
-    ap.add_argument("--modes", default="strict,accelerated", help="on the CPU only strict is run")
-    ap.add_argument("--impls", default="eager,compiled")
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--json", help="write the JSON lines here too (they always go to stdout)")
-    ap.add_argument("--outputs", help="write the gate tensors of the strict eager model here")
+    timing.add_run_args(ap)
+    ap.add_argument("--f64-reference", action="store_true",
+                    help="with --outputs: also the gate tensors in float64 (f64.*), the exact reference")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     args = ap.parse_args()
+    if args.f64_reference and not args.outputs:
+        ap.error("--f64-reference needs --outputs")
 
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = timing.pick_device(args.device)
     weights, wmeta = safetensors_lite.read(args.weights)
     cfg = json.loads(wmeta["config"])
     args.workload = wmeta["workload"]
@@ -179,68 +176,24 @@ def main():
     x = torch.from_numpy(ins["input.x"].astype(np.float32)).to(device)
     y = torch.from_numpy(ins["input.labels"].astype(np.int64)).to(device)
     batch = int(x.shape[0])
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    dev_name = timing.device_name(device)
     meta = {"backend": device.type, "device": dev_name, "torch": torch.__version__}
     params = sum(int(np.prod(v.shape)) for v in weights.values())
-    out_file = open(args.json, "w") if args.json else None
-
-    def emit(r):
-        s = json.dumps(r)
-        print(s, flush=True)
-        if out_file:
-            out_file.write(s + "\n")
-            out_file.flush()
+    lines = timing.JsonLines(args.json)
 
     if args.outputs:
         gate_outputs(args, cfg, weights, x, y, device, meta)
         print(f"resnet_bench.py: gate outputs in {args.outputs}", file=sys.stderr)
 
-    phases = [p for p in args.phases.split(",") if p]
-    modes = [m for m in args.modes.split(",") if m]
-    impls = [i for i in args.impls.split(",") if i]
-    if device.type == "cpu" and "accelerated" in modes:
-        modes.remove("accelerated")
-        print("resnet_bench.py: CPU: accelerated (TF32) has no meaning, strict only", file=sys.stderr)
-    if "compiled" in impls and not hasattr(torch, "compile"):
-        impls.remove("compiled")
-        print(f"resnet_bench.py: torch {torch.__version__} has no torch.compile, eager only", file=sys.stderr)
-
-    for mode in modes:
-        for impl in impls:
-            set_mode(mode)
-            compiled = impl == "compiled"
-            if compiled:
-                importlib.import_module("torch._dynamo").reset()
-            ph = Phases(build_model(cfg, weights).to(device), args.lr, x, y, compiled)
-            common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
-                          device=dev_name, batch=batch, image=cfg["image_size"], params=params,
-                          torch=torch.__version__)
-            if compiled:
-                parts = {}
-                for name in ("inference", "flb", "step"):
-                    if name not in phases and "compile" not in phases:
-                        continue
-                    t0 = time.perf_counter()
-                    getattr(ph, name)()
-                    sync(device)
-                    parts[name] = (time.perf_counter() - t0) * 1e3
-                if "compile" in phases:
-                    emit(record(common, "compile", [sum(parts.values())], 0, parts_ms=parts))
-            for name in ("inference", "flb", "step"):
-                if name not in phases:
-                    continue
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(device)
-                ms = time_calls(getattr(ph, name), args.warmup, args.samples, device)
-                extra = {}
-                if device.type == "cuda":
-                    extra["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
-                value = ph.logits[0, 0].item() if name == "inference" else ph.loss.item()
-                if not np.isfinite(value):
-                    raise RuntimeError(f"{impl} {mode} {name}: non-finite result {value}")
-                emit(record(common, name, ms, args.warmup, **extra))
-    if out_file:
-        out_file.close()
+    phases, modes, impls = timing.run_lists(args, device, "resnet_bench.py")
+    for mode, impl, compiled in timing.configurations(modes, impls):
+        ph = Phases(build_model(cfg, weights).to(device), args.lr, x, y, compiled)
+        common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
+                      device=dev_name, batch=batch, image=cfg["image_size"], params=params,
+                      torch=torch.__version__)
+        timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples, device,
+                           lines.emit, compiled, ph.value)
+    lines.close()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Protocol shared by the PyTorch reference scripts (docs/benchmarks.md): every call synchronized (CUDA),
 warm-up first, wall clock per call in milliseconds — the same as `mgn bench`; the precision modes; AdamW's
 hyperparameters; JSON lines."""
+import importlib
 import json
 import sys
 import time
@@ -91,3 +92,65 @@ def time_with_peak(fn, warmup, samples, device):
         torch.cuda.reset_peak_memory_stats(device)
     ms = time_calls(fn, warmup, samples, device)
     return ms, (torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None)
+
+
+def add_run_args(ap, phases="compile,inference,flb,step"):
+    """The flags every model script shares: the protocol, the configurations, the outputs, the device."""
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--phases", default=phases)
+    ap.add_argument("--modes", default="strict,accelerated", help="on the CPU only strict is run")
+    ap.add_argument("--impls", default="eager,compiled")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--json", help="write the JSON lines here too (they always go to stdout)")
+    ap.add_argument("--outputs", help="write the gate tensors of the strict eager model here")
+
+
+def run_lists(args, device, script):
+    """The phases, modes and impls of the flags: strict only on the CPU, eager only without torch.compile."""
+    phases = [p for p in args.phases.split(",") if p]
+    modes = cpu_modes([m for m in args.modes.split(",") if m], device, script)
+    impls = [i for i in args.impls.split(",") if i]
+    if "compiled" in impls and not hasattr(torch, "compile"):
+        impls.remove("compiled")
+        print(f"{script}: torch {torch.__version__} has no torch.compile, eager only", file=sys.stderr)
+    return phases, modes, impls
+
+
+def configurations(modes, impls):
+    """(mode, impl, compiled) of every configuration, the precision mode set; every compiled configuration
+    compiles from scratch (dynamo's caches reset)."""
+    for mode in modes:
+        for impl in impls:
+            set_mode(mode)
+            compiled = impl == "compiled"
+            if compiled:
+                importlib.import_module("torch._dynamo").reset()
+            yield mode, impl, compiled
+
+
+def time_phases(run, common, phases, names, warmup, samples, device, emit, compiled, value,
+                compile_names=("inference", "flb", "step"), prepare=None):
+    """The timed loop of one configuration. Compiled: the first call of each phase of compile_names (which
+    traces, compiles and runs it once) is timed, their sum emitted as the compile line (parts_ms per phase).
+    Then each phase of names that was asked for: prepare(name) (False: not timed), the warm-up and samples with
+    CUDA's peak memory, value(name) must be finite, one JSON line."""
+    if compiled:
+        parts = {}
+        for name in compile_names:
+            if name not in phases and "compile" not in phases:
+                continue
+            t0 = time.perf_counter()
+            getattr(run, name)()
+            sync(device)
+            parts[name] = (time.perf_counter() - t0) * 1e3
+        if "compile" in phases:
+            emit(dict(common, phase="compile", **summary([sum(parts.values())], 0), parts_ms=parts))
+    for name in names:
+        if name not in phases or (prepare is not None and prepare(name) is False):
+            continue
+        ms, peak = time_with_peak(getattr(run, name), warmup, samples, device)
+        v = value(name)
+        if not np.isfinite(v):
+            raise RuntimeError(f"{common['impl']} {common['mode']} {name}: non-finite result {v}")
+        emit(dict(common, phase=name, **summary(ms, warmup), **({} if peak is None else {"peak_mem_bytes": peak})))
