@@ -196,45 +196,67 @@ TEST_F(VulkanTest, VectorAddThroughStaging) {
   vector_add(ctx(), true);
 }
 
-TEST_F(VulkanTest, ResubmittedStreamWithBarriers) {
-  constexpr uint32_t n = 100003;
-  Allocator alloc(ctx());
-  Transfer transfer(ctx(), alloc);
-  codegen::ShaderCompiler compiler;
-  PipelineCache pipelines(ctx(), compiler.cache_dir());
-  auto p = pipelines.get_all({make_desc(compiler, kAffineGlsl, 2, 12, "affine"),
-                              make_desc(compiler, kMirrorGlsl, 2, 4, "mirror"),
-                              make_desc(compiler, kAccumulateGlsl, 2, 4, "accumulate")});
-
-  std::vector<float> x(n);
-  for (uint32_t i = 0; i < n; ++i) x[i] = float(i % 977) - 300.0f;
-  Buffer gx = alloc.allocate(n * 4, MemoryKind::Device, "x");
-  Buffer gy = alloc.allocate(n * 4, MemoryKind::Device, "y");
-  Buffer gz = alloc.allocate(n * 4, MemoryKind::Device, "z");
-  Buffer gacc = alloc.allocate(n * 4, MemoryKind::Device, "acc");
-  transfer.upload(gx, x.data(), n * 4);
-  transfer.fill_zero(gacc);
-
+// The dependent chain of the stream tests, its buffers and pipelines: y = affine(x) = 2x + 1 into y,
+// z = mirror(y) into z (reads what other workgroups of the affine wrote), acc += z (each submission of the
+// chain adds z once more). x is uploaded and acc zeroed; the tests record the three steps with their own
+// barriers or splits in between.
+struct AffineMirrorChain {
+  static constexpr uint32_t n = 100003;
   struct AffinePush {
     uint32_t n;
     float scale, shift;
   };
+  Allocator alloc;
+  Transfer transfer;
+  codegen::ShaderCompiler compiler;
+  PipelineCache pipelines;
+  std::vector<const Pipeline*> p;  // affine, mirror, accumulate
+  std::vector<float> x;
+  Buffer gx, gy, gz, gacc;
+
+  explicit AffineMirrorChain(Context& ctx)
+      : alloc(ctx), transfer(ctx, alloc), pipelines(ctx, compiler.cache_dir()), x(n) {
+    p = pipelines.get_all({make_desc(compiler, kAffineGlsl, 2, 12, "affine"),
+                           make_desc(compiler, kMirrorGlsl, 2, 4, "mirror"),
+                           make_desc(compiler, kAccumulateGlsl, 2, 4, "accumulate")});
+    for (uint32_t i = 0; i < n; ++i) x[i] = float(i % 977) - 300.0f;
+    gx = alloc.allocate(n * 4, MemoryKind::Device, "x");
+    gy = alloc.allocate(n * 4, MemoryKind::Device, "y");
+    gz = alloc.allocate(n * 4, MemoryKind::Device, "z");
+    gacc = alloc.allocate(n * 4, MemoryKind::Device, "acc");
+    transfer.upload(gx, x.data(), n * 4);
+    transfer.fill_zero(gacc);
+  }
+  void affine(CommandStream& s) const {
+    s.dispatch(*p[0], {gx, gy}, {groups_for(n), 1, 1}, AffinePush{n, 2.0f, 1.0f});
+  }
+  void mirror(CommandStream& s) const { s.dispatch(*p[1], {gy, gz}, {groups_for(n), 1, 1}, n); }
+  void accumulate(CommandStream& s) const { s.dispatch(*p[2], {gz, gacc}, {groups_for(n), 1, 1}, n); }
+  // What one run of the chain adds to acc[i] (small integers: exact in f32).
+  float z(uint32_t i) const { return (x[i] * 2.0f + 1.0f) + (x[n - 1 - i] * 2.0f + 1.0f); }
+  std::vector<float> acc() {
+    std::vector<float> v(n);
+    transfer.download(gacc, v.data(), n * 4);
+    return v;
+  }
+};
+
+TEST_F(VulkanTest, ResubmittedStreamWithBarriers) {
+  AffineMirrorChain chain(ctx());
   CommandStream stream(ctx());
-  stream.dispatch(*p[0], {gx, gy}, {groups_for(n), 1, 1}, AffinePush{n, 2.0f, 1.0f});
+  chain.affine(stream);
   stream.barrier();
-  stream.dispatch(*p[1], {gy, gz}, {groups_for(n), 1, 1}, n);
+  chain.mirror(stream);
   stream.barrier();
-  stream.dispatch(*p[2], {gz, gacc}, {groups_for(n), 1, 1}, n);
+  chain.accumulate(stream);
   EXPECT_EQ(stream.barrier_count(), 2u);
   for (int i = 0; i < 3; ++i) stream.submit();
   EXPECT_THROW(stream.barrier(), Error);  // recorded streams are frozen
 
-  std::vector<float> acc(n);
-  transfer.download(gacc, acc.data(), n * 4);
-  for (uint32_t i = 0; i < n; ++i) {
-    const float y_i = x[i] * 2.0f + 1.0f, y_m = x[n - 1 - i] * 2.0f + 1.0f;
-    const float z = y_i + y_m;
-    ASSERT_EQ(acc[i], z + z + z) << "at " << i;  // small integers: exact in f32
+  const std::vector<float> acc = chain.acc();
+  for (uint32_t i = 0; i < chain.n; ++i) {
+    const float z = chain.z(i);
+    ASSERT_EQ(acc[i], z + z + z) << "at " << i;
   }
 }
 
@@ -311,38 +333,19 @@ TEST_F(VulkanTest, PipelinesDeduplicatedAndCachePersisted) {
 // The same dependent chain split into three submissions (with timestamps on, where supported): every
 // piece sees the previous piece's writes, the hook runs between pieces, and a resubmission works.
 TEST_F(VulkanTest, SplitStreamAcrossSubmissions) {
-  constexpr uint32_t n = 100003;
-  Allocator alloc(ctx());
-  Transfer transfer(ctx(), alloc);
-  codegen::ShaderCompiler compiler;
-  PipelineCache pipelines(ctx(), compiler.cache_dir());
-  auto p = pipelines.get_all({make_desc(compiler, kAffineGlsl, 2, 12, "affine"),
-                              make_desc(compiler, kMirrorGlsl, 2, 4, "mirror"),
-                              make_desc(compiler, kAccumulateGlsl, 2, 4, "accumulate")});
-  std::vector<float> x(n);
-  for (uint32_t i = 0; i < n; ++i) x[i] = float(i % 977) - 300.0f;
-  Buffer gx = alloc.allocate(n * 4, MemoryKind::Device, "x");
-  Buffer gy = alloc.allocate(n * 4, MemoryKind::Device, "y");
-  Buffer gz = alloc.allocate(n * 4, MemoryKind::Device, "z");
-  Buffer gacc = alloc.allocate(n * 4, MemoryKind::Device, "acc");
-  transfer.upload(gx, x.data(), n * 4);
-  transfer.fill_zero(gacc);
-  struct AffinePush {
-    uint32_t n;
-    float scale, shift;
-  };
+  AffineMirrorChain chain(ctx());
   CommandStream stream(ctx(), /*timestamps=*/true);
   std::vector<int> calls;
   stream.set_between_submissions([&calls](int i) { calls.push_back(i); });
   stream.split();  // at the start: nothing to split
-  stream.dispatch(*p[0], {gx, gy}, {groups_for(n), 1, 1}, AffinePush{n, 2.0f, 1.0f});
+  chain.affine(stream);
   stream.barrier();
   stream.split();  // drops the barrier: the next buffer starts with one
   stream.split();  // twice in a row: one split
-  stream.dispatch(*p[1], {gy, gz}, {groups_for(n), 1, 1}, n);
+  chain.mirror(stream);
   stream.split();
   stream.barrier();  // right after a split: nothing to order
-  stream.dispatch(*p[2], {gz, gacc}, {groups_for(n), 1, 1}, n);
+  chain.accumulate(stream);
   EXPECT_EQ(stream.submission_count(), 3u);
   EXPECT_EQ(stream.barrier_count(), 0u);
   stream.submit();
@@ -351,10 +354,9 @@ TEST_F(VulkanTest, SplitStreamAcrossSubmissions) {
   if (ctx().has(Feature::Timestamps)) {
     EXPECT_EQ(stream.timings().size(), 3u);
   }
-  std::vector<float> acc(n);
-  transfer.download(gacc, acc.data(), n * 4);
-  for (uint32_t i = 0; i < n; ++i) {
-    const float z = (x[i] * 2.0f + 1.0f) + (x[n - 1 - i] * 2.0f + 1.0f);
+  std::vector<float> acc = chain.acc();
+  for (uint32_t i = 0; i < chain.n; ++i) {
+    const float z = chain.z(i);
     ASSERT_EQ(acc[i], z + z) << "at " << i;
   }
   // A hook that throws: the remaining pieces are still queued, the error reaches the caller, and the
@@ -362,9 +364,8 @@ TEST_F(VulkanTest, SplitStreamAcrossSubmissions) {
   stream.set_between_submissions([](int) { throw Error("hook failed"); });
   EXPECT_THROW(stream.submit_async(), Error);
   stream.wait();
-  transfer.download(gacc, acc.data(), n * 4);
-  const float z0 = (x[0] * 2.0f + 1.0f) + (x[n - 1] * 2.0f + 1.0f);
-  EXPECT_EQ(acc[0], z0 * 3);
+  acc = chain.acc();
+  EXPECT_EQ(acc[0], chain.z(0) * 3);
 }
 
 TEST_F(VulkanTest, TimestampsWorkOrAreReportedMissing) {

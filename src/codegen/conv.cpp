@@ -458,6 +458,56 @@ Kernel implicit_gemm(const GemmSpec& s, const DeviceCaps& caps) {
   return k;
 }
 
+// The im2col operand of conv2d and conv2d_grad_weight, gathered from X into p_reg (the P operand, loaded
+// row-wise or k-wise): element (pixel, tap) = X[b, g*CG + ci, oh*SH - PT + kh*DH, ow*SW - PL + kw*DW],
+// zero in the padding, with pixel = (b, oh, ow) an output pixel and tap = (ci, kh, kw) a filter tap of
+// group g. One of the two indexes the P rows and the other K: conv2d has rows of pixels (K = taps),
+// conv2d_grad_weight rows of taps (K = pixels). Each index contributes a term of the flat offset into X
+// and of the input row/column; the row's terms (with the padding, and whether the row is real) are
+// computed once in the setup, the k index's in every load.
+struct Im2colAxis {
+  std::string what;    // for the GLSL comments
+  std::string split;   // GLSL statement decomposing `v` into its coordinates
+  std::string offset;  // its term of the flat offset into X
+  std::string ih, iw;  // its terms of the input row and column (int)
+};
+
+Im2colAxis im2col_axis(bool pixel, const std::string& v) {
+  if (pixel)
+    return {"output pixel (b, oh, ow)", "uint b = " + v + " / OHW, pix = " + v + " % OHW;", "b * C * HW",
+            "int((pix / OW) * SH)", "int((pix % OW) * SW)"};
+  return {"filter tap (ci, kh, kw)", "uint ci = " + v + " / KHW, r = " + v + " % KHW;", "(g * CG + ci) * HW",
+          "int((r / KW) * DH)", "int((r % KW) * DW)"};
+}
+
+struct Im2colGather {
+  std::string state, setup, load;  // GemmSpec pieces; the setup needs g, the load closes its k loop
+};
+
+// `pixel_rows`: the P rows are pixels (conv2d), else taps (conv2d_grad_weight). `then`: appended to the
+// body of the loop over this thread's k indices (sees k, k_ok and the k index's coordinates).
+Im2colGather im2col_gather(const ir::Node& n, bool pixel_rows, const std::string& then) {
+  const auto& pad = n.attrs.ints("padding");
+  const bool pad_h = pad[0] != 0 || pad[2] != 0, pad_w = pad[1] != 0 || pad[3] != 0;
+  const Im2colAxis row = im2col_axis(pixel_rows, "m"), kx = im2col_axis(!pixel_rows, "k");
+  Im2colGather s;
+  s.state =
+      "// im2col gather: the row terms of this thread's P rows (x_ok: a real row)\n"
+      "uint x_base[P_RA];\nint x_ih[P_RA], x_iw[P_RA];\nbool x_ok[P_RA];\n";
+  s.setup = "  for (uint a = 0u; a < P_RA; ++a) {\n    uint m = p0 + p_row(a);  // " + row.what + "\n";
+  s.setup += "    " + row.split + "\n    x_ok[a] = m < GP;\n    x_base[a] = " + row.offset + ";\n";
+  s.setup += "    x_ih[a] = " + row.ih + " - PT;\n    x_iw[a] = " + row.iw + " - PL;\n  }\n";
+  s.load = "  for (uint c = 0u; c < P_RC; ++c) {\n    uint k = k0 + p_kk(c);  // " + kx.what + "\n";
+  s.load += "    " + kx.split + "\n    bool k_ok = k < k_end;\n    uint xk = " + kx.offset + ";\n";
+  s.load += "    int ihk = " + kx.ih + ", iwk = " + kx.iw + ";\n";
+  s.load += "    for (uint a = 0u; a < P_RA; ++a) {\n      int ih = x_ih[a] + ihk, iw = x_iw[a] + iwk;\n";
+  s.load +=
+      "      bool ok = k_ok && x_ok[a]" + in_bounds("ih", "H", pad_h) + in_bounds("iw", "W", pad_w) + ";\n";
+  s.load += "      p_reg[a][c] = ok ? X[x_base[a] + xk + uint(ih) * W + uint(iw)] : 0.0;\n    }\n";
+  s.load += then + "  }\n";
+  return s;
+}
+
 // conv2d: y[b, g*OG + q, pix] = sum_k im2col(x)[m, k] * w[g*OG + q, k] with m = (b, oh, ow) and
 // k = (ci, kh, kw); P = N*OH*OW pixels (gathered row-wise, padding/stride/dilation in the load),
 // Q = OG output channels, one GEMM per group.
@@ -466,8 +516,6 @@ Lowering conv_forward(const LowerContext& ctx) {
   ConvDims d = conv_dims(n, ctx.input(0).shape, ctx.input(1).shape, n.shape);
   Win w = window(n, d.KH, d.KW, true);
   if (d.Og == 1) return conv_forward_direct(ctx, d, w);
-  const auto& pad = n.attrs.ints("padding");
-  const bool pad_h = pad[0] != 0 || pad[2] != 0, pad_w = pad[1] != 0 || pad[3] != 0;
   GemmSpec s;
   s.name = "conv2d_igemm";
   s.comment = "conv2d: P = N*OH*OW output pixels, Q = output channels per group, K = CG*KH*KW";
@@ -477,21 +525,10 @@ Lowering conv_forward(const LowerContext& ctx) {
   s.buffers = decls({"X", "Wt"});
   s.bindings = bind(2);
   s.consts = conv_constants(d, w);
-  s.state = "uint g;\nuint x_base[P_RA];\nint x_ih[P_RA], x_iw[P_RA];\nbool x_ok[P_RA];\n";
-  s.setup = "  g = z;\n";
-  s.setup +=
-      "  for (uint a = 0u; a < P_RA; ++a) {\n    uint m = p0 + p_row(a);\n"
-      "    uint b = m / OHW, pix = m % OHW;\n";
-  s.setup += "    x_ok[a] = m < GP;\n    x_base[a] = (b * C + g * CG) * HW;\n";
-  s.setup += "    x_ih[a] = int((pix / OW) * SH) - PT;\n    x_iw[a] = int((pix % OW) * SW) - PL;\n  }\n";
-  s.load =
-      "  for (uint c = 0u; c < P_RC; ++c) {\n    uint k = k0 + p_kk(c);\n"
-      "    uint ci = k / KHW, r = k % KHW;\n";
-  s.load += "    int dh = int((r / KW) * DH), dw = int((r % KW) * DW);\n    bool k_ok = k < k_end;\n";
-  s.load += "    for (uint a = 0u; a < P_RA; ++a) {\n      int ih = x_ih[a] + dh, iw = x_iw[a] + dw;\n";
-  s.load +=
-      "      bool ok = k_ok && x_ok[a]" + in_bounds("ih", "H", pad_h) + in_bounds("iw", "W", pad_w) + ";\n";
-  s.load += "      p_reg[a][c] = ok ? X[x_base[a] + ci * HW + uint(ih) * W + uint(iw)] : 0.0;\n    }\n  }\n";
+  const Im2colGather x = im2col_gather(n, /*pixel_rows=*/true, "");
+  s.state = "uint g;\n" + x.state;
+  s.setup = "  g = z;\n" + x.setup;
+  s.load = x.load;
   s.load += "  for (uint c = 0u; c < Q_RC; ++c) {\n    uint k = k0 + q_kk(c);\n";
   s.load += "    for (uint a = 0u; a < Q_RA; ++a) {\n      uint o = q0 + q_row(a);\n";
   s.load += "      q_reg[a][c] = (k < k_end && o < OG) ? Wt[(g * OG + o) * GK + k] : 0.0;\n    }\n  }\n";
@@ -620,8 +657,6 @@ Lowering conv_grad_weight(const LowerContext& ctx) {
       return conv_grad_weight_rows(ctx, d, w);
     return conv_grad_weight_elements(ctx, d, w);
   }
-  const auto& pad = n.attrs.ints("padding");
-  const bool pad_h = pad[0] != 0 || pad[2] != 0, pad_w = pad[1] != 0 || pad[3] != 0;
   GemmSpec s;
   s.P = d.Cg * d.KH * d.KW, s.Q = d.Og, s.K = d.N * d.OH * d.OW;
   // The largest tile covering the filter (no count requirement: split-K supplies the workgroups).
@@ -655,29 +690,18 @@ Lowering conv_grad_weight(const LowerContext& ctx) {
                 {BindingKind::Input, 1, false},
                 {splits > 1 ? BindingKind::Scratch : BindingKind::Output, 0, true}};
   s.consts = conv_constants(d, w) + cu("KCHUNK", chunk) + cu("DW_SIZE", numel_dw);
-  s.state = "uint g, split;\nuint x_off[P_RA];\nint x_dh[P_RA], x_dw[P_RA];\nbool x_ok[P_RA];\n";
+  // Both operands are k-wise with the same BK and thread count, so p_kk(c) == q_kk(c) and one pixel
+  // decomposition (b, pix of the gather's k loop) serves both: the dy load goes in that loop.
+  std::string dy = "    uint dyk = (b * O + g * OG) * OHW + pix;\n";
+  dy += "    for (uint a = 0u; a < Q_RA; ++a) {\n      uint o = q0 + q_row(a);\n";
+  dy += "      q_reg[a][c] = (k_ok && o < OG) ? DY[dyk + o * OHW] : 0.0;\n    }\n";
+  const Im2colGather x = im2col_gather(n, /*pixel_rows=*/false, dy);
+  s.state = "uint g, split;\n" + x.state;
   s.setup =
       "  g = z % GROUPS;\n  split = z / GROUPS;\n  k_begin = split * KCHUNK;\n"
       "  k_end = min(GK, k_begin + KCHUNK);\n";
-  s.setup +=
-      "  for (uint a = 0u; a < P_RA; ++a) {\n    uint tap = p0 + p_row(a);\n"
-      "    uint ci = tap / KHW, r = tap % KHW;\n";
-  s.setup += "    x_ok[a] = tap < GP;\n    x_off[a] = (g * CG + ci) * HW;\n";
-  s.setup += "    x_dh[a] = int((r / KW) * DH) - PT;\n    x_dw[a] = int((r % KW) * DW) - PL;\n  }\n";
-  // Both operands are k-wise with the same BK and thread count, so p_kk(c) == q_kk(c) and one pixel
-  // decomposition serves both.
-  s.load =
-      "  for (uint c = 0u; c < P_RC; ++c) {\n    uint k = k0 + p_kk(c);\n"
-      "    uint b = k / OHW, pix = k % OHW;\n";
-  s.load += "    bool k_ok = k < k_end;\n    int ihk = int((pix / OW) * SH), iwk = int((pix % OW) * SW);\n";
-  s.load += "    uint xk = b * C * HW;\n";
-  s.load += "    for (uint a = 0u; a < P_RA; ++a) {\n      int ih = ihk + x_dh[a], iw = iwk + x_dw[a];\n";
-  s.load +=
-      "      bool ok = k_ok && x_ok[a]" + in_bounds("ih", "H", pad_h) + in_bounds("iw", "W", pad_w) + ";\n";
-  s.load += "      p_reg[a][c] = ok ? X[xk + x_off[a] + uint(ih) * W + uint(iw)] : 0.0;\n    }\n";
-  s.load += "    uint dyk = (b * O + g * OG) * OHW + pix;\n";
-  s.load += "    for (uint a = 0u; a < Q_RA; ++a) {\n      uint o = q0 + q_row(a);\n";
-  s.load += "      q_reg[a][c] = (k_ok && o < OG) ? DY[dyk + o * OHW] : 0.0;\n    }\n  }\n";
+  s.setup += x.setup;
+  s.load = x.load;
   s.store = splits > 1 ? "      PART[split * DW_SIZE + (g * OG + q) * GP + p] = v;\n"
                        : "      Y[(g * OG + q) * GP + p] = v;\n";
   Lowering l;
