@@ -331,6 +331,8 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
                          "128x256x32,w64x64,b1",
                          "256x128x32,w64x64,b1",
                          "128x128x64,w64x64,b1",
+                         "128x128x32,p2",
+                         "128x256x16,w64x64,p2",
                          "64x64x32",
                          "128x128x16,g1"};
   const std::vector<GemmShape> shapes = coopmat_shapes();
@@ -376,6 +378,8 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
       {{16, 8, 8}, "128x64x16,w64x32", {aligned[0], edges[3], edges[5]}},
       // One shared buffer (two barriers per slice), a 64x64 subgroup tile.
       {{16, 16, 16}, "64x128x32,w64x64,b1", {aligned[0], edges[0], edges[3], edges[4]}},
+      // Two K slices in flight: 1, 2, 3, 4 and 8 slices of 16 (the loop body covers two).
+      {{16, 16, 16}, "64x64x16,p2", {aligned[0], aligned[1], edges[0], edges[3], edges[4], edges[5]}},
   };
   for (const Cfg& c : cfgs)
     for (const Problem& p : c.problems) {
@@ -441,7 +445,8 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
           {ta ? Shape{70, 137} : Shape{137, 70}, tb ? Shape{203, 70} : Shape{70, 203}, bool(ta), bool(tb)});
   problems.push_back({{2, 1, 20, 40}, {3, 20, 36}, true, false});
   for (const char* tile : {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1", "128x256x16,w64x64",
-                           "128x256x32,w64x64,b1", "256x128x32,w64x64,b1", "64x64x32"})
+                           "128x256x32,w64x64,b1", "256x128x32,w64x64,b1", "128x128x32,p2", "128x256x16,w64x64,p2",
+                           "64x64x32", "64x64x16,p2"})
     for (const Problem& p : problems) {
       std::string names;
       const double err = check(
@@ -466,6 +471,7 @@ TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
   EXPECT_EQ(t.splits, 2u);
   EXPECT_EQ(codegen::parse_gemm_tile("128x256x32,b1", true).buffers, 1u);
   EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,b1", false), Error);
+  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,p2", true).depth, 2u);
   GemmTile c = codegen::parse_gemm_tile("128x256x32,w64x64,g8", true);
   EXPECT_EQ(c.bn, 256u);
   EXPECT_EQ(c.wm, 64u);

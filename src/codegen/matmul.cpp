@@ -458,10 +458,11 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const SimtConfig&
 
 struct CoopConfig {
   uint32_t bm, bn, bk, wm, wn, group_m, buffers;
+  uint32_t depth;  // K slices in flight in registers (1 or 2; 2 needs two shared buffers)
   CoopMatShape mma;
-  // MGN_GEMM_F16_ABLATE, for the benchmark's time decomposition only (results are wrong): "noload" keeps
-  // multiplying the first K slice (no global loads after it: the multiply-and-shared-read ceiling);
-  // "nomma" drops the multiplies (global -> shared streaming alone).
+  // GemmOptions::coopmat_ablate (MGN_GEMM_F16_ABLATE), for the benchmark's time decomposition only (results
+  // are wrong): "noload" keeps multiplying the first K slice (no global loads after it: the
+  // multiply-and-shared-read ceiling); "nomma" drops the multiplies (global -> shared streaming alone).
   std::string ablate;
 };
 
@@ -525,7 +526,7 @@ uint32_t coop_shared_bytes(const GemmShape& s, const CoopConfig& c) {
 // BK = 32, two shared buffers; 64x64 blocks of 4 subgroups (32x32 each) when the grid of 128x128 blocks
 // is small.
 CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
-                     const CoopMatShape& mma) {
+                     const CoopMatShape& mma, const std::string& ablate = "") {
   CoopConfig c{};
   c.mma = mma;
   const uint64_t nb = batch_count(s);
@@ -537,7 +538,8 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   c.wn = want.wn ? want.wn : std::min<uint32_t>(c.bn, 32);
   c.group_m = want.group_m ? want.group_m : 8;
   c.buffers = want.buffers ? want.buffers : 2;
-  if (const char* ab = std::getenv("MGN_GEMM_F16_ABLATE")) c.ablate = ab;
+  c.depth = want.depth ? want.depth : 1;
+  c.ablate = ablate;
   if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma")
     throw Error("MGN_GEMM_F16_ABLATE: expected noload or nomma, got '" + c.ablate + "'");
   auto bad = [](const std::string& what) { throw Error("MGN_GEMM_F16_TILE: " + what); };
@@ -546,6 +548,8 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
     bad("block " + su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + " / subgroup tile " + su(c.wm) + "x" +
         su(c.wn) + " do not tile into " + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + " multiplies");
   if (c.buffers > 2) bad("b" + su(c.buffers) + ": one or two shared buffers");
+  if (c.depth > 2 || (c.depth == 2 && c.buffers != 2))
+    bad("p" + su(c.depth) + ": one or two slices in flight, two only with two shared buffers");
   const uint32_t threads = (c.bm / c.wm) * (c.bn / c.wn) * 32;
   if (threads > caps.max_workgroup_invocations) bad(su(threads) + " threads exceed the device limit");
   if (!want.bk)
@@ -602,7 +606,7 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const bool direct = coop_direct_store(s, c);
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) +
                           "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) +
-                          "_b" + su(c.buffers) + (direct ? "" : "_edge") + "_t" + su(s.transpose_a) +
+                          "_b" + su(c.buffers) + "_p" + su(c.depth) + (direct ? "" : "_edge") + "_t" + su(s.transpose_a) +
                           su(s.transpose_b) + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
 
   std::string g = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n";
@@ -634,7 +638,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const std::string tC = "fcoopmatNV<32, gl_ScopeSubgroup, " + MM + ", " + MN + ">";
   const uint64_t items_a = uint64_t(c.bm) * c.bk / 8, items_b = uint64_t(c.bn) * c.bk / 8;
   const uint64_t per_a = div_up(items_a, nt), per_b = div_up(items_b, nt);
-  g += "uvec4 ra[" + su(per_a) + "], rb[" + su(per_b) + "];\n";
+  for (uint32_t r = 0; r < c.depth; ++r)
+    g += "uvec4 ra" + su(r) + "[" + su(per_a) + "], rb" + su(r) + "[" + su(per_b) + "];  // a K slice in flight\n";
   g += "uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a_off, b_off in uvec4s\n";
   if (emulate) {
     g += "float acc[" + su(fi * fj) + "][" + su(per_lane) +
@@ -671,19 +676,23 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
         t += pad + "uint o8 = e % " + u(outer_tile / 8) + ", kk = e / " + u(outer_tile / 8) + ";\n";
       return t;
     };
-    std::string t = "void load_" + name + "(uint k0) {\n";
+    std::string t;
+    for (uint32_t r = 0; r < c.depth; ++r) {
+    const std::string set = su(r);
+    t += "void load_" + name + set + "(uint k0) {\n";
     t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
     if (guard) t += "    if (e >= " + u(items) + ") break;\n";
-    t += "    r" + name + "[it] = " + src + "[" + name + "_off + " +
+    t += "    r" + name + set + "[it] = " + src + "[" + name + "_off + " +
          (contig_k ? "(" + o0 + " + o) * " + u(cols8) + " + k0 / 8u + k8"
                    : "(k0 + kk) * " + u(cols8) + " + " + o0 + " / 8u + o8") +
          "];\n  }\n}\n";
-    t += "void store_" + name + "(uint buf) {\n";
+    t += "void store_" + name + set + "(uint buf) {\n";
     t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
     if (guard) t += "    if (e >= " + u(items) + ") break;\n";
     t += "    " + dst + "[buf * " + u(halves / 8) + " + " +
          (contig_k ? "o * " + u(stride / 8) + " + k8" : "kk * " + u(stride / 8) + " + o8") + "] = r" + name +
-         "[it];\n  }\n}\n";
+         set + "[it];\n  }\n}\n";
+    }
     return t;
   };
   g += loader("a", !s.transpose_a, c.bm, "m0", pa, items_a, per_a, sa, ah);
@@ -746,21 +755,50 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   else
     g += "  " + unroll + "for (uint i = 0u; i < " + u(fi * fj) + "; ++i) acc[i] = " + tC + "(0.0);\n";
   g += "  const uint ntiles = " + u(div_up(s.k, c.bk)) + ";\n";
-  g += "  load_a(0u);\n  load_b(0u);\n  store_a(0u);\n  store_b(0u);\n  barrier();\n";
-  g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
-  g += std::string("    bool more = ") + (c.ablate == "noload" ? "false;  // ABLATED: no loads after the first slice\n"
-                                                                : "t + 1u < ntiles;\n");
-  g += "    if (more) { load_a((t + 1u) * BK); load_b((t + 1u) * BK); }\n";
-  if (c.buffers == 2) {
-    // The next slice goes to the other buffer while this one is read: one barrier per slice.
+  // LOADS is false only in the "noload" ablation: every slice after the first is skipped.
+  g += std::string("  const bool LOADS = ") + (c.ablate == "noload" ? "false;  // ABLATED\n" : "true;\n");
+  auto fetch = [](const std::string& set, const std::string& k0) {
+    return "load_a" + set + "(" + k0 + "); load_b" + set + "(" + k0 + ");";
+  };
+  auto put = [](const std::string& set, const std::string& buf) {
+    return "store_a" + set + "(" + buf + "); store_b" + set + "(" + buf + ");";
+  };
+  g += "  " + fetch("0", "0u") + "\n  " + put("0", "0u") + "\n  barrier();\n";
+  if (c.depth == 1 && c.buffers == 2) {
+    // Slice t+1 is loaded into registers before slice t is multiplied and stored to the other buffer
+    // after it (whose last readers, slice t-1, all passed the previous barrier): one barrier per slice.
+    g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
+    g += "    bool more = LOADS && t + 1u < ntiles;\n";
+    g += "    if (more) { " + fetch("0", "(t + 1u) * BK") + " }\n";
     g += "    uint cur = t & 1u;\n    compute(cur);\n";
-    g += "    if (more) { store_a(cur ^ 1u); store_b(cur ^ 1u); }\n";
+    g += "    if (more) { " + put("0", "cur ^ 1u") + " }\n";
+    g += "    barrier();\n  }\n";
+  } else if (c.depth == 1) {
+    // One buffer: everyone finishes reading it before it is overwritten.
+    g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
+    g += "    bool more = LOADS && t + 1u < ntiles;\n";
+    g += "    if (more) { " + fetch("0", "(t + 1u) * BK") + " }\n";
+    g += "    compute(0u);\n    barrier();\n";
+    g += "    if (more) { " + put("0", "0u") + " }\n";
     g += "    barrier();\n  }\n";
   } else {
-    // One buffer: everyone finishes reading it before it is overwritten.
-    g += "    compute(0u);\n    barrier();\n";
-    g += "    if (more) { store_a(0u); store_b(0u); }\n";
-    g += "    barrier();\n  }\n";
+    // Two slices in flight: register set 0 holds the odd slices, set 1 the even ones (after slice 0), so
+    // a slice's global loads are issued two multiplies before its store to shared memory needs them. Even
+    // slices sit in buffer 0, odd ones in buffer 1; the loop body covers two slices so that every register
+    // index is a constant.
+    g += "  if (LOADS && ntiles > 1u) { " + fetch("0", "BK") + " }\n";
+    g += "  if (LOADS && ntiles > 2u) { " + fetch("1", "2u * BK") + " }\n";
+    g += "  for (uint t = 0u; t < ntiles; t += 2u) {\n";
+    g += "    compute(0u);\n";
+    g += "    if (LOADS && t + 1u < ntiles) { " + put("0", "1u") + " }\n";
+    g += "    barrier();\n";
+    g += "    if (LOADS && t + 3u < ntiles) { " + fetch("0", "(t + 3u) * BK") + " }\n";
+    g += "    if (t + 1u >= ntiles) break;\n";
+    g += "    compute(1u);\n";
+    g += "    if (LOADS && t + 2u < ntiles) { " + put("1", "0u") + " }\n";
+    g += "    barrier();\n";
+    g += "    if (LOADS && t + 4u < ntiles) { " + fetch("1", "(t + 4u) * BK") + " }\n";
+    g += "  }\n";
   }
   g += "  uint coff = batch * " + u(s.m * s.n) + ";\n";
   if (direct && !emulate) {
@@ -942,6 +980,8 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
       } else if (!coopmat && tag == 'l') {
         auto d = parse_dims(rest, 2, knob);
         t.lx = d[0], t.ly = d[1];
+      } else if (coopmat && tag == 'p') {
+        t.depth = parse_dims(rest, 1, knob)[0];
       } else if (coopmat && tag == 'b') {
         t.buffers = parse_dims(rest, 1, knob)[0];
       } else if (coopmat && tag == 'w') {
@@ -953,7 +993,7 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
         t.splits = parse_dims(rest, 1, knob)[0];
       } else {
         throw Error(knob + ": unknown field '" + field + "' in '" + text + "' (expected " +
-                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
+                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB, pP" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
       }
     }
     first = false;
@@ -968,6 +1008,7 @@ GemmOptions gemm_options_from_env() {
   o.variant = parse_gemm_variant(env_str("MGN_GEMM_VARIANT"));
   o.tile = parse_gemm_tile(env_str("MGN_GEMM_TILE"), false);
   o.coopmat_tile = parse_gemm_tile(env_str("MGN_GEMM_F16_TILE"), true);
+  o.coopmat_ablate = env_str("MGN_GEMM_F16_ABLATE");
   o.mma = coopmat_status().mma;
   return o;
 }
@@ -1015,7 +1056,8 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
       return l;
     }
     case GemmVariant::CoopMatF16: {
-      return coop_gemm(s, caps, pick_coop(s, caps, options.coopmat_tile, options.mma), false);
+      return coop_gemm(s, caps, pick_coop(s, caps, options.coopmat_tile, options.mma, options.coopmat_ablate),
+                       false);
     }
   }
   throw Error("internal: unknown GEMM variant");
