@@ -368,6 +368,12 @@ void Context::create_device() {
   coop_matrix_khr_driver_only_ = has_extension(exts, kCoopMatrixKHRExtension) && !kHeadersKnowCoopMatrixKHR;
   const bool has_coop_khr_ext = has_extension(exts, kCoopMatrixKHRExtension) && kHeadersKnowCoopMatrixKHR;
   const bool has_budget_ext = has_extension(exts, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  // Driver statistics per pipeline (registers, shared memory, ...): a diagnostic, so only on request.
+  const char* want_stats = std::getenv("MGN_PIPELINE_STATS");
+  const bool has_stats_ext = has_extension(exts, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) &&
+                             want_stats && std::string(want_stats) == "1";
+  auto stats_f = make<VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR);
   if (has(Feature::Vulkan12)) {
     void** tail = &f2.pNext;
     auto chain = [&tail](auto& s) {
@@ -379,6 +385,7 @@ void Context::create_device() {
     if (is13) chain(f13);
     if (has_coop_nv_ext) chain(coop_nv);
     if (has_coop_khr_ext) chain(coop_khr);
+    if (has_stats_ext) chain(stats_f);
     vkGetPhysicalDeviceFeatures2(physical_, &f2);
   }
 
@@ -405,6 +412,7 @@ void Context::create_device() {
   mark(Feature::CooperativeMatrixNV, has_coop_nv_ext && coop_nv.cooperativeMatrix);
   mark(Feature::Timestamps, family && families[*family].timestampValidBits > 0 && L.timestampPeriod > 0);
   mark(Feature::MemoryBudget, has_budget_ext);
+  mark(Feature::PipelineStatistics, has_stats_ext && stats_f.pipelineExecutableInfo);
 
   for (const auto& row : kFeatureTable)
     if (row.required && !has(row.feature))
@@ -490,6 +498,13 @@ void Context::create_device() {
     enabled_exts.push_back(kCoopMatrixKHRExtension);
   }
   if (has(Feature::MemoryBudget)) enabled_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  auto e_stats = make<VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR);
+  if (has(Feature::PipelineStatistics)) {
+    chain(e_stats);
+    e_stats.pipelineExecutableInfo = VK_TRUE;
+    enabled_exts.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  }
 
   const float priority = 1.0f;
   auto qci = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);

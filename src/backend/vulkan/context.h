@@ -28,6 +28,7 @@ enum class Feature : uint8_t {
   CooperativeMatrixNV,       // VK_NV_cooperative_matrix
   Timestamps,                // timestamp queries on the compute queue
   MemoryBudget,              // VK_EXT_memory_budget
+  PipelineStatistics,        // VK_KHR_pipeline_executable_properties, enabled only with MGN_PIPELINE_STATS=1
   kCount
 };
 
@@ -58,6 +59,8 @@ inline constexpr std::array<FeatureInfo, static_cast<size_t>(Feature::kCount)> k
     {Feature::Timestamps, "timestamp queries", false, "per-dispatch timings are reported as unavailable"},
     {Feature::MemoryBudget, "VK_EXT_memory_budget", false,
      "out-of-memory messages report heap sizes instead of the live budget"},
+    {Feature::PipelineStatistics, "VK_KHR_pipeline_executable_properties", false,
+     "MGN_PIPELINE_STATS=1 cannot print the driver's per-pipeline statistics"},
 }};
 
 constexpr bool feature_table_in_order() {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -203,16 +204,60 @@ void PipelineCache::build(Entry& e) {
     ci.stage.module = module;
     ci.stage.pName = "main";
     ci.layout = e.pipeline.layout;
+    if (ctx_.has(Feature::PipelineStatistics)) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     // The VkPipelineCache is internally synchronized, so workers share it.
     const VkResult r = vkCreateComputePipelines(dev, cache_, 1, &ci, nullptr, &e.pipeline.pipeline);
     if (r != VK_SUCCESS) e.pipeline.pipeline = VK_NULL_HANDLE;
     check(r, ("vkCreateComputePipelines for '" + e.desc.name + "'").c_str());
     vkDestroyShaderModule(dev, module, nullptr);
+    if (ctx_.has(Feature::PipelineStatistics)) print_statistics(e.pipeline);
     e.promise.set_value();
   } catch (...) {
     if (module) vkDestroyShaderModule(dev, module, nullptr);
     e.promise.set_exception(std::current_exception());
   }
+}
+
+// MGN_PIPELINE_STATS=1: one stderr line per pipeline with what the driver reports about its executable
+// ("mgn pipeline stats: <name>: <executable>: <statistic>=<value>, ...").
+void PipelineCache::print_statistics(const Pipeline& p) const {
+  VkDevice dev = ctx_.device();
+  auto props_fn = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+      vkGetDeviceProcAddr(dev, "vkGetPipelineExecutablePropertiesKHR"));
+  auto stats_fn = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+      vkGetDeviceProcAddr(dev, "vkGetPipelineExecutableStatisticsKHR"));
+  if (!props_fn || !stats_fn) return;
+  auto info = make<VkPipelineInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR);
+  info.pipeline = p.pipeline;
+  uint32_t n = 0;
+  if (props_fn(dev, &info, &n, nullptr) != VK_SUCCESS) return;
+  std::vector<VkPipelineExecutablePropertiesKHR> execs(
+      n, make<VkPipelineExecutablePropertiesKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR));
+  if (props_fn(dev, &info, &n, execs.data()) != VK_SUCCESS) return;
+  std::string line;
+  for (uint32_t i = 0; i < n; ++i) {
+    auto ei = make<VkPipelineExecutableInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR);
+    ei.pipeline = p.pipeline;
+    ei.executableIndex = i;
+    uint32_t m = 0;
+    if (stats_fn(dev, &ei, &m, nullptr) != VK_SUCCESS) continue;
+    std::vector<VkPipelineExecutableStatisticKHR> st(
+        m, make<VkPipelineExecutableStatisticKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR));
+    if (stats_fn(dev, &ei, &m, st.data()) != VK_SUCCESS) continue;
+    line += std::string(" ") + execs[i].name + " (subgroup " + std::to_string(execs[i].subgroupSize) + "):";
+    for (const auto& s : st) {
+      line += std::string(" ") + s.name + "=";
+      switch (s.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: line += s.value.b32 ? "true" : "false"; break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: line += std::to_string(s.value.i64); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: line += std::to_string(s.value.u64); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: line += std::to_string(s.value.f64); break;
+        default: line += "?";
+      }
+      line += ";";
+    }
+  }
+  std::fprintf(stderr, "mgn pipeline stats: %s:%s\n", p.name.c_str(), line.c_str());
 }
 
 const Pipeline& PipelineCache::get(const PipelineDesc& desc) {
