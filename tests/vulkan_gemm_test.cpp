@@ -333,6 +333,8 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
                          "128x128x64,w64x64,b1",
                          "128x128x32,p2",
                          "128x256x16,w64x64,p2",
+                         "128x128x32,w32x32",
+                         "64x128x32,w32x32",
                          "64x64x32",
                          "128x128x16,g1"};
   const std::vector<GemmShape> shapes = coopmat_shapes();
@@ -380,6 +382,9 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
       {{16, 16, 16}, "64x128x32,w64x64,b1", {aligned[0], edges[0], edges[3], edges[4]}},
       // Two K slices in flight: 1, 2, 3, 4 and 8 slices of 16 (the loop body covers two).
       {{16, 16, 16}, "64x64x16,p2", {aligned[0], aligned[1], edges[0], edges[3], edges[4], edges[5]}},
+      // 16 subgroups on small A tiles: the edge staging tiles need an array of their own (the others above
+      // stage in the A tiles).
+      {{16, 16, 16}, "64x64x16,w16x16,b1", {edges[0], edges[3]}},
   };
   for (const Cfg& c : cfgs)
     for (const Problem& p : c.problems) {
@@ -446,7 +451,7 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
   problems.push_back({{2, 1, 20, 40}, {3, 20, 36}, true, false});
   for (const char* tile : {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1", "128x256x16,w64x64",
                            "128x256x32,w64x64,b1", "256x128x32,w64x64,b1", "128x128x32,p2", "128x256x16,w64x64,p2",
-                           "64x64x32", "64x64x16,p2"})
+                           "128x128x32,w32x32", "64x128x32,w32x32", "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2"})
     for (const Problem& p : problems) {
       std::string names;
       const double err = check(

@@ -514,12 +514,19 @@ uint32_t coop_b_halves(const GemmShape& s, const CoopConfig& c) {
 bool coop_direct_store(const GemmShape& s, const CoopConfig& c) {
   return s.m % c.bm == 0 && s.n % c.bn == 0;
 }
-// Shared bytes: `buffers` copies of each operand's tile, plus a 4-byte-per-element staging tile per
-// subgroup for edge blocks.
+// Edge blocks stage each f32 fragment through shared memory (a 4-byte-per-element tile per subgroup): in
+// the A tiles, free once the K loop is done, when they are large enough, else in an array of its own.
+uint32_t coop_staging_bytes(const CoopConfig& c) {
+  return (c.bm / c.wm) * (c.bn / c.wn) * c.mma.m * c.mma.n * 4u;
+}
+bool coop_stage_in_a(const GemmShape& s, const CoopConfig& c) {
+  return c.buffers * 2u * coop_a_halves(s, c) >= coop_staging_bytes(c);
+}
+// Shared bytes: `buffers` copies of each operand's tile, plus the edge staging tiles where they do not fit
+// in the A tiles.
 uint32_t coop_shared_bytes(const GemmShape& s, const CoopConfig& c) {
-  const uint32_t warps = (c.bm / c.wm) * (c.bn / c.wn);
   return c.buffers * 2u * (coop_a_halves(s, c) + coop_b_halves(s, c)) +
-         (coop_direct_store(s, c) ? 0u : warps * c.mma.m * c.mma.n * 4u);
+         (coop_direct_store(s, c) || coop_stage_in_a(s, c) ? 0u : coop_staging_bytes(c));
 }
 
 // Auto: 128x128 blocks of 8 subgroups, each a 64x32 tile (4x2 multiplies of 16x16 per 16-deep step),
@@ -631,7 +638,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   g += std::string("// A tile ") + (s.transpose_a ? "[k][m]" : "[m][k]") + ", B tile " +
        (s.transpose_b ? "[n][k]" : "[k][n]") + " (the global layouts), 8 halves per uvec4\n";
   g += "shared uvec4 As[" + su(c.buffers * ah / 8) + "];\nshared uvec4 Bs[" + su(c.buffers * bh / 8) + "];\n";
-  if (!direct) g += "shared float Cs[" + su(warps * mma.m * mma.n) + "];\n";
+  const bool stage_in_a = coop_stage_in_a(s, c);
+  if (!direct && !stage_in_a) g += "shared float Cs[" + su(warps * mma.m * mma.n) + "];\n";
   const std::string MM = su(mma.m), MN = su(mma.n), MK = su(mma.k);
   const std::string tA = "fcoopmatNV<16, gl_ScopeSubgroup, " + MM + ", " + MK + ">";
   const std::string tB = "fcoopmatNV<16, gl_ScopeSubgroup, " + MK + ", " + MN + ">";
@@ -814,13 +822,23 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "        C[coff + (m0 + wm0 + i * " + u(mma.m) + " + idx / " + u(mma.n) + ") * N + n0 + wn0 + j * " +
          u(mma.n) + " + idx % " + u(mma.n) + "] = acc[i * " + u(fj) + " + j][e];\n      }\n";
   } else {
-    // Edge blocks: each fragment goes through the subgroup's staging tile, stored with bounds checks.
+    // Edge blocks: each fragment goes through the subgroup's staging tile, stored with bounds checks. The
+    // tile is either Cs or, as raw f32 bits 4 to a uvec4, the A tiles (the K loop ended on a barrier).
     const std::string cs = "warp * " + u(mma.m * mma.n);
+    auto staged = [&](const std::string& idx) {
+      return stage_in_a ? "As[(" + idx + ") >> 2u][(" + idx + ") & 3u]" : "Cs[" + idx + "]";
+    };
+    if (stage_in_a)
+      g += "  // edge staging in the A tiles: " + su(coop_staging_bytes(c)) + " bytes\n";
     g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
     g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j) {\n";
     if (emulate)
-      g += "      " + unroll + "for (uint e = 0u; e < " + u(per_lane) + "; ++e) Cs[" + cs +
-           " + lane + 32u * e] = acc[i * " + u(fj) + " + j][e];\n";
+      g += "      " + unroll + "for (uint e = 0u; e < " + u(per_lane) + "; ++e) " +
+           staged(cs + " + lane + 32u * e") + " = " + (stage_in_a ? "floatBitsToUint(" : "(") + "acc[i * " +
+           u(fj) + " + j][e]);\n";
+    else if (stage_in_a)
+      g += "      coopMatStoreNV(acc[i * " + u(fj) + " + j], As, (" + cs + ") / 4u, " + u(mma.n / 4) +
+           ", false);\n";
     else
       g += "      coopMatStoreNV(acc[i * " + u(fj) + " + j], Cs, " + cs + ", " + u(mma.n) + ", false);\n";
     g += "      barrier();\n";
@@ -828,7 +846,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "        uint idx = lane + 32u * e;\n";
     g += "        uint m = m0 + wm0 + i * " + u(mma.m) + " + idx / " + u(mma.n) + ", n = n0 + wn0 + j * " +
          u(mma.n) + " + idx % " + u(mma.n) + ";\n";
-    g += "        if (m < M && n < N) C[coff + m * N + n] = Cs[" + cs + " + idx];\n      }\n";
+    g += "        if (m < M && n < N) C[coff + m * N + n] = " +
+         (stage_in_a ? "uintBitsToFloat(" + staged(cs + " + idx") + ")" : staged(cs + " + idx")) + ";\n      }\n";
     g += "      barrier();\n    }\n";
   }
   g += "}\n";
