@@ -441,7 +441,8 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
   // conformance job): every tile of the sweep, both epilogues, all transposes, a broadcast batch, one and
   // two shared buffers, on f16-exact inputs against the CPU reference.
   if (!ctx_->has(vk::Feature::CooperativeMatrixNV)) GTEST_SKIP() << "device lacks VK_NV_cooperative_matrix";
-  if (!vk::gemm_coopmat_self_test(*ctx_)) GTEST_FAIL() << "self-test: " << vk::gemm_coopmat_self_test_note(*ctx_);
+  if (!vk::gemm_coopmat_self_test(*ctx_))
+    GTEST_FAIL() << "self-test: " << vk::gemm_coopmat_self_test_note(*ctx_);
   const codegen::CoopMatShape mma = codegen::coopmat_status().mma;
   std::vector<Problem> problems = {{{256, 128}, {128, 256}}, {{128, 256}, {256, 128}, true, true}};
   for (int ta = 0; ta < 2; ++ta)
@@ -449,13 +450,17 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
       problems.push_back(
           {ta ? Shape{70, 137} : Shape{137, 70}, tb ? Shape{203, 70} : Shape{70, 203}, bool(ta), bool(tb)});
   problems.push_back({{2, 1, 20, 40}, {3, 20, 36}, true, false});
-  for (const char* tile : {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1", "128x256x16,w64x64",
-                           "128x256x32,w64x64,b1", "256x128x32,w64x64,b1", "128x128x32,p2", "128x256x16,w64x64,p2",
-                           "128x128x32,w32x32", "64x128x32,w32x32", "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2"})
+  for (const char* tile :
+       {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1", "128x256x16,w64x64",
+        "128x256x32,w64x64,b1", "256x128x32,w64x64,b1", "128x128x32,p2", "128x256x16,w64x64,p2",
+        "128x128x32,w32x32", "64x128x32,w32x32", "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2"})
     for (const Problem& p : problems) {
       std::string names;
       const double err = check(
-          p, [&](const GemmShape& s) { return codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile(tile, true), mma); },
+          p,
+          [&](const GemmShape& s) {
+            return codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile(tile, true), mma);
+          },
           &names, true);
       EXPECT_LE(err, 1e-5) << "tile '" << tile << "' via " << names;
     }

@@ -83,7 +83,7 @@ Args parse_args(int argc, char** argv) {
   if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
     throw Error(
         "bench: name a workload first (fashion-cnn, fashion-mlp, smollm2-135m, llama-tiny, llama --config "
-        "FILE, attention, conv), e.g. mgn bench fashion-cnn");
+        "FILE, resnet50, resnet-tiny, attention, conv), e.g. mgn bench fashion-cnn");
   Args a;
   a.workload = argv[2];
   for (int i = 3; i < argc; ++i) {

@@ -569,11 +569,12 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
 
 // One operand to its f16 copy (scratch `slot`): invocation i writes 8 halves of row r, columns 8c..8c+7,
 // zero outside the src_rows x src_cols matrix.
-Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOperand& p, const DeviceCaps& caps) {
+Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOperand& p,
+                        const DeviceCaps& caps) {
   const bool v4 = p.src_cols % 4 == 0;
   const uint64_t per_row = p.cols / 8, src_mat = p.src_rows * p.src_cols;
-  std::string decls = buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", false) +
-                      buffer_as(1, "uvec4", "P", true);
+  std::string decls =
+      buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", false) + buffer_as(1, "uvec4", "P", true);
   std::string body = "  uint mat = i / " + u(p.vec8()) + ", rest = i % " + u(p.vec8()) + ";\n";
   body += "  uint r = rest / " + u(per_row) + ", c = (rest % " + u(per_row) + ") * 8u;\n";
   body += "  vec4 lo = vec4(0.0), hi = vec4(0.0);\n";
@@ -589,7 +590,8 @@ Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOper
     body += "      if (c + 4u + q < " + u(p.src_cols) + ") hi[q] = X[src + 4u + q];\n    }\n";
   }
   body += "  }\n";
-  body += "  P[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));\n";
+  body +=
+      "  P[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));\n";
   return detail::elementwise_kernel(
       std::string("matmul_f16_pack_") + which + "_" + su(p.rows) + "x" + su(p.cols), decls, body,
       p.count * p.vec8(), {{BindingKind::Input, input, false}, {BindingKind::Scratch, slot, true}}, caps);
@@ -612,9 +614,10 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const PackedOperand pa = packed_a(s, c), pb = packed_b(s, c);
   const bool direct = coop_direct_store(s, c);
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) +
-                          "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) +
-                          "_b" + su(c.buffers) + "_p" + su(c.depth) + (direct ? "" : "_edge") + "_t" + su(s.transpose_a) +
-                          su(s.transpose_b) + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
+                          "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) + "_b" +
+                          su(c.buffers) + "_p" + su(c.depth) + (direct ? "" : "_edge") + "_t" +
+                          su(s.transpose_a) + su(s.transpose_b) +
+                          (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
 
   std::string g = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n";
   if (!emulate)
@@ -627,9 +630,10 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
        " subgroups of 32, each " + su(c.wm) + "x" + su(c.wn) + " as " + su(fi) + "x" + su(fj) +
        " multiplies; " + su(c.buffers) + " shared buffer(s)\n";
   g += "layout(local_size_x = " + su(nt) + ") in;\n";
-  g += "// A16, B16: the operands' f16 copies, 8 halves per uvec4, " + std::string(s.transpose_a ? "[k][m]" : "[m][k]") +
-       " " + su(pa.rows) + "x" + su(pa.cols) + " and " + (s.transpose_b ? "[n][k]" : "[k][n]") + " " + su(pb.rows) +
-       "x" + su(pb.cols) + " halves per matrix (zero padding)\n";
+  g += "// A16, B16: the operands' f16 copies, 8 halves per uvec4, " +
+       std::string(s.transpose_a ? "[k][m]" : "[m][k]") + " " + su(pa.rows) + "x" + su(pa.cols) + " and " +
+       (s.transpose_b ? "[n][k]" : "[k][n]") + " " + su(pb.rows) + "x" + su(pb.cols) +
+       " halves per matrix (zero padding)\n";
   g += buffer_as(0, "uvec4", "A16", false) + buffer_as(1, "uvec4", "B16", false);
   g += "layout(std430, set = 0, binding = 2) buffer B2 { float C[]; };\n";
   g += "const uint M = " + u(s.m) + ", N = " + u(s.n) + ";\n";
@@ -647,7 +651,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const uint64_t items_a = uint64_t(c.bm) * c.bk / 8, items_b = uint64_t(c.bn) * c.bk / 8;
   const uint64_t per_a = div_up(items_a, nt), per_b = div_up(items_b, nt);
   for (uint32_t r = 0; r < c.depth; ++r)
-    g += "uvec4 ra" + su(r) + "[" + su(per_a) + "], rb" + su(r) + "[" + su(per_b) + "];  // a K slice in flight\n";
+    g += "uvec4 ra" + su(r) + "[" + su(per_a) + "], rb" + su(r) + "[" + su(per_b) +
+         "];  // a K slice in flight\n";
   g += "uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a_off, b_off in uvec4s\n";
   if (emulate) {
     g += "float acc[" + su(fi * fj) + "][" + su(per_lane) +
@@ -686,20 +691,20 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     };
     std::string t;
     for (uint32_t r = 0; r < c.depth; ++r) {
-    const std::string set = su(r);
-    t += "void load_" + name + set + "(uint k0) {\n";
-    t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
-    if (guard) t += "    if (e >= " + u(items) + ") break;\n";
-    t += "    r" + name + set + "[it] = " + src + "[" + name + "_off + " +
-         (contig_k ? "(" + o0 + " + o) * " + u(cols8) + " + k0 / 8u + k8"
-                   : "(k0 + kk) * " + u(cols8) + " + " + o0 + " / 8u + o8") +
-         "];\n  }\n}\n";
-    t += "void store_" + name + set + "(uint buf) {\n";
-    t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
-    if (guard) t += "    if (e >= " + u(items) + ") break;\n";
-    t += "    " + dst + "[buf * " + u(halves / 8) + " + " +
-         (contig_k ? "o * " + u(stride / 8) + " + k8" : "kk * " + u(stride / 8) + " + o8") + "] = r" + name +
-         set + "[it];\n  }\n}\n";
+      const std::string set = su(r);
+      t += "void load_" + name + set + "(uint k0) {\n";
+      t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
+      if (guard) t += "    if (e >= " + u(items) + ") break;\n";
+      t += "    r" + name + set + "[it] = " + src + "[" + name + "_off + " +
+           (contig_k ? "(" + o0 + " + o) * " + u(cols8) + " + k0 / 8u + k8"
+                     : "(k0 + kk) * " + u(cols8) + " + " + o0 + " / 8u + o8") +
+           "];\n  }\n}\n";
+      t += "void store_" + name + set + "(uint buf) {\n";
+      t += "  " + unroll + "for (uint it = 0u; it < " + u(per) + "; ++it) {\n" + coords("    ");
+      if (guard) t += "    if (e >= " + u(items) + ") break;\n";
+      t += "    " + dst + "[buf * " + u(halves / 8) + " + " +
+           (contig_k ? "o * " + u(stride / 8) + " + k8" : "kk * " + u(stride / 8) + " + o8") + "] = r" +
+           name + set + "[it];\n  }\n}\n";
     }
     return t;
   };
@@ -734,7 +739,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
     g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
     if (c.ablate != "nomma")
-      g += "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
+      g +=
+          "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
     else
       g += "        {}  // ABLATED: no multiply\n";
   }
@@ -828,8 +834,7 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     auto staged = [&](const std::string& idx) {
       return stage_in_a ? "As[(" + idx + ") >> 2u][(" + idx + ") & 3u]" : "Cs[" + idx + "]";
     };
-    if (stage_in_a)
-      g += "  // edge staging in the A tiles: " + su(coop_staging_bytes(c)) + " bytes\n";
+    if (stage_in_a) g += "  // edge staging in the A tiles: " + su(coop_staging_bytes(c)) + " bytes\n";
     g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
     g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j) {\n";
     if (emulate)
@@ -847,7 +852,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "        uint m = m0 + wm0 + i * " + u(mma.m) + " + idx / " + u(mma.n) + ", n = n0 + wn0 + j * " +
          u(mma.n) + " + idx % " + u(mma.n) + ";\n";
     g += "        if (m < M && n < N) C[coff + m * N + n] = " +
-         (stage_in_a ? "uintBitsToFloat(" + staged(cs + " + idx") + ")" : staged(cs + " + idx")) + ";\n      }\n";
+         (stage_in_a ? "uintBitsToFloat(" + staged(cs + " + idx") + ")" : staged(cs + " + idx")) +
+         ";\n      }\n";
     g += "      barrier();\n    }\n";
   }
   g += "}\n";
@@ -855,7 +861,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   Kernel k;
   k.name = std::string("matmul_coopmat_f16_") + (emulate ? "emul_" : "") + key;
   k.glsl = g;
-  k.bindings = {{BindingKind::Scratch, 0, false}, {BindingKind::Scratch, 1, false}, {BindingKind::Output, 0, true}};
+  k.bindings = {
+      {BindingKind::Scratch, 0, false}, {BindingKind::Scratch, 1, false}, {BindingKind::Output, 0, true}};
   k.groups = grid.groups;
   return k;
 }

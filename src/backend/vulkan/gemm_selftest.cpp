@@ -211,9 +211,10 @@ codegen::CoopMatStatus run_all(Context& ctx) {
 
 }  // namespace
 
-std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCache& pipelines,
-                                     codegen::ShaderCompiler& compiler, const codegen::Lowering& low,
-                                     const std::vector<float>& a, const std::vector<float>& b, size_t n_out) {
+std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& transfer,
+                                     PipelineCache& pipelines, codegen::ShaderCompiler& compiler,
+                                     const codegen::Lowering& low, const std::vector<float>& a,
+                                     const std::vector<float>& b, size_t n_out) {
   std::vector<Buffer> owned;
   auto release = [&]() {
     for (Buffer& x : owned) alloc.free(x);

@@ -31,9 +31,10 @@ class PipelineCache;
 // Runs the kernels of a two-input GEMM lowering (inputs 0 = a and 1 = b, the output of n_out floats,
 // scratch buffers as the lowering asks, a barrier between kernels) in one submission; returns the output.
 // For the self-test and for tests that check a lowering without a session.
-std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCache& pipelines,
-                                     codegen::ShaderCompiler& compiler, const codegen::Lowering& low,
-                                     const std::vector<float>& a, const std::vector<float>& b, size_t n_out);
+std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& transfer,
+                                     PipelineCache& pipelines, codegen::ShaderCompiler& compiler,
+                                     const codegen::Lowering& low, const std::vector<float>& a,
+                                     const std::vector<float>& b, size_t n_out);
 
 // The note of the last test on this device ("" before it ran): what passed, or why it is off.
 std::string gemm_coopmat_self_test_note(const Context& ctx);
