@@ -778,22 +778,17 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     return "store_a" + set + "(" + buf + "); store_b" + set + "(" + buf + ");";
   };
   g += "  " + fetch("0", "0u") + "\n  " + put("0", "0u") + "\n  barrier();\n";
-  if (c.depth == 1 && c.buffers == 2) {
-    // Slice t+1 is loaded into registers before slice t is multiplied and stored to the other buffer
-    // after it (whose last readers, slice t-1, all passed the previous barrier): one barrier per slice.
+  if (c.depth == 1) {
+    // Slice t+1 is loaded into registers before slice t is multiplied. With two buffers it is stored to
+    // the other one right after (whose last readers, slice t-1, all passed the previous barrier): one
+    // barrier per slice. With one, everyone finishes reading it before it is overwritten: two.
     g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
     g += "    bool more = LOADS && t + 1u < ntiles;\n";
     g += "    if (more) { " + fetch("0", "(t + 1u) * BK") + " }\n";
-    g += "    uint cur = t & 1u;\n    compute(cur);\n";
-    g += "    if (more) { " + put("0", "cur ^ 1u") + " }\n";
-    g += "    barrier();\n  }\n";
-  } else if (c.depth == 1) {
-    // One buffer: everyone finishes reading it before it is overwritten.
-    g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
-    g += "    bool more = LOADS && t + 1u < ntiles;\n";
-    g += "    if (more) { " + fetch("0", "(t + 1u) * BK") + " }\n";
-    g += "    compute(0u);\n    barrier();\n";
-    g += "    if (more) { " + put("0", "0u") + " }\n";
+    if (c.buffers == 2)
+      g += "    uint cur = t & 1u;\n    compute(cur);\n    if (more) { " + put("0", "cur ^ 1u") + " }\n";
+    else
+      g += "    compute(0u);\n    barrier();\n    if (more) { " + put("0", "0u") + " }\n";
     g += "    barrier();\n  }\n";
   } else {
     // Two slices in flight: register set 0 holds the odd slices, set 1 the even ones (after slice 0), so
