@@ -279,12 +279,22 @@ def fmt_mib(v):
     return "—" if v is None else f"{v / 2**20:.1f}"
 
 
-def gemm_record(r):
-    """A line of `mgn bench-gemm` or bench/pytorch/gemm.py, as a microbenchmark record."""
+def gemm_records(r):
+    """A line of `mgn bench-gemm` or bench/pytorch/gemm.py, as microbenchmark records. Modes: strict (f32 on
+    both sides), accelerated (ours --f16 next to cuBLAS with TF32, PyTorch's accelerated mode) and f16 (ours
+    --f16 next to cuBLAS with f16 inputs, the like-for-like tensor-core figure): our f16 line serves both."""
     m, n, k = r["m"], r["n"], r["k"]
-    mode = {"tf32": "accelerated"}.get(r.get("mode", "strict"), r.get("mode", "strict"))
-    return dict(r, workload="gemm", case=f"{m}x{n}x{k}", phase="matmul", mode=mode,
-                impl="mgn" if r["side"] == "mgn" else r.get("impl", "cublas"), flop=2.0 * m * n * k)
+    if r["side"] == "mgn":
+        modes = ["accelerated", "f16"] if r.get("precision") == "f16" else ["strict"]
+    else:
+        modes = [{"tf32": "accelerated"}.get(r.get("mode", "strict"), r.get("mode", "strict"))]
+    return [dict(r, workload="gemm", case=f"{m}x{n}x{k}", phase="matmul", mode=mode,
+                 impl="mgn" if r["side"] == "mgn" else r.get("impl", "cublas"), flop=2.0 * m * n * k)
+            for mode in modes]
+
+
+FALLBACK_NOTE = ("† our strict run: our accelerated mode was not run for this row (its matmuls would use f16 "
+                 "where the device passes the self-test).")
 
 
 def micro_tables(micro, micro_gates, notes):
@@ -300,7 +310,7 @@ def micro_tables(micro, micro_gates, notes):
         key = (r["workload"], r["case"], r["phase"])
         if key not in keys:
             keys.append(key)
-    modes = [m for m in ("strict", "accelerated") if any(r["mode"] == m for r in micro)]
+    modes = [m for m in ("strict", "accelerated", "f16") if any(r["mode"] == m for r in micro)]
 
     def pick(w, c, p, mode, side):
         for r in micro:
@@ -325,12 +335,12 @@ def micro_tables(micro, micro_gates, notes):
                 ours = pick(w, c, p, "strict", "mgn")
                 mark = "†" if ours else ""
                 if mark:
-                    notes.add("† our strict run (our accelerated mode was not run; only its matmuls would use f16).")
+                    notes.add(FALLBACK_NOTE)
             theirs = pick(w, c, p, mode, "torch")
             if ours is None and theirs is None:
                 continue
-            g = micro_gates.get(w)
-            verdict = g.verdict(c, p) if g and (g.mode == mode or mark) else "—"
+            g = micro_gates.get((w, "strict" if mark else mode))
+            verdict = g.verdict(c, p) if g else "—"
             lines.append(f"| {w} | {c} | {p} | {mode} | {ms_iqr(ours)}{mark} | {ms_iqr(theirs)} | {tflops(ours)} | "
                          f"{tflops(theirs)} | {fmt_ratio(ours and ours['median_ms'], theirs and theirs['median_ms'])} | "
                          f"{verdict} |")
@@ -385,7 +395,7 @@ def main():
                     if "case" in r:
                         micro.append(r)
                     elif "m" in r and "phase" not in r:
-                        micro.append(gemm_record(r))
+                        micro += gemm_records(r)
                     else:
                         records.append(r)
         elif path.endswith(".safetensors"):
@@ -393,20 +403,26 @@ def main():
             if meta.get("side") not in ("mgn", "torch"):
                 sys.exit(f"compare.py: {path}: not a gate output file (no 'side' in its metadata; weights files "
                          "are not compared)")
-            if meta.get("kind") == "micro":
-                micro_outputs.setdefault(meta.get("workload"), {})[meta.get("side")] = path
-            else:
-                key = (meta.get("workload"), int(meta.get("batch", 0)))
-                outputs.setdefault(key, {})[meta.get("side")] = path
+            micro_kind = meta.get("kind") == "micro"
+            key = meta.get("workload") if micro_kind else (meta.get("workload"), int(meta.get("batch", 0)))
+            sides = (micro_outputs if micro_kind else outputs).setdefault(key, {"mgn": {}, "torch": {}})
+            # Ours: one file per mode. The reference: PyTorch strict eager, one file for both of our modes.
+            side_mode = meta.get("mode", "strict") if meta["side"] == "mgn" else "strict"
+            if side_mode in sides[meta["side"]]:
+                sys.exit(f"compare.py: {path} and {sides[meta['side']][side_mode]}: two {meta['side']} {side_mode} "
+                         f"gate files for {key}")
+            sides[meta["side"]][side_mode] = path
         else:
             sys.exit(f"compare.py: {path}: expected a .jsonl or .safetensors file")
 
-    gates = {}
-    for key, sides in sorted(outputs.items()):
-        if "mgn" in sides and "torch" in sides:
-            gates[key] = Gate(sides["mgn"], sides["torch"])
-    micro_gates = {w: MicroGate(s["mgn"], s["torch"]) for w, s in sorted(micro_outputs.items())
-                   if "mgn" in s and "torch" in s}
+    # (key, our mode) -> gate of our run in that mode against the PyTorch strict reference.
+    def our_files(sides):  # strict first
+        return sorted(sides["mgn"].items(), key=lambda kv: (kv[0] != "strict", kv[0]))
+
+    gates = {(key, mode): Gate(path, sides["torch"]["strict"]) for key, sides in sorted(outputs.items())
+             if "strict" in sides["torch"] for mode, path in our_files(sides)}
+    micro_gates = {(w, mode): MicroGate(path, sides["torch"]["strict"]) for w, sides in sorted(micro_outputs.items())
+                   if "strict" in sides["torch"] for mode, path in our_files(sides)}
 
     # (workload, batch, phase, mode, impl) -> record; ours may lack an accelerated run.
     cell = {}
@@ -438,7 +454,7 @@ def main():
                 if ours is None and mode == "accelerated":
                     ours = cell.get((w, b, phase, "strict", "ours"))
                     if ours is not None:
-                        notes.add("† our strict run (our accelerated mode was not run; only its matmuls would use f16).")
+                        notes.add(FALLBACK_NOTE)
                 eager = cell.get((w, b, phase, mode, "eager"))
                 comp = cell.get((w, b, phase, mode, "compiled"))
                 if not (ours or eager or comp):
@@ -447,9 +463,10 @@ def main():
                 e = eager["median_ms"] if eager else None
                 c = comp["median_ms"] if comp else None
                 mark = "†" if ours and ours["mode"] != mode else ""
-                g = gates.get((w, b))
+                # Our accelerated run's gate where it ran; where it did not, the strict one (its row is †).
+                g = gates.get(((w, b), "strict" if mark else mode))
                 verdict = exact_verdict = "—"
-                if g and phase in PHASE_GATES and (g.mode == mode or (mark and g.mode == "strict")):
+                if g and phase in PHASE_GATES:
                     verdict = g.verdict(PHASE_GATES[phase])
                     exact_verdict = g.exact_verdict(PHASE_GATES[phase])
                 lines.append(f"| {w} | {b} | {phase} | {mode} | {fmt_ms(o)}{mark} | {fmt_ms(e)} | {fmt_ms(c)} | "
@@ -457,19 +474,29 @@ def main():
                              (f" {exact_verdict} |" if exact else ""))
     if keys:
         lines += [""]
+        f16 = []
+        for (w, b) in keys:
+            parts = [f"{phase} {r['f16_gemm_dispatches']} of {r['matmul_dispatches']}" for phase in MEMORY_PHASES
+                     for r in [cell.get((w, b, phase, "accelerated", "ours"))] if r and "f16_gemm_dispatches" in r]
+            if parts:
+                f16.append(f"{w} batch {b}: " + ", ".join(parts))
+        if f16:
+            lines += ["Our accelerated sessions, f16 cooperative-matrix GEMM dispatches of all matmul dispatches "
+                      "(the rest stay f32: shapes the f16 kernel does not take, or a device without a passing "
+                      "self-test): " + "; ".join(f16) + ".", ""]
         lines += memory_table(cell, keys)
     if micro:
         lines += micro_tables(micro, micro_gates, notes)
     lines += sorted(notes) + ([""] if notes else [])
 
     failed = False
-    for (w, b), g in gates.items():
+    for ((w, b), mode), g in gates.items():
         lines += [f"Gates, {w} batch {b} (ours {g.mode} vs PyTorch strict eager on {g.ref_meta.get('device', '?')}):",
                   "", "| check | value | limit | verdict | note |", "|---|---|---|---|---|"]
         lines += gate_rows(g.checks)
         lines.append("")
         if g.exact:
-            lines += [f"Gate vs exact (f64), {w} batch {b}: the same PyTorch model, weights and inputs in float64 "
+            lines += [f"Gate vs exact (f64), {w} batch {b}, ours {g.mode}: the same PyTorch model, weights and inputs in float64 "
                       f"(on {g.ref_meta.get('f64_device', '?')}) as the exact result. Per tensor relative L2 (losses: "
                       "relative error) of ours vs PyTorch f32 (the gate above), PyTorch f32 vs f64 (PyTorch's own f32 "
                       "error: the noise floor) and ours vs f64; pass when ours vs f64 <= max(limit above, 2 × PyTorch "
@@ -477,7 +504,7 @@ def main():
             lines += g.exact_rows()
             lines.append("")
         failed |= not g.passed()
-    for w, g in micro_gates.items():
+    for (w, mode), g in micro_gates.items():
         rows = [c for (case, phase), cs in sorted(g.checks.items()) for c in cs]
         bad = [c for c in rows if not c[3]]
         worst = max((c[1] for c in rows if ".input." not in c[0]), default=0.0)
@@ -486,13 +513,22 @@ def main():
                   f"{MICRO_TOLERANCE[g.mode]:.0e}), " + (f"**{len(bad)} FAIL**: " + ", ".join(c[0] for c in bad[:5])
                                                          if bad else "all pass") + ".", ""]
         failed |= not g.passed()
-    for key in keys:
-        if key not in gates:
-            lines += [f"No gate for {key[0]} batch {key[1]}: both sides' --outputs files are needed.", ""]
+    # Every mode in which ours ran needs its gate (ours in that mode vs PyTorch strict eager).
+    ran = {((r["workload"], r["batch"]), r["mode"]) for r in records if r["side"] == "mgn"}
+    for key, sides in outputs.items():
+        ran |= {(key, m) for m in sides["mgn"]}
+    ran |= {(key, "strict") for key in keys}
+    for key, mode in sorted(ran):
+        if (key, mode) not in gates:
+            lines += [f"No gate for {key[0]} batch {key[1]}, ours {mode}: our --outputs file of that mode and "
+                      "PyTorch's strict one are needed.", ""]
             failed |= args.require_gates
-    for w in sorted({r["workload"] for r in micro if r["workload"] != "gemm"}):
-        if w not in micro_gates:
-            lines += [f"No check for {w}: both sides' --outputs files are needed.", ""]
+    micro_ran = {(r["workload"], r["mode"]) for r in micro if r["workload"] != "gemm" and r["side"] == "mgn"}
+    micro_ran |= {(r["workload"], "strict") for r in micro if r["workload"] != "gemm"}
+    for w, mode in sorted(micro_ran):
+        if (w, mode) not in micro_gates:
+            lines += [f"No check for {w}, ours {mode}: our --outputs file of that mode and PyTorch's strict one "
+                      "are needed.", ""]
             failed |= args.require_gates
 
     text = "\n".join(lines)

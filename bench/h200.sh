@@ -9,19 +9,23 @@
 #                run, then the main job: the CNN, 5 epochs, AdamW, checkpoint, reload, test accuracy
 #   llama        SmolLM2-135M, random weights: transformers as the reference, then mgn llama-check
 #                (gates of issue 6 and timings next to PyTorch eager)
-#   bench        the harness of docs/benchmarks.md: mgn bench fashion-cnn and bench/pytorch/fashion_cnn.py
-#                (eager and torch.compile, strict and accelerated) at batch $BENCH_BATCHES (default "64 256"),
+#   bench        the harness of docs/benchmarks.md: mgn bench fashion-cnn (strict and accelerated) and
+#                bench/pytorch/fashion_cnn.py (eager and torch.compile, strict and accelerated) at batch
+#                $BENCH_BATCHES (default "64 256"),
 #                same weights and inputs, then bench/compare.py (gates + table) -> bench_table.md
 #   bench-llama  the same harness for SmolLM2-135M (batch 1, 128 tokens; phases compile, inference, minimal,
-#                flb, step; planned and measured memory): mgn bench smollm2-135m next to llama_ref.py --bench
+#                flb, step; planned and measured memory): mgn bench smollm2-135m (strict and accelerated) next to
+#                llama_ref.py --bench
 #                (transformers eager, strict and accelerated; torch.compile strict only, capped at
 #                $BENCH_LLAMA_COMPILE_TIMEOUT s, default 300) -> bench_llama_table.md (about 3-6 minutes)
 #   bench-resnet the same harness for ResNet-50 (batch 4, 3x224x224, 1000 classes, real BatchNorm; phases compile,
-#                inference, flb, step): mgn bench resnet50 next to resnet_bench.py (eager strict and accelerated;
+#                inference, flb, step): mgn bench resnet50 (strict and accelerated) next to resnet_bench.py (eager
+#                strict and accelerated;
 #                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150; PyTorch's
 #                float64 reference for the gate vs exact) -> bench_resnet_table.md (about 2-4 minutes)
-#   micro        mgn bench attention / conv next to bench/pytorch/attention.py / conv.py (same inputs,
-#                outputs checked), and mgn bench-gemm next to gemm.py on the SmolLM2 and cube shapes, one
+#   micro        mgn bench attention / conv (strict and accelerated) next to bench/pytorch/attention.py / conv.py
+#                (same inputs, outputs checked), and mgn bench-gemm (f32 and --f16) next to gemm.py (f32, TF32
+#                and --dtype f16) on the SmolLM2 and cube shapes, one
 #                table -> micro_table.md (about 2 minutes)
 set -uo pipefail
 B=${1:-build-release}
@@ -39,6 +43,19 @@ export MGN_VALIDATION=0 MGN_CACHE_DIR=/tmp/mgn-cache MGN_FASHION_MNIST_DIR="$(re
 # the caches, the timed run that writes the weights (and inputs) the PyTorch side loads; the PyTorch script eager
 # (strict and accelerated; the gate tensors, with EAGER_FLAGS) and torch.compile strict, capped at LIMIT seconds;
 # then compare.py -> $OUT/bench_TAG_{mgn,torch}.jsonl, bench_TAG_table.md, bench_TAG_log.txt.
+# Our accelerated mode (f16 matmuls where the device's coopmat self-test passes) of a model workload, with the
+# weights the strict run wrote: an untimed compile for the f16 kernels, then the timed run -> PREFIX.acc.*
+# (compare.py gates it against the same PyTorch strict eager reference as our strict run).
+# Usage: ours_accelerated WORKLOAD PREFIX LOG [ARG...]
+ours_accelerated() {
+  local w=$1 p=$2 log=$3
+  shift 3
+  "$B/mgn" bench "$w" "$@" --mode accelerated --phases compile > /dev/null 2>> "$log"
+  "$B/mgn" bench "$w" "$@" --mode accelerated --weights "$p.weights.safetensors" \
+    --outputs "$p.acc.mgn_out.safetensors" --json "$p.acc.mgn.jsonl" > /dev/null 2>> "$log"
+  echo "mgn bench $w accelerated rc=$?" >> "$log"
+}
+
 # Usage: model_bench TAG WORKLOAD BATCH LIMIT LABEL EAGER_FLAGS SCRIPT [ARG...] (LABEL: the script in the log)
 model_bench() {
   local tag=$1 w=$2 batch=$3 limit=$4 label=$5 eager_flags=$6
@@ -54,6 +71,7 @@ model_bench() {
   "$B/mgn" bench "$w" --batch "$batch" --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
     --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
   echo "mgn bench $w rc=$?" >> "$L"
+  ours_accelerated "$w" "$P" "$L" --batch "$batch"
   # shellcheck disable=SC2086 # EAGER_FLAGS: words
   python3 "$@" --device cuda --impls eager $eager_flags --weights "$P.weights.safetensors" \
     --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
@@ -64,7 +82,7 @@ model_bench() {
   cat "$T"/*.mgn.jsonl > "$OUT/bench_${tag}_mgn.jsonl"
   cat "$T"/*.torch.jsonl > "$OUT/bench_${tag}_torch.jsonl"
   python3 bench/compare.py --require-gates --out "$OUT/bench_${tag}_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
-    "$P.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
+    "$P.mgn_out.safetensors" "$P.acc.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
   echo "compare rc=$?" >> "$L"
   export MGN_CACHE_DIR=/tmp/mgn-cache
   unset __GL_SHADER_DISK_CACHE_PATH
@@ -111,10 +129,12 @@ for job in "$@"; do
         "$B/mgn" bench fashion-cnn --batch "$BATCH" --weights "$P.weights.safetensors" \
           --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
         echo "mgn bench b$BATCH rc=$?" >> "$L"
+        ours_accelerated fashion-cnn "$P" "$L" --batch "$BATCH"
         python3 bench/pytorch/fashion_cnn.py --batch "$BATCH" --weights "$P.weights.safetensors" \
           --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
         echo "fashion_cnn.py b$BATCH rc=$?" >> "$L"
-        FILES="$FILES $P.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.torch_out.safetensors"
+        FILES="$FILES $P.mgn.jsonl $P.acc.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.acc.mgn_out.safetensors"
+        FILES="$FILES $P.torch_out.safetensors"
       done
       cat "$T"/*.mgn.jsonl > "$OUT/bench_mgn.jsonl"
       cat "$T"/*.torch.jsonl > "$OUT/bench_torch.jsonl"
@@ -150,18 +170,26 @@ for job in "$@"; do
       for W in attention conv; do
         "$B/mgn" bench "$W" --outputs "$T/$W.mgn_out.safetensors" --json "$T/$W.mgn.jsonl" > /dev/null 2>> "$L"
         echo "mgn bench $W rc=$?" >> "$L"
+        "$B/mgn" bench "$W" --mode accelerated --outputs "$T/$W.acc.mgn_out.safetensors" --json "$T/$W.acc.mgn.jsonl" \
+          > /dev/null 2>> "$L"
+        echo "mgn bench $W accelerated rc=$?" >> "$L"
         python3 "bench/pytorch/$W.py" --device cuda --inputs "$T/$W.mgn_out.safetensors" \
           --outputs "$T/$W.torch_out.safetensors" --json "$T/$W.torch.jsonl" > /dev/null 2>> "$L"
         echo "$W.py rc=$?" >> "$L"
-        FILES="$FILES $T/$W.mgn.jsonl $T/$W.torch.jsonl $T/$W.mgn_out.safetensors $T/$W.torch_out.safetensors"
+        FILES="$FILES $T/$W.mgn.jsonl $T/$W.acc.mgn.jsonl $T/$W.torch.jsonl $T/$W.mgn_out.safetensors"
+        FILES="$FILES $T/$W.acc.mgn_out.safetensors $T/$W.torch_out.safetensors"
       done
       # SmolLM2's projections (q/o 576x576 are covered by the cubes' small end), its lm_head forward and
       # input gradient, and the cubes.
       SHAPES="128x1536x576 128x576x1536 128x49152x576 128x576x49152 512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192"
       "$B/mgn" bench-gemm $SHAPES > "$T/gemm.mgn.jsonl" 2>> "$L"
       echo "mgn bench-gemm rc=$?" >> "$L"
+      "$B/mgn" bench-gemm $SHAPES --f16 >> "$T/gemm.mgn.jsonl" 2>> "$L"
+      echo "mgn bench-gemm --f16 rc=$?" >> "$L"
       python3 bench/pytorch/gemm.py --device cuda $SHAPES > "$T/gemm.torch.jsonl" 2>> "$L"
       echo "gemm.py rc=$?" >> "$L"
+      python3 bench/pytorch/gemm.py --device cuda --dtype f16 $SHAPES >> "$T/gemm.torch.jsonl" 2>> "$L"
+      echo "gemm.py --dtype f16 rc=$?" >> "$L"
       cat "$T"/*.mgn.jsonl > "$OUT/micro_mgn.jsonl"
       cat "$T"/*.torch.jsonl > "$OUT/micro_torch.jsonl"
       python3 bench/compare.py --require-gates --out "$OUT/micro_table.md" $FILES "$T/gemm.mgn.jsonl" \

@@ -15,6 +15,15 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 RUNS="--warmup 1 --samples 2"
 BACKEND="--backend ${BENCH_BACKEND:-auto}"
 FILES=""
+# Our accelerated mode too, for one model and one microbenchmark workload, so that compare.py gates each of our
+# modes against the one PyTorch strict reference (without coopmat, e.g. on lavapipe, it computes in f32).
+accelerated() {  # accelerated WORKLOAD PREFIX [ARG...]
+  w=$1 p=$2
+  shift 2
+  "$MGN" bench "$w" "$@" $BACKEND $RUNS --mode accelerated --outputs "$p.acc.mgn_out.safetensors" \
+    --json "$p.acc.mgn.jsonl"
+  FILES="$FILES $p.acc.mgn.jsonl $p.acc.mgn_out.safetensors"
+}
 for W in "$@"; do
   P="$OUT/$W"
   case "$W" in
@@ -24,6 +33,7 @@ for W in "$@"; do
       # Eager only: torch.compile on a CPU compiles C++ for minutes, and Debian's torch 1.13 has none.
       "$PY" "$HERE/pytorch/fashion_cnn.py" --workload "$W" $RUNS --batch 8 --impls eager \
         --weights "$P.weights.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+      if [ "$W" = fashion-mlp ]; then accelerated "$W" "$P" --batch 8 --weights "$P.weights.safetensors"; fi
       ;;
     llama-tiny)
       # Batch 2 so that the batched paths (prefill, loss, the KV-cache step of every row) are gated too.
@@ -46,10 +56,12 @@ for W in "$@"; do
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/$W.py" $RUNS --device cpu --inputs "$P.mgn_out.safetensors" \
         --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+      if [ "$W" = conv ]; then accelerated "$W" "$P" --tiny; fi
       ;;
     gemm)
       # mgn bench-gemm and gemm.py exchange no tensors: timings only (the kernel is gated by the conformance tests).
       "$MGN" bench-gemm 24x40x16 > "$P.mgn.jsonl"
+      "$MGN" bench-gemm 24x40x16 --f16 >> "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/gemm.py" --device cpu $RUNS 24x40x16 > "$P.torch.jsonl"
       FILES="$FILES $P.mgn.jsonl $P.torch.jsonl"
       continue
@@ -59,6 +71,37 @@ for W in "$@"; do
   FILES="$FILES $P.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.torch_out.safetensors"
 done
 "$PY" "$HERE/compare.py" --require-gates --out "$OUT/table.md" $FILES
+# Our accelerated runs have their own rows (no † fallback to the strict figure) and their own gate.
+need() { grep -q -- "$1" "$OUT/table.md" || { echo "tiny.sh: the table lacks: $1"; exit 1; }; }
+case " $* " in *" fashion-mlp "*)
+  need "^| fashion-mlp | 8 | flb | accelerated | [0-9.]* |"
+  need "^Gates, fashion-mlp batch 8 (ours accelerated"
+  # The accelerated gate can fail: one gradient of our accelerated file scaled by 1.2 (relative L2 0.2, over
+  # the 5e-2 limit) must make compare.py exit 1 and name that tensor.
+  P="$OUT/fashion-mlp"
+  "$PY" - "$HERE/pytorch" "$P.acc.mgn_out.safetensors" "$OUT/bad.acc.mgn_out.safetensors" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_lite
+t, meta = safetensors_lite.read(sys.argv[2])
+name = sorted(k for k in t if k.startswith("grad."))[0]
+t[name] = t[name] * 1.2
+safetensors_lite.write(sys.argv[3], t, meta)
+PY
+  if "$PY" "$HERE/compare.py" "$P.mgn.jsonl" "$P.acc.mgn.jsonl" "$P.torch.jsonl" "$P.mgn_out.safetensors" \
+      "$OUT/bad.acc.mgn_out.safetensors" "$P.torch_out.safetensors" > "$OUT/bad_table.md" 2>&1; then
+    echo "tiny.sh: compare.py passed a perturbed accelerated gradient"; exit 1
+  fi
+  grep -q "^| fashion-mlp | 8 | flb | accelerated | .*FAIL" "$OUT/bad_table.md" \
+    || { echo "tiny.sh: the perturbed accelerated row is not marked FAIL"; exit 1; } ;;
+esac
+case " $* " in *" conv "*)
+  need "^| conv | .* | forward | accelerated | [0-9.]* ([0-9.]*) |"
+  need "^Checks, conv (ours accelerated" ;;
+esac
+case " $* " in *" gemm "*)
+  need "^| gemm | 24x40x16 | matmul | accelerated | [0-9.]* |" ;;
+esac
 case " $* " in
   *" resnet-tiny "*)
     grep -q "^Gate vs exact (f64), resnet-tiny" "$OUT/table.md" || { echo "tiny.sh: no gate vs exact (f64) in the table"; exit 1; } ;;

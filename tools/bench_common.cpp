@@ -213,7 +213,18 @@ Json memory_fields(const Session& s, const Graph& compiled) {
   po.alignment = 256;
   const plan::Plan p = plan::make_plan(compiled.ir(), po);
   const DeviceMemoryReport m = s.device_memory();
-  return Json{{"plan_logical_bytes", p.report.logical},
+  // How many of the session's dispatches are the f16 cooperative-matrix GEMM (Accelerated matmuls on a device
+  // whose self-test passed; elsewhere they stay f32), so that a table can say what "accelerated" ran.
+  int64_t dispatches = 0, matmuls = 0, f16_gemm = 0;
+  for (const auto& [name, src] : s.kernel_sources()) {
+    ++dispatches;
+    if (name.rfind("matmul_", 0) == 0) ++matmuls;
+    if (name.rfind("matmul_coopmat_f16_", 0) == 0 && name.rfind("matmul_coopmat_f16_emul_", 0) != 0) ++f16_gemm;
+  }
+  return Json{{"dispatches", dispatches},
+              {"matmul_dispatches", matmuls},
+              {"f16_gemm_dispatches", f16_gemm},
+              {"plan_logical_bytes", p.report.logical},
               {"plan_physical_bytes", p.report.physical},
               {"plan_peak_live_bytes", p.report.step_local_peak_live},
               {"allocated_bytes", m.allocated_bytes},
