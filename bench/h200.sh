@@ -23,6 +23,7 @@
 #                strict and accelerated;
 #                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150; PyTorch's
 #                float64 reference for the gate vs exact) -> bench_resnet_table.md (about 2-4 minutes)
+#   gemm-warmup  the micro job's GEMM shapes with 5 and 100 warm-up calls, GPU timestamps and clocks logged
 #   micro        mgn bench attention / conv (strict and accelerated) next to bench/pytorch/attention.py / conv.py
 #                (same inputs, outputs checked), and mgn bench-gemm (f32 and --f16) next to gemm.py (f32, TF32
 #                and --dtype f16) on the SmolLM2 and cube shapes, one
@@ -195,6 +196,27 @@ for job in "$@"; do
       python3 bench/compare.py --require-gates --out "$OUT/micro_table.md" $FILES "$T/gemm.mgn.jsonl" \
         "$T/gemm.torch.jsonl" > /dev/null 2>> "$L"
       echo "compare rc=$?" >> "$L"
+      ;;
+    gemm-warmup)
+      # Does a GEMM's time depend on what ran before it in the process (the micro job's shape order) or on
+      # how long it was warmed up? The micro job's shapes, f32 and --f16, with 5 and with 100 warm-up calls,
+      # MGN_PROFILE=1 (GPU timestamps per dispatch next to the wall time), and the GPU's SM clock, memory
+      # clock, power and P-state every 50 ms. Back: gemm_warmup/{w5,w100}_{f32,f16}.{jsonl,err}, clocks.csv.
+      D="$OUT/gemm_warmup"
+      mkdir -p "$D"
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,pstate,utilization.gpu --format=csv \
+        -lms 50 > "$D/clocks.csv" 2>&1 &
+      SMI=$!
+      SHAPES="128x1536x576 128x576x1536 128x49152x576 128x576x49152 512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192"
+      for W in 5 100; do
+        for PREC in f32 f16; do
+          F=""; [ $PREC = f16 ] && F=--f16
+          echo "$(date +%T.%N) start w$W $PREC" >> "$D/marks.txt"
+          MGN_PROFILE=1 "$B/mgn" bench-gemm $SHAPES $F --warmup $W > "$D/w${W}_$PREC.jsonl" 2> "$D/w${W}_$PREC.err"
+          echo "$(date +%T.%N) end w$W $PREC rc=$?" >> "$D/marks.txt"
+        done
+      done
+      kill $SMI
       ;;
     gemm-sweep)
       # Every GEMM variant (bench/gemm_sweep.sh) next to cuBLAS, then an Nsight Compute report of the default

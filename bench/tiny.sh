@@ -12,7 +12,7 @@ shift 3
 [ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny attention conv gemm
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
-RUNS="--warmup 1 --samples 2"
+RUNS="--warmup 1 --warmup-ms 0 --samples 2"
 BACKEND="--backend ${BENCH_BACKEND:-auto}"
 FILES=""
 # Our accelerated mode too, for one model and one microbenchmark workload, so that compare.py gates each of our

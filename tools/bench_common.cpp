@@ -22,24 +22,36 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
 }
 
-std::vector<double> time_calls(int64_t warmup, int64_t samples, const std::function<void()>& fn) {
-  for (int64_t i = 0; i < warmup; ++i) fn();
-  std::vector<double> ms;
+Samples time_calls(const Warmup& warmup, int64_t samples, const std::function<void()>& fn) {
+  Samples r;
+  const auto w0 = Clock::now();
+  while (r.warmup_calls < warmup.calls || (warmup.min_ms > 0 && ms_since(w0) < warmup.min_ms)) {
+    fn();
+    ++r.warmup_calls;
+  }
+  r.warmup_ms = ms_since(w0);
   for (int64_t i = 0; i < samples; ++i) {
     auto t0 = Clock::now();
     fn();
-    ms.push_back(ms_since(t0));
+    r.ms.push_back(ms_since(t0));
   }
-  return ms;
+  return r;
 }
 
-Json summary(const std::vector<double>& ms, int64_t warmup) {
-  std::vector<double> s = ms;
+Json summary(const Samples& t) {
+  std::vector<double> s = t.ms;
   std::sort(s.begin(), s.end());
   double p25 = percentile(s, 0.25), p75 = percentile(s, 0.75);
-  return Json{{"warmup", warmup},    {"samples", ms.size()}, {"median_ms", percentile(s, 0.5)},
-              {"p25_ms", p25},       {"p75_ms", p75},        {"iqr_ms", p75 - p25},
-              {"min_ms", s.front()}, {"max_ms", s.back()},   {"samples_ms", ms}};
+  return Json{{"warmup", t.warmup_calls},
+              {"warmup_ms", t.warmup_ms},
+              {"samples", t.ms.size()},
+              {"median_ms", percentile(s, 0.5)},
+              {"p25_ms", p25},
+              {"p75_ms", p75},
+              {"iqr_ms", p75 - p25},
+              {"min_ms", s.front()},
+              {"max_ms", s.back()},
+              {"samples_ms", t.ms}};
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -100,7 +112,12 @@ Args parse_args(int argc, char** argv) {
       a.phases = split_commas(v);
       if (a.phases.empty()) throw Error("bench: --phases needs at least one phase");
     } else if (key == "warmup") {
-      a.warmup = parse_int(key, v);
+      a.warmup.calls = parse_int(key, v);
+    } else if (key == "warmup-ms") {
+      char* end = nullptr;
+      a.warmup.min_ms = std::strtod(v.c_str(), &end);
+      if (v.empty() || !end || *end || a.warmup.min_ms < 0)
+        throw Error("bench: --warmup-ms takes a number of milliseconds >= 0, got '" + v + "'");
     } else if (key == "samples") {
       a.samples = parse_int(key, v);
     } else if (key == "batch") {
@@ -143,7 +160,7 @@ Args parse_args(int argc, char** argv) {
       throw Error("bench: unknown flag --" + key);
     }
   }
-  if (a.warmup < 0 || a.samples < 1) throw Error("bench: needs --warmup >= 0 and --samples >= 1");
+  if (a.warmup.calls < 0 || a.samples < 1) throw Error("bench: needs --warmup >= 0 and --samples >= 1");
   return a;
 }
 
@@ -218,8 +235,9 @@ Json memory_fields(const Session& s, const Graph& compiled) {
   int64_t dispatches = 0, matmuls = 0, f16_gemm = 0;
   for (const auto& [name, src] : s.kernel_sources()) {
     ++dispatches;
-    if (name.rfind("matmul_", 0) == 0) ++matmuls;
-    if (name.rfind("matmul_coopmat_f16_", 0) == 0 && name.rfind("matmul_coopmat_f16_emul_", 0) != 0) ++f16_gemm;
+    if (name.rfind("matmul_", 0) == 0 && name.rfind("matmul_f16_pack_", 0) != 0) ++matmuls;
+    if (name.rfind("matmul_coopmat_f16_", 0) == 0 && name.rfind("matmul_coopmat_f16_emul_", 0) != 0)
+      ++f16_gemm;
   }
   return Json{{"dispatches", dispatches},
               {"matmul_dispatches", matmuls},

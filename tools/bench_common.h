@@ -25,13 +25,28 @@ double ms_since(Clock::time_point t0);
 
 // Linear interpolation between order statistics (numpy.percentile's default), so both sides agree.
 double percentile(const std::vector<double>& sorted, double q);
+// The warm-up before the timed calls: at least `calls` untimed calls and at least `min_ms` of wall time in
+// them. The time floor is there because a GPU's clock falls while the host compiles (an H200 drops from
+// 1980 to 345 MHz within about 1.5 s of idling) and a few short calls do not bring it back: 25 calls of a
+// 2048^3 GEMM ran at a quarter of its speed (docs/perf-notes.md, H200 run 6). Both sides use the same rule
+// (bench/pytorch/timing.py).
+struct Warmup {
+  int64_t calls = 5;
+  double min_ms = 500;
+};
+// What time_calls measured: the raw times in ms in the order taken, and the warm-up actually done.
+struct Samples {
+  std::vector<double> ms;
+  int64_t warmup_calls = 0;
+  double warmup_ms = 0;
+};
 // Session::run and Session::step return after the device finished (the submission's fence is waited on),
-// so the wall time of one call is one synchronized sample, submission overhead included. Raw times in ms,
-// in the order taken, after `warmup` untimed calls.
-std::vector<double> time_calls(int64_t warmup, int64_t samples, const std::function<void()>& fn);
-// warmup, samples, median_ms, p25_ms, p75_ms, iqr_ms, min_ms, max_ms, samples_ms (the JSON schema of
-// docs/benchmarks.md, the same as bench/pytorch/timing.py's summary()).
-Json summary(const std::vector<double>& ms, int64_t warmup);
+// so the wall time of one call is one synchronized sample, submission overhead included.
+Samples time_calls(const Warmup& warmup, int64_t samples, const std::function<void()>& fn);
+// warmup (calls made), warmup_ms (their wall time), samples, median_ms, p25_ms, p75_ms, iqr_ms, min_ms,
+// max_ms, samples_ms (the JSON schema of docs/benchmarks.md, the same as bench/pytorch/timing.py's
+// summary()).
+Json summary(const Samples& s);
 
 std::vector<std::string> split_commas(const std::string& s);
 
@@ -39,7 +54,8 @@ std::vector<std::string> split_commas(const std::string& s);
 struct Args {
   std::string workload;
   std::vector<std::string> phases;  // empty: the workload's default set
-  int64_t warmup = 5, samples = 20;
+  Warmup warmup;
+  int64_t samples = 20;
   int64_t batch = 0, seq = 0;  // 0: the workload's default
   std::string json, weights, outputs, data, config, cases;
   Backend backend = Backend::Auto;
@@ -93,8 +109,9 @@ Graph llama_flb_graph(const llama::Config& cfg, int64_t batch, int64_t seq, uint
 // Memory of one session: the static plan of its graph (src/plan, as `mgn plan` plans it: 4-byte elements,
 // 256-byte alignment) and what the engine measured (Session::device_memory). Fields: plan_logical_bytes,
 // plan_physical_bytes, plan_peak_live_bytes, allocated_bytes, heap_usage_bytes, heap_budget_bytes,
-// budget_ext; and the session's dispatches: dispatches, matmul_dispatches (kernels named matmul_*),
-// f16_gemm_dispatches (the f16 cooperative-matrix GEMM kernels, not their packing passes).
+// budget_ext; and the session's dispatches: dispatches, matmul_dispatches (kernels named matmul_*, without
+// the f16 packing passes), f16_gemm_dispatches (the f16 cooperative-matrix GEMM kernels, not their packing
+// passes).
 Json memory_fields(const Session& s, const Graph& compiled);
 
 // Deterministic values in [lo, hi) from splitmix64 (the same on every platform, no std distribution).

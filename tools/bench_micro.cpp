@@ -204,7 +204,7 @@ int run_micro_bench(Args& a) {
       Session s = compile(g, {.mode = Mode::Infer, .backend = a.backend});
       const double compile_ms = ms_since(t0);
       for (const std::string& name : s.input_names()) s.set_input(name, values.at(name));
-      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { s.run(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { s.run(); });
       Json r = {{"side", "mgn"},
                 {"impl", "mgn"},
                 {"workload", a.workload},
@@ -219,7 +219,7 @@ int run_micro_bench(Args& a) {
                 {"kernels", Json::array()}};
       // Which kernels the session dispatches (e.g. that a gradient-only graph does not run the forward conv).
       for (const auto& [kernel, glsl] : s.kernel_sources()) r["kernels"].push_back(kernel);
-      r.update(summary(ms, a.warmup));
+      r.update(summary(ms));
       r["tflops"] = c.flop.at(phase) / (r["median_ms"].get<double>() * 1e-3) / 1e12;
       for (const std::string& name : s.output_names()) {
         std::vector<float> v = s.read(name);

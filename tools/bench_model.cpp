@@ -196,10 +196,10 @@ int run_model(const Args& a, const ModelSpec& m) {
   }
 
   JsonLines lines(a.json);
-  auto emit = [&](const std::string& phase, const std::vector<double>& ms, int64_t warmup, const Json& more) {
+  auto emit = [&](const std::string& phase, const Samples& ms, const Json& more) {
     Json r = common;
     r["phase"] = phase;
-    r.update(summary(ms, warmup));
+    r.update(summary(ms));
     r.update(more);
     lines.emit(r);
   };
@@ -213,24 +213,24 @@ int run_model(const Args& a, const ModelSpec& m) {
         total += it->second;
         parts[p] = it->second;
       }
-      emit("compile", {total}, 0, {{"parts_ms", parts}});
+      emit("compile", Samples{.ms = {total}}, {{"parts_ms", parts}});
     } else if (phase == "inference") {
-      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { infer.run(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { infer.run(); });
       require_finite(infer.read("logits")[0], "a logit after the inference phase");
-      emit(phase, ms, a.warmup, memory_fields(infer, gi));
+      emit(phase, ms, memory_fields(infer, gi));
     } else if (phase == "minimal") {
       if (!minimal) throw Error("bench " + a.workload + ": this workload has no minimal phase");
-      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); });
       require_finite(minimal->read("logits")[0], "a logit after the minimal phase");
-      emit(phase, ms, a.warmup, memory_fields(*minimal, *gm));
+      emit(phase, ms, memory_fields(*minimal, *gm));
     } else if (phase == "flb") {
-      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { flb->run(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { flb->run(); });
       require_finite(flb->read_scalar("loss"), "the loss after the F+L+B phase");
-      emit(phase, ms, a.warmup, memory_fields(*flb, *gf));
+      emit(phase, ms, memory_fields(*flb, *gf));
     } else if (phase == "step") {
-      std::vector<double> ms = time_calls(a.warmup, a.samples, [&] { train->step(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { train->step(); });
       require_finite(train->read_scalar("loss"), "the loss after the step phase");
-      emit(phase, ms, a.warmup, memory_fields(*train, *gt));
+      emit(phase, ms, memory_fields(*train, *gt));
     }
   }
   return 0;
@@ -394,8 +394,11 @@ ModelSpec resnet_spec(Args& a) {
     return models::resnet(c);
   };
   const int64_t B = cfg.batch, S = cfg.image_size;
-  Feed x{.name = "x", .shape = {B, 3, S, S}, .f32 = uniform(size_t(B * 3 * S * S), a.seed * 131 + 7, -1.0f, 1.0f)};
-  Feed labels{.name = "labels", .shape = {B}, .integer = true, .i32 = bench_ids(B, 1, cfg.num_classes, a.seed)};
+  Feed x{.name = "x",
+         .shape = {B, 3, S, S},
+         .f32 = uniform(size_t(B * 3 * S * S), a.seed * 131 + 7, -1.0f, 1.0f)};
+  Feed labels{
+      .name = "labels", .shape = {B}, .integer = true, .i32 = bench_ids(B, 1, cfg.num_classes, a.seed)};
   m.infer_feeds = {x};
   m.train_feeds = {x, labels};
   m.is_state = [](const std::string& n) {
@@ -427,13 +430,13 @@ ModelSpec resnet_spec(Args& a) {
       s.write_parameter(n, v);
     }
   };
-  const std::string cj = Json{{"depth", cfg.depth},
-                              {"width", cfg.width},
-                              {"image_size", cfg.image_size},
-                              {"num_classes", cfg.num_classes},
-                              {"bn_momentum", cfg.bn_momentum},
-                              {"bn_eps", cfg.bn_eps}}
-                             .dump();
+  const std::string cj = Json{
+      {"depth", cfg.depth},
+      {"width", cfg.width},
+      {"image_size", cfg.image_size},
+      {"num_classes", cfg.num_classes},
+      {"bn_momentum", cfg.bn_momentum},
+      {"bn_eps", cfg.bn_eps}}.dump();
   m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
   m.gate_meta = {{"image", std::to_string(S)}, {"config", cj}};
   return m;
@@ -442,12 +445,12 @@ ModelSpec resnet_spec(Args& a) {
 }  // namespace
 
 bool is_model_workload(const std::string& w) {
-  return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" || w == "llama" ||
-         w == "resnet50" || w == "resnet-tiny";
+  return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" ||
+         w == "llama" || w == "resnet50" || w == "resnet-tiny";
 }
 
 int run_model_bench(Args& a) {
-  ModelSpec m = a.workload.rfind("fashion-", 0) == 0  ? fashion_spec(a)
+  ModelSpec m = a.workload.rfind("fashion-", 0) == 0 ? fashion_spec(a)
                 : a.workload.rfind("resnet", 0) == 0 ? resnet_spec(a)
                                                      : llama_spec(a);
   return run_model(a, m);

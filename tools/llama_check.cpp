@@ -135,7 +135,7 @@ Pick pick(const float* v, int64_t n) {
 // Session::run returns after the device finished, so the wall time of one call is one synchronized sample
 // (the protocol of mgn bench, bench_common.h).
 Json time_calls(int64_t warmup, int64_t samples, const std::function<void()>& fn) {
-  return mgn::bench::summary(mgn::bench::time_calls(warmup, samples, fn), warmup);
+  return mgn::bench::summary(mgn::bench::time_calls({.calls = warmup}, samples, fn));
 }
 
 struct Gate {

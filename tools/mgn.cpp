@@ -22,6 +22,7 @@
 #include "backend/vulkan/gemm_selftest.h"  // bench-gemm --f16
 #endif
 #include "bench.h"
+#include "bench_common.h"  // bench-gemm: the warm-up and timing rule of mgn bench
 #include "finetune.h"
 #include "llama_check.h"
 #include "onnx_cmd.h"
@@ -36,9 +37,12 @@ void usage() {
       "  train-fashion-mnist [--model cnn|mlp] [--epochs N] [--batch B] [--lr X] [--limit-train N]\n"
       "                      [--limit-test N] [--out ckpt.safetensors] [--backend auto|cpu|vulkan]\n"
       "                      [--seed S] [--data DIR] [--no-progress] [--full]\n"
-      "      trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, then builds\n"
-      "      a fresh inference graph, loads the checkpoint into it and reports the test accuracy. On a device\n"
-      "      without a GPU (lavapipe, or the CPU executor) and without --epochs/--limit-train it runs a short\n"
+      "      trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, then "
+      "builds\n"
+      "      a fresh inference graph, loads the checkpoint into it and reports the test accuracy. On a "
+      "device\n"
+      "      without a GPU (lavapipe, or the CPU executor) and without --epochs/--limit-train it runs a "
+      "short\n"
       "      version (1 epoch over 6400 images) unless --full is given\n"
       "  dump-checkpoint FILE  lists the tensors of a safetensors file or sharded index\n"
       "  kernels [--model cnn|mlp] [--mode train|infer] [--batch B] [--filter SUBSTR] [--list]\n"
@@ -59,19 +63,25 @@ void usage() {
       "       [--image S] [--mode train|infer] [--show all|report] [--reuse on|off]\n"
       "      prints the static plan (barrier groups, buffers with lifetimes and offsets) and the memory\n"
       "      report of one AdamW training step (Fashion-MNIST, a Llama-family model or a ResNet: batch 4,\n"
-      "      224x224 by default), as a GPU backend plans it; --mode infer (ResNet) plans the eval-mode forward\n"
-      "  bench-gemm MxNxK... [--f16] [--warmup 5] [--samples 20] [--tag NAME] [--no-check]\n"
+      "      224x224 by default), as a GPU backend plans it; --mode infer (ResNet) plans the eval-mode "
+      "forward\n"
+      "  bench-gemm MxNxK... [--f16] [--warmup 5] [--warmup-ms 500] [--samples 20] [--tag NAME] "
+      "[--no-check]\n"
       "             [--backend auto|cpu|vulkan]\n"
       "      times matmul sessions (wall clock per synchronized run, after warm-up) on the default backend;\n"
-      "      one JSON line per shape (kernel names, TFLOP/s, sampled error vs a double reference). The kernel\n"
-      "      follows MGN_GEMM_VARIANT / MGN_GEMM_TILE / MGN_GEMM_F16_TILE; --f16 marks the matmul Accelerated\n"
+      "      one JSON line per shape (kernel names, TFLOP/s, sampled error vs a double reference). The "
+      "kernel\n"
+      "      follows MGN_GEMM_VARIANT / MGN_GEMM_TILE / MGN_GEMM_F16_TILE; --f16 marks the matmul "
+      "Accelerated\n"
       "      (f16 cooperative-matrix kernel where the device self-test passes)\n"
-      "  bench WORKLOAD [--phases compile,inference,minimal,flb,step] [--warmup 5] [--samples 20]\n"
+      "  bench WORKLOAD [--phases compile,inference,minimal,flb,step] [--warmup 5] [--warmup-ms 500] "
+      "[--samples 20]\n"
       "        [--batch B] [--json FILE] [--weights FILE] [--outputs FILE] [--backend auto|cpu|vulkan]\n"
       "        [--mode strict|accelerated] [--seed S] [--lr X] (per workload: docs/benchmarks.md)\n"
       "      WORKLOAD: fashion-cnn, fashion-mlp, smollm2-135m, llama-tiny, llama --config FILE, resnet50,\n"
       "      resnet-tiny, attention, conv. Times each phase (median, IQR, min, max, raw samples; one JSON\n"
-      "      line per phase); --weights loads the file or writes the initial weights there; --outputs writes\n"
+      "      line per phase); --weights loads the file or writes the initial weights there; --outputs "
+      "writes\n"
       "      the gate tensors (docs/benchmarks.md)\n"
       "  generate MODEL_DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
       "           [--backend auto|cpu|vulkan] [--weights PATH|random]\n"
@@ -115,14 +125,16 @@ double float_flag(const std::map<std::string, std::string>& f, const std::string
   return v;
 }
 
-std::string str_flag(const std::map<std::string, std::string>& f, const std::string& k, const std::string& def) {
+std::string str_flag(const std::map<std::string, std::string>& f, const std::string& k,
+                     const std::string& def) {
   auto it = f.find(k);
   return it == f.end() ? def : it->second;
 }
 
 int train_fashion_mnist(const std::map<std::string, std::string>& f) {
-  static const char* known[] = {"model", "epochs", "batch", "lr", "limit-train", "limit-test", "out",
-                                "backend", "seed", "data", "no-progress", "eval-batch", "full"};
+  static const char* known[] = {"model",       "epochs",     "batch",   "lr",   "limit-train",
+                                "limit-test",  "out",        "backend", "seed", "data",
+                                "no-progress", "eval-batch", "full"};
   for (auto& [k, v] : f) {
     bool ok = false;
     for (const char* n : known) ok = ok || k == n;
@@ -134,7 +146,8 @@ int train_fashion_mnist(const std::map<std::string, std::string>& f) {
   int64_t eval_batch = int_flag(f, "eval-batch", 500);
   double lr = float_flag(f, "lr", 1e-3);
   uint64_t seed = uint64_t(int_flag(f, "seed", 0));
-  std::string out = str_flag(f, "out", std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors");
+  std::string out =
+      str_flag(f, "out", std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors");
   Backend backend = backend_from_name(str_flag(f, "backend", "auto"));
   std::string dir = str_flag(f, "data", fashion_mnist_dir());
   bool progress = !f.count("no-progress");
@@ -142,8 +155,9 @@ int train_fashion_mnist(const std::map<std::string, std::string>& f) {
   auto t0 = std::chrono::steady_clock::now();
   Graph g = models::fashion_mnist({.arch = arch, .batch = batch, .mode = Mode::Train, .seed = seed});
   Session session = compile(g, {.mode = Mode::Train, .optimizer = AdamW{.lr = lr}, .backend = backend});
-  std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s (%s)\n", models::fashion_arch_name(arch),
-               (long long)batch, lr, session.backend(), session.device_type());
+  std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s (%s)\n",
+               models::fashion_arch_name(arch), (long long)batch, lr, session.backend(),
+               session.device_type());
   int64_t limit_train = int_flag(f, "limit-train", 0);
   const std::string dev = session.device_type();
   if ((dev == "CPU" || dev == "host") && !f.count("full") && !f.count("epochs") && !f.count("limit-train")) {
@@ -162,14 +176,16 @@ int train_fashion_mnist(const std::map<std::string, std::string>& f) {
   double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // The deploy path: a fresh inference graph knows nothing of the training run but the checkpoint.
-  Graph gi = models::fashion_mnist({.arch = arch, .batch = eval_batch, .mode = Mode::Infer, .seed = seed + 1});
+  Graph gi =
+      models::fashion_mnist({.arch = arch, .batch = eval_batch, .mode = Mode::Infer, .seed = seed + 1});
   Session infer = compile(gi, {.mode = Mode::Infer, .backend = backend});
   infer.load_checkpoint(out);
   EvalResult ev = evaluate_classifier(infer, test);
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const EpochReport& r : reports)
     std::printf("epoch %lld: mean loss %.4f (first batch %.4f, last %.4f), %.1f s, %.1f steps/s\n",
-                (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds, r.steps_per_second);
+                (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds,
+                r.steps_per_second);
   std::printf("checkpoint: %s (%lld steps)\n", out.c_str(), (long long)session.step_count());
   std::printf("test accuracy: %.2f%% on %lld images (fresh inference graph, checkpoint reloaded)\n",
               100 * ev.accuracy, (long long)test.count);
@@ -196,6 +212,7 @@ int bench_gemm(int argc, char** argv) {
   std::vector<std::array<int64_t, 3>> shapes;
   bool f16 = false, check = true;
   int warmup = 5, samples = 20;
+  double warmup_ms = mgn::bench::Warmup{}.min_ms;
   std::string tag;
   mgn::Backend backend = mgn::Backend::Auto;
   for (int i = 2; i < argc; ++i) {
@@ -210,6 +227,8 @@ int bench_gemm(int argc, char** argv) {
       check = false;
     } else if (a == "--warmup") {
       warmup = std::max(0, std::atoi(value().c_str()));
+    } else if (a == "--warmup-ms") {
+      warmup_ms = std::max(0.0, std::atof(value().c_str()));
     } else if (a == "--samples") {
       samples = std::max(1, std::atoi(value().c_str()));
     } else if (a == "--tag") {
@@ -262,19 +281,16 @@ int bench_gemm(int argc, char** argv) {
     g.output("c", c);
     auto t0 = std::chrono::steady_clock::now();
     mgn::Session s = mgn::compile(g, {.mode = mgn::Mode::Infer, .backend = backend});
-    double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<float> av(size_t(m * k)), bv(size_t(k * n));
     for (size_t i = 0; i < av.size(); ++i) av[i] = float((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     for (size_t i = 0; i < bv.size(); ++i) bv[i] = float((i * 40503u) % 1000) / 1000.0f - 0.5f;
     s.set_input("a", av);
     s.set_input("b", bv);
-    for (int i = 0; i < warmup; ++i) s.run();
-    std::vector<double> ms;
-    for (int i = 0; i < samples; ++i) {
-      auto t = std::chrono::steady_clock::now();
-      s.run();
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
-    }
+    const mgn::bench::Samples timed =
+        mgn::bench::time_calls({.calls = warmup, .min_ms = warmup_ms}, samples, [&] { s.run(); });
+    std::vector<double> ms = timed.ms;
     std::sort(ms.begin(), ms.end());
     const size_t h = ms.size() / 2;
     double med = ms.size() % 2 ? ms[h] : (ms[h - 1] + ms[h]) / 2;
@@ -285,7 +301,8 @@ int bench_gemm(int argc, char** argv) {
       check_err = 0;
       const int64_t count = std::min<int64_t>(m * n, 512);
       for (int64_t q = 0; q < count; ++q) {
-        const int64_t idx = count == m * n ? q : int64_t((uint64_t(q) * 2654435761ull + 12345) % uint64_t(m * n));
+        const int64_t idx =
+            count == m * n ? q : int64_t((uint64_t(q) * 2654435761ull + 12345) % uint64_t(m * n));
         const int64_t i = idx / n, j = idx % n;
         double ref = 0, mag = 0;
         for (int64_t l = 0; l < k; ++l) {
@@ -299,15 +316,17 @@ int bench_gemm(int argc, char** argv) {
     }
     std::string kernels;
     for (const auto& [name, src] : s.kernel_sources()) kernels += (kernels.empty() ? "" : " ") + name;
-    std::printf("{\"side\": \"mgn\", \"backend\": %s, \"m\": %lld, \"n\": %lld, \"k\": %lld, "
-                "\"precision\": \"%s\", \"variant\": %s, \"tile\": %s, \"f16_tile\": %s, \"tag\": %s, "
-                "\"kernels\": %s, \"compile_ms\": %.1f, \"median_ms\": %.4f, \"min_ms\": %.4f, "
-                "\"tflops\": %.3f, \"check_err\": %.3g, \"coopmat\": %s}\n",
-                json_str(s.backend()).c_str(), (long long)m, (long long)n, (long long)k, f16 ? "f16" : "strict",
-                json_str(env("MGN_GEMM_VARIANT")).c_str(), json_str(env("MGN_GEMM_TILE")).c_str(),
-                json_str(env("MGN_GEMM_F16_TILE")).c_str(), json_str(tag).c_str(), json_str(kernels).c_str(),
-                compile_ms, med, ms[0], 2.0 * double(m) * double(n) * double(k) / (med * 1e-3) / 1e12, check_err,
-                json_str(coopmat).c_str());
+    std::printf(
+        "{\"side\": \"mgn\", \"backend\": %s, \"m\": %lld, \"n\": %lld, \"k\": %lld, "
+        "\"precision\": \"%s\", \"variant\": %s, \"tile\": %s, \"f16_tile\": %s, \"tag\": %s, "
+        "\"kernels\": %s, \"compile_ms\": %.1f, \"warmup\": %lld, \"warmup_ms\": %.1f, "
+        "\"median_ms\": %.4f, \"min_ms\": %.4f, "
+        "\"tflops\": %.3f, \"check_err\": %.3g, \"coopmat\": %s}\n",
+        json_str(s.backend()).c_str(), (long long)m, (long long)n, (long long)k, f16 ? "f16" : "strict",
+        json_str(env("MGN_GEMM_VARIANT")).c_str(), json_str(env("MGN_GEMM_TILE")).c_str(),
+        json_str(env("MGN_GEMM_F16_TILE")).c_str(), json_str(tag).c_str(), json_str(kernels).c_str(),
+        compile_ms, (long long)timed.warmup_calls, timed.warmup_ms, med, ms[0],
+        2.0 * double(m) * double(n) * double(k) / (med * 1e-3) / 1e12, check_err, json_str(coopmat).c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -391,7 +410,8 @@ int print_kernels(const std::map<std::string, std::string>& f) {
   if (mode != "train" && mode != "infer") throw Error("kernels: --mode takes train or infer");
   const Mode m = mode == "train" ? Mode::Train : Mode::Infer;
   Graph g = models::fashion_mnist({.arch = models::fashion_arch_from_name(str_flag(f, "model", "cnn")),
-                                   .batch = int_flag(f, "batch", 64), .mode = m});
+                                   .batch = int_flag(f, "batch", 64),
+                                   .mode = m});
   Session s = compile(g, {.mode = m, .backend = Backend::Vulkan});
   int shown = 0;
   for (const auto& [name, glsl] : s.kernel_sources()) {
@@ -409,7 +429,8 @@ int print_kernels(const std::map<std::string, std::string>& f) {
 // `mgn plan`: the static plan of one training step (forward, backward, AdamW update).
 int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
   for (auto& [k, v] : f)
-    if (k != "model" && k != "batch" && k != "show" && k != "reuse" && k != "seq" && k != "image" && k != "mode")
+    if (k != "model" && k != "batch" && k != "show" && k != "reuse" && k != "seq" && k != "image" &&
+        k != "mode")
       throw mgn::Error("plan: unknown flag --" + k);
   using namespace mgn;
   const std::string model = str_flag(f, "model", "cnn");
@@ -424,17 +445,21 @@ int plan_fashion_mnist(const std::map<std::string, std::string>& f) {
                         .mode = mode == "train" ? Mode::Train : Mode::Infer});
   } else if (model == "smollm2-135m" || model.rfind("llama:", 0) == 0) {
     // A Llama-family training step: next-token loss over [batch, seq] tokens.
-    llama::Config cfg = model == "smollm2-135m" ? llama::Config::smollm2_135m() : llama::Config::from_file(model.substr(6));
+    llama::Config cfg =
+        model == "smollm2-135m" ? llama::Config::smollm2_135m() : llama::Config::from_file(model.substr(6));
     g = llama::loss_graph(cfg, {.batch = int_flag(f, "batch", 1), .seq = int_flag(f, "seq", 128)});
   } else {
-    g = models::fashion_mnist(
-        {.arch = models::fashion_arch_from_name(model), .batch = int_flag(f, "batch", 64), .mode = Mode::Train});
+    g = models::fashion_mnist({.arch = models::fashion_arch_from_name(model),
+                               .batch = int_flag(f, "batch", 64),
+                               .mode = Mode::Train});
   }
   std::string show = str_flag(f, "show", "all"), reuse = str_flag(f, "reuse", "on");
   if ((show != "all" && show != "report") || (reuse != "on" && reuse != "off"))
     throw mgn::Error("plan: --show takes all or report, --reuse takes on or off");
   PlanDescribeOptions po{.dump = show == "all", .reuse = reuse == "on"};
-  std::fputs((mode == "infer" ? describe_plan(g, po) : describe_training_plan(g, "loss", AdamW{}, po)).c_str(), stdout);
+  std::fputs(
+      (mode == "infer" ? describe_plan(g, po) : describe_training_plan(g, "loss", AdamW{}, po)).c_str(),
+      stdout);
   return 0;
 }
 

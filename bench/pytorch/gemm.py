@@ -3,7 +3,8 @@ CUDA-event timing on CUDA, synchronized wall clock elsewhere. Prints one JSON li
 (median, IQR, TFLOP/s); bench/compare.py puts them next to mgn bench-gemm's lines. --dtype f16 times f16
 inputs instead (mode "f16": cuBLAS tensor cores, f32 accumulation), the reference for `mgn bench-gemm --f16`.
 
-  python3 bench/pytorch/gemm.py [--device auto|cuda|cpu] [--dtype f32|f16] [--warmup 5] [--samples 20] MxNxK...
+  python3 bench/pytorch/gemm.py [--device auto|cuda|cpu] [--dtype f32|f16] [--warmup 5] [--warmup-ms 500] [--samples 20]
+         MxNxK...
 """
 import argparse
 import json
@@ -24,10 +25,9 @@ def bench(m, n, k, strict, device, warmup=5, samples=20, dtype="f32"):
     b = torch.rand(k, n, device=device, generator=g)
     if dtype == "f16":
         a, b = a.half(), b.half()
+    warm = None
     if device.type == "cuda":
-        for _ in range(warmup):
-            torch.mm(a, b)
-        torch.cuda.synchronize()
+        warm = timing.warm_up(lambda: torch.mm(a, b), warmup, device)
         times = []
         for _ in range(samples):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -38,11 +38,12 @@ def bench(m, n, k, strict, device, warmup=5, samples=20, dtype="f32"):
             times.append(s.elapsed_time(e))
     else:
         times = timing.time_calls(lambda: torch.mm(a, b), warmup, samples, device)
+        warm = (times.warmup_calls, times.warmup_ms)
     p25, med, p75 = (float(np.percentile(times, q)) for q in (25, 50, 75))
     return {"side": "torch", "impl": "cublas" if device.type == "cuda" else "cpu", "mode": "f16" if dtype == "f16" else "strict" if strict else "tf32",
             "backend": device.type, "device": timing.device_name(device), "torch": torch.__version__,
             "m": m, "n": n, "k": k, "median_ms": med, "p25_ms": p25, "p75_ms": p75, "iqr_ms": p75 - p25,
-            "min_ms": min(times), "tflops": 2.0 * m * n * k / (med * 1e-3) / 1e12}
+            "min_ms": min(times), "warmup": warm[0], "warmup_ms": warm[1], "tflops": 2.0 * m * n * k / (med * 1e-3) / 1e12}
 
 
 if __name__ == "__main__":
@@ -50,8 +51,7 @@ if __name__ == "__main__":
     ap.add_argument("shapes", nargs="*", default=["4096x4096x4096"])
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16"])
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--samples", type=int, default=20)
+    timing.add_warmup_args(ap)
     args = ap.parse_args()
     dev = timing.pick_device(args.device)
     if args.dtype == "f16" and dev.type != "cuda":

@@ -20,8 +20,7 @@ def parse_args(doc):
     ap.add_argument("--json", help="write the JSON lines here too (they always go to stdout)")
     ap.add_argument("--phases", help="default: the phases mgn ran")
     ap.add_argument("--modes", default="strict,accelerated", help="on the CPU only strict is run")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--samples", type=int, default=20)
+    timing.add_warmup_args(ap)
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     return ap.parse_args()
 

@@ -1,6 +1,7 @@
 """Protocol shared by the PyTorch reference scripts (docs/benchmarks.md): every call synchronized (CUDA),
 warm-up first, wall clock per call in milliseconds — the same as `mgn bench`; the precision modes; AdamW's
 hyperparameters; JSON lines."""
+import argparse
 import importlib
 import json
 import sys
@@ -15,12 +16,38 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def time_calls(fn, warmup, samples, device):
-    """Raw per-call times in ms, in the order taken."""
-    for _ in range(warmup):
+# The warm-up rule of both sides (tools/bench_common.h, Warmup): at least --warmup calls and at least this many
+# milliseconds of them, so that the GPU's clock is up again after the idle time of a compile.
+WARMUP_MS = 500.0
+
+
+def set_warmup_ms(value):
+    global WARMUP_MS
+    if value < 0:
+        raise ValueError("--warmup-ms must be >= 0")
+    WARMUP_MS = float(value)
+
+
+class Samples(list):
+    """Raw per-call times in ms, in the order taken, and the warm-up actually done before them."""
+    warmup_calls = 0
+    warmup_ms = 0.0
+
+
+def warm_up(fn, warmup, device):
+    """At least `warmup` synchronized calls and at least WARMUP_MS of them; returns (calls, ms)."""
+    t0, n = time.perf_counter(), 0
+    while n < warmup or (WARMUP_MS > 0 and (time.perf_counter() - t0) * 1e3 < WARMUP_MS):
         fn()
-    sync(device)
-    ms = []
+        sync(device)  # every call, as in the timed loop: the time floor counts finished work, not launches
+        n += 1
+    return n, (time.perf_counter() - t0) * 1e3
+
+
+def time_calls(fn, warmup, samples, device):
+    """Samples: per-call times in ms after the warm-up."""
+    ms = Samples()
+    ms.warmup_calls, ms.warmup_ms = warm_up(fn, warmup, device)
     for _ in range(samples):
         t0 = time.perf_counter()
         fn()
@@ -30,9 +57,12 @@ def time_calls(fn, warmup, samples, device):
 
 
 def summary(ms, warmup):
+    """The JSON fields of a phase; `warmup` is the requested count (used when `ms` is a plain list)."""
     p25, p50, p75 = (float(np.percentile(ms, q)) for q in (25, 50, 75))
-    return {"warmup": warmup, "samples": len(ms), "median_ms": p50, "p25_ms": p25, "p75_ms": p75,
-            "iqr_ms": p75 - p25, "min_ms": min(ms), "max_ms": max(ms), "samples_ms": ms}
+    done = isinstance(ms, Samples)
+    return {"warmup": ms.warmup_calls if done else warmup, "warmup_ms": ms.warmup_ms if done else 0.0,
+            "samples": len(ms), "median_ms": p50, "p25_ms": p25, "p75_ms": p75,
+            "iqr_ms": p75 - p25, "min_ms": min(ms), "max_ms": max(ms), "samples_ms": list(ms)}
 
 
 # mgn::AdamW defaults (include/mgn/optim.h); the lr is a flag on both sides.
@@ -94,10 +124,24 @@ def time_with_peak(fn, warmup, samples, device):
     return ms, (torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None)
 
 
+class _WarmupMs(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values < 0:
+            parser.error("--warmup-ms must be >= 0")
+        set_warmup_ms(values)
+        setattr(namespace, self.dest, values)
+
+
+def add_warmup_args(ap):
+    """--warmup (calls), --warmup-ms (the time floor; parsing it sets WARMUP_MS) and --samples."""
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup-ms", type=float, default=WARMUP_MS, action=_WarmupMs)
+    ap.add_argument("--samples", type=int, default=20)
+
+
 def add_run_args(ap, phases="compile,inference,flb,step"):
     """The flags every model script shares: the protocol, the configurations, the outputs, the device."""
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--samples", type=int, default=20)
+    add_warmup_args(ap)
     ap.add_argument("--phases", default=phases)
     ap.add_argument("--modes", default="strict,accelerated", help="on the CPU only strict is run")
     ap.add_argument("--impls", default="eager,compiled")
