@@ -24,6 +24,8 @@
 #                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150; PyTorch's
 #                float64 reference for the gate vs exact) -> bench_resnet_table.md (about 2-4 minutes)
 #   gemm-warmup  the micro job's GEMM shapes with 5 and 100 warm-up calls, GPU timestamps and clocks logged
+#   f16-probe    the f16 cooperative-matrix GEMM: a sweep of its tiles (F16_PROBE_VARIANTS) with the driver's
+#                register counts, and what the driver exposes of the default kernel's internal representations
 #   micro        mgn bench attention / conv (strict and accelerated) next to bench/pytorch/attention.py / conv.py
 #                (same inputs, outputs checked), and mgn bench-gemm (f32 and --f16) next to gemm.py (f32, TF32
 #                and --dtype f16) on the SmolLM2 and cube shapes, one
@@ -217,6 +219,22 @@ for job in "$@"; do
         done
       done
       kill $SMI
+      ;;
+    f16-probe)
+      # The f16 GEMM's tiles next to cuBLAS (gemm_sweep.sh --only $F16_PROBE_VARIANTS, MGN_PIPELINE_STATS=1: the
+      # driver's register and shared-memory counts per pipeline land in gemm_sweep.log), then the default
+      # kernel at 4096^3 once more with MGN_PIPELINE_IR (every internal representation the driver offers,
+      # e.g. machine code) in a cold cache. Back: f16_probe.tar.xz (f16_probe/{gemm_sweep.*,profile_*.txt}, f16_ir/), f16_ir.txt.
+      MGN_PIPELINE_STATS=1 bash bench/gemm_sweep.sh "$B" --out "$OUT/f16_probe" \
+        --only "${F16_PROBE_VARIANTS:-default,f16_default,f16_64x64,f16_64x64_nosplit,f16_128x128x16,f16_128x128x16_noload,f16_256x128x16_w64x32,f16_128x256x16_w64x32,f16_128x128x16_w32x64}" \
+        > "$OUT/f16_probe_stdout.txt" 2>&1
+      echo "gemm_sweep rc=$?" >> "$OUT/f16_probe_stdout.txt"
+      MGN_CACHE_DIR=/tmp/mgn-ir-cache MGN_PIPELINE_IR="$OUT/f16_ir" "$B/mgn" bench-gemm 4096x4096x4096 --f16 \
+        --samples 3 > "$OUT/f16_ir.txt" 2>&1
+      echo "ir rc=$?" >> "$OUT/f16_ir.txt"
+      # One archive instead of a file per variant (a call returns a limited number of files).
+      rm -rf "$OUT/f16_probe/.cache"
+      tar -cJf "$OUT/f16_probe.tar.xz" -C "$OUT" f16_probe f16_ir && rm -rf "$OUT/f16_probe" "$OUT/f16_ir"
       ;;
     gemm-sweep)
       # Every GEMM variant (bench/gemm_sweep.sh) next to cuBLAS, then an Nsight Compute report of the default

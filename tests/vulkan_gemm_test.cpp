@@ -310,6 +310,9 @@ std::vector<GemmShape> coopmat_shapes() {
   batched.a_stride = {3, 1};
   batched.b_stride = {0, 1};
   out.push_back(batched);
+  GemmShape long_k;  // a small grid with a long K: auto splits K (partial products, then a sum)
+  long_k.m = 96, long_k.n = 80, long_k.k = 2048;
+  out.push_back(long_k);
   return out;
 }
 
@@ -345,10 +348,15 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
         if (*spec && (mma.n != 16 || (i % 3 != 2 && i != 3 && i != shapes.size() - 1))) continue;
         const GemmShape& s = shapes[i];
         Lowering l = codegen::lower_gemm_coopmat(s, nv, codegen::parse_gemm_tile(spec, true), mma);
-        // Pack A, pack B (to the two scratch buffers), multiply.
-        ASSERT_EQ(l.kernels.size(), 3u);
-        ASSERT_EQ(l.scratch_words.size(), 2u);
+        // Pack A, pack B (to the two scratch buffers), multiply; split K adds the partial products'
+        // scratch and the kernel that sums them.
+        const bool split = s.k == 2048;
+        ASSERT_EQ(l.kernels.size(), split ? 4u : 3u) << spec;
+        ASSERT_EQ(l.scratch_words.size(), split ? 3u : 2u) << spec;
         EXPECT_NE(l.kernels[2].glsl.find("coopMatMulAddNV"), std::string::npos);
+        if (split) {
+          EXPECT_EQ(l.kernels[3].name.rfind("matmul_splitk_sum_", 0), 0u) << spec;
+        }
         for (const auto& k : l.kernels) {
           codegen::ShaderOptions so;
           so.name = k.name;
@@ -385,6 +393,13 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
       // 16 subgroups on small A tiles: the edge staging tiles need an array of their own (the others above
       // stage in the A tiles).
       {{16, 16, 16}, "64x64x16,w16x16,b1", {edges[0], edges[3]}},
+      // Split K: automatic (one block, K = 1100: 4 splits of 288, the last one short), explicit splits
+      // that leave a short last one, with two slices in flight, transposed and batched.
+      {{16, 16, 16}, "64x64x32", {{{40, 1100}, {1100, 24}}}},
+      {{16, 16, 16}, "64x64x32,s3", {{{1100, 40}, {24, 1100}, true, true}, edges[4]}},
+      {{16, 16, 16},
+       "64x64x16,p2,s3",
+       {{{40, 1100}, {1100, 24}}, {{2, 1, 300, 20}, {3, 300, 36}, true, false}}},
   };
   for (const Cfg& c : cfgs)
     for (const Problem& p : c.problems) {
@@ -396,6 +411,10 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
           },
           &names, true);
       EXPECT_LE(err, 1e-5) << c.tile << " via " << names;
+      const int64_t k = p.ta ? p.a[p.a.size() - 2] : p.a.back();
+      if (k >= 300) {  // the split-K cases above (every other problem has K <= 128)
+        EXPECT_NE(names.find("matmul_splitk_sum_"), std::string::npos) << c.tile << " via " << names;
+      }
     }
 }
 
@@ -450,10 +469,11 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
       problems.push_back(
           {ta ? Shape{70, 137} : Shape{137, 70}, tb ? Shape{203, 70} : Shape{70, 203}, bool(ta), bool(tb)});
   problems.push_back({{2, 1, 20, 40}, {3, 20, 36}, true, false});
-  for (const char* tile :
-       {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1", "128x256x16,w64x64",
-        "128x256x32,w64x64,b1", "256x128x32,w64x64,b1", "128x128x32,p2", "128x256x16,w64x64,p2",
-        "128x128x32,w32x32", "64x128x32,w32x32", "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2"})
+  problems.push_back({{40, 1100}, {1100, 24}});  // split K (auto: 4 ways at 64x64 blocks; or as given)
+  for (const char* tile : {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1",
+                           "128x256x16,w64x64", "128x256x32,w64x64,b1", "256x128x32,w64x64,b1",
+                           "128x128x32,p2", "128x256x16,w64x64,p2", "128x128x32,w32x32", "64x128x32,w32x32",
+                           "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2", "64x64x32,s3", "128x128x32,s2"})
     for (const Problem& p : problems) {
       std::string names;
       const double err = check(
@@ -482,6 +502,7 @@ TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
   EXPECT_EQ(codegen::parse_gemm_tile("128x256x32,b1", true).buffers, 1u);
   EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,b1", false), Error);
   EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,p2", true).depth, 2u);
+  EXPECT_EQ(codegen::parse_gemm_tile("64x64x32,s4", true).splits, 4u);
   GemmTile c = codegen::parse_gemm_tile("128x256x32,w64x64,g8", true);
   EXPECT_EQ(c.bn, 256u);
   EXPECT_EQ(c.wm, 64u);

@@ -184,6 +184,32 @@ Kernel classic_kernel(const GemmShape& s, const DeviceCaps& caps) {
   return k;
 }
 
+// ---------------------------------------------------------------------------------------------- split K
+
+// The second kernel of a split-K GEMM: C = the sum of the `splits` partial products in scratch `slot`
+// ([split][batch][m][n], `outs` = batch * m * n values each), added in split order (deterministic, no
+// atomics).
+Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps) {
+  const bool v4 = outs % 4 == 0;
+  const std::string T = v4 ? "vec4" : "float";
+  const uint64_t count = v4 ? outs / 4 : outs;
+  std::string body = "  " + T + " sum = P[i];\n";
+  body += "  for (uint p = 1u; p < " + u(splits) + "; ++p) sum += P[p * " + u(count) + " + i];\n";
+  body += "  C[i] = sum;\n";
+  return detail::elementwise_kernel(
+      "matmul_splitk_sum_" + su(splits), buffer_as(0, T, "P", false) + buffer_as(1, T, "C", true), body,
+      count, {{BindingKind::Scratch, slot, false}, {BindingKind::Output, 0, true}}, caps);
+}
+
+// How many ways to split K: only when the grid of `blocks` would leave most of a big GPU idle (< 128
+// blocks) and K is long; doubling while the grid stays within 256 blocks and each split keeps >= 256 of K.
+uint64_t auto_splits(const GemmShape& s, uint64_t blocks) {
+  uint64_t splits = 1;
+  if (blocks < 128 && s.k >= 1024)
+    while (splits * 2 * blocks <= 256 && s.k / (splits * 2) >= 256 && splits < 16) splits *= 2;
+  return splits;
+}
+
 // ------------------------------------------------------------------------------------------- SIMT tiled
 
 struct SimtConfig {
@@ -246,13 +272,7 @@ SimtConfig pick_simt(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
              " threads");
   c.group_m = want.group_m ? want.group_m : 8;
   // Split K when the grid would leave most of a big GPU idle and each split still has >= 256 of K.
-  uint64_t splits = want.splits;
-  if (!splits) {
-    splits = 1;
-    const uint64_t b = blocks(c.bm, c.bn);
-    if (b < 128 && s.k >= 1024)
-      while (splits * 2 * b <= 256 && s.k / (splits * 2) >= 256 && splits < 16) splits *= 2;
-  }
+  const uint64_t splits = want.splits ? want.splits : auto_splits(s, blocks(c.bm, c.bn));
   c.k_chunk = div_up(div_up(s.k, std::max<uint64_t>(splits, 1)), c.bk) * c.bk;
   c.splits = div_up(s.k, c.k_chunk);  // no empty split
   return c;
@@ -434,16 +454,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const SimtConfig&
       {BindingKind::Input, 0, false}, {BindingKind::Input, 1, false}, {BindingKind::Scratch, 0, true}};
   l.scratch_words.push_back(c.splits * nb * s.m * s.n);
   l.kernels.push_back(std::move(k));
-  const uint64_t outs = nb * s.m * s.n;
-  const bool v4 = outs % 4 == 0;
-  const std::string T = v4 ? "vec4" : "float";
-  const uint64_t count = v4 ? outs / 4 : outs;
-  std::string body = "  " + T + " sum = P[i];\n";
-  body += "  for (uint p = 1u; p < " + u(c.splits) + "; ++p) sum += P[p * " + u(count) + " + i];\n";
-  body += "  C[i] = sum;\n";
-  l.kernels.push_back(detail::elementwise_kernel(
-      "matmul_splitk_sum_" + su(c.splits), buffer_as(0, T, "P", false) + buffer_as(1, T, "C", true), body,
-      count, {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}}, caps));
+  l.kernels.push_back(splitk_sum_kernel(c.splits, nb * s.m * s.n, 0, caps));
   return l;
 }
 
@@ -458,7 +469,9 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const SimtConfig&
 
 struct CoopConfig {
   uint32_t bm, bn, bk, wm, wn, group_m, buffers;
-  uint32_t depth;  // K slices in flight in registers (1 or 2; 2 needs two shared buffers)
+  uint32_t depth;    // K slices in flight in registers (1 or 2; 2 needs two shared buffers)
+  uint64_t k_chunk;  // K range of one split (a multiple of bk)
+  uint64_t splits;   // > 1: partial products to scratch 2, then summed (split K)
   CoopMatShape mma;
   // GemmOptions::coopmat_ablate (MGN_GEMM_F16_ABLATE), for the benchmark's time decomposition only (results
   // are wrong): "noload" keeps multiplying the first K slice (no global loads after it: the
@@ -564,6 +577,11 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   if (coop_shared_bytes(s, c) > caps.max_shared_bytes)
     bad(su(coop_shared_bytes(s, c)) + " bytes of shared memory exceed the device's " +
         su(caps.max_shared_bytes));
+  // Split K as the SIMT kernel does (the small-M, long-K shapes of a language model's head gradient).
+  const uint64_t blocks = div_up(s.m, c.bm) * div_up(s.n, c.bn) * nb;
+  const uint64_t splits = want.splits ? want.splits : auto_splits(s, blocks);
+  c.k_chunk = div_up(div_up(s.k, splits), c.bk) * c.bk;
+  c.splits = div_up(s.k, c.k_chunk);  // no empty split
   return c;
 }
 
@@ -608,15 +626,16 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const uint32_t fi = c.wm / mma.m, fj = c.wn / mma.n, per_lane = mma.m * mma.n / 32;
   const uint64_t nb = batch_count(s), tiles_m = div_up(s.m, c.bm), tiles_n = div_up(s.n, c.bn);
   const uint64_t tiles = tiles_m * tiles_n;
-  detail::Grid grid = detail::flat_grid(tiles * nb, caps);
+  const bool split = c.splits > 1;
+  detail::Grid grid = detail::flat_grid(tiles * nb * c.splits, caps);
   const uint32_t sa = coop_a_stride(s, c), sb = coop_b_stride(s, c);
   const uint32_t ah = coop_a_halves(s, c), bh = coop_b_halves(s, c);
   const PackedOperand pa = packed_a(s, c), pb = packed_b(s, c);
   const bool direct = coop_direct_store(s, c);
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) +
                           "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) + "_b" +
-                          su(c.buffers) + "_p" + su(c.depth) + (direct ? "" : "_edge") + "_t" +
-                          su(s.transpose_a) + su(s.transpose_b) +
+                          su(c.buffers) + "_p" + su(c.depth) + (split ? "_s" + su(c.splits) : "") +
+                          (direct ? "" : "_edge") + "_t" + su(s.transpose_a) + su(s.transpose_b) +
                           (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
 
   std::string g = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n";
@@ -628,7 +647,9 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
        key + ": f16 copies of A and B in, f32 accumulation\n";
   g += "// M=" + su(s.m) + " N=" + su(s.n) + " K=" + su(s.k) + " batch=" + su(nb) + "; " + su(warps) +
        " subgroups of 32, each " + su(c.wm) + "x" + su(c.wn) + " as " + su(fi) + "x" + su(fj) +
-       " multiplies; " + su(c.buffers) + " shared buffer(s)\n";
+       " multiplies; " + su(c.buffers) + " shared buffer(s)" +
+       (split ? "; K split " + su(c.splits) + " ways of " + su(c.k_chunk) + " (partial products out)" : "") +
+       "\n";
   g += "layout(local_size_x = " + su(nt) + ") in;\n";
   g += "// A16, B16: the operands' f16 copies, 8 halves per uvec4, " +
        std::string(s.transpose_a ? "[k][m]" : "[m][k]") + " " + su(pa.rows) + "x" + su(pa.cols) + " and " +
@@ -747,7 +768,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   g += "  }\n}\n";
 
   g += "void main() {\n" + grid.glsl;
-  g += "  uint batch = gid / " + u(tiles) + ", tile = gid % " + u(tiles) + ";\n";
+  g += "  uint split = gid / " + u(tiles * nb) + ", batch = (gid / " + u(tiles) + ") % " + u(nb) +
+       ", tile = gid % " + u(tiles) + ";\n";
   g += tile_coords(tiles_m, tiles_n, c.group_m);
   g += "  m0 = tile_m * BM;\n  n0 = tile_n * BN;\n";
   // Which matrix of each copy this batch reads (broadcast operands have stride 0).
@@ -768,7 +790,11 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
          "for (uint e = 0u; e < " + u(per_lane) + "; ++e) acc[i][e] = 0.0;\n";
   else
     g += "  " + unroll + "for (uint i = 0u; i < " + u(fi * fj) + "; ++i) acc[i] = " + tC + "(0.0);\n";
-  g += "  const uint ntiles = " + u(div_up(s.k, c.bk)) + ";\n";
+  if (split)
+    g += "  uint kbeg = split * " + u(c.k_chunk) + ";\n  uint ntiles = (min(" + u(c.k_chunk) + ", " + u(s.k) +
+         " - kbeg) + BK - 1u) / BK;\n";
+  else
+    g += "  const uint kbeg = 0u, ntiles = " + u(div_up(s.k, c.bk)) + ";\n";
   // LOADS is false only in the "noload" ablation: every slice after the first is skipped.
   g += std::string("  const bool LOADS = ") + (c.ablate == "noload" ? "false;  // ABLATED\n" : "true;\n");
   auto fetch = [](const std::string& set, const std::string& k0) {
@@ -777,14 +803,14 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   auto put = [](const std::string& set, const std::string& buf) {
     return "store_a" + set + "(" + buf + "); store_b" + set + "(" + buf + ");";
   };
-  g += "  " + fetch("0", "0u") + "\n  " + put("0", "0u") + "\n  barrier();\n";
+  g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
   if (c.depth == 1) {
     // Slice t+1 is loaded into registers before slice t is multiplied. With two buffers it is stored to
     // the other one right after (whose last readers, slice t-1, all passed the previous barrier): one
     // barrier per slice. With one, everyone finishes reading it before it is overwritten: two.
     g += "  for (uint t = 0u; t < ntiles; ++t) {\n";
     g += "    bool more = LOADS && t + 1u < ntiles;\n";
-    g += "    if (more) { " + fetch("0", "(t + 1u) * BK") + " }\n";
+    g += "    if (more) { " + fetch("0", "kbeg + (t + 1u) * BK") + " }\n";
     if (c.buffers == 2)
       g += "    uint cur = t & 1u;\n    compute(cur);\n    if (more) { " + put("0", "cur ^ 1u") + " }\n";
     else
@@ -795,21 +821,23 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     // a slice's global loads are issued two multiplies before its store to shared memory needs them. Even
     // slices sit in buffer 0, odd ones in buffer 1; the loop body covers two slices so that every register
     // index is a constant.
-    g += "  if (LOADS && ntiles > 1u) { " + fetch("0", "BK") + " }\n";
-    g += "  if (LOADS && ntiles > 2u) { " + fetch("1", "2u * BK") + " }\n";
+    g += "  if (LOADS && ntiles > 1u) { " + fetch("0", "kbeg + BK") + " }\n";
+    g += "  if (LOADS && ntiles > 2u) { " + fetch("1", "kbeg + 2u * BK") + " }\n";
     g += "  for (uint t = 0u; t < ntiles; t += 2u) {\n";
     g += "    compute(0u);\n";
     g += "    if (LOADS && t + 1u < ntiles) { " + put("0", "1u") + " }\n";
     g += "    barrier();\n";
-    g += "    if (LOADS && t + 3u < ntiles) { " + fetch("0", "(t + 3u) * BK") + " }\n";
+    g += "    if (LOADS && t + 3u < ntiles) { " + fetch("0", "kbeg + (t + 3u) * BK") + " }\n";
     g += "    if (t + 1u >= ntiles) break;\n";
     g += "    compute(1u);\n";
     g += "    if (LOADS && t + 2u < ntiles) { " + put("1", "0u") + " }\n";
     g += "    barrier();\n";
-    g += "    if (LOADS && t + 4u < ntiles) { " + fetch("1", "(t + 4u) * BK") + " }\n";
+    g += "    if (LOADS && t + 4u < ntiles) { " + fetch("1", "kbeg + (t + 4u) * BK") + " }\n";
     g += "  }\n";
   }
-  g += "  uint coff = batch * " + u(s.m * s.n) + ";\n";
+  // Split K: this split's partial product, [split][batch][m][n] in scratch 2.
+  g += "  uint coff = " + (split ? "(split * " + u(nb) + " + batch)" : std::string("batch")) + " * " +
+       u(s.m * s.n) + ";\n";
   if (direct && !emulate) {
     g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
     g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
@@ -856,8 +884,10 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   Kernel k;
   k.name = std::string("matmul_coopmat_f16_") + (emulate ? "emul_" : "") + key;
   k.glsl = g;
-  k.bindings = {
-      {BindingKind::Scratch, 0, false}, {BindingKind::Scratch, 1, false}, {BindingKind::Output, 0, true}};
+  k.bindings = {{BindingKind::Scratch, 0, false},
+                {BindingKind::Scratch, 1, false},
+                split ? codegen::Binding{BindingKind::Scratch, 2, true}
+                      : codegen::Binding{BindingKind::Output, 0, true}};
   k.groups = grid.groups;
   return k;
 }
@@ -870,6 +900,11 @@ Lowering coop_gemm(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   l.kernels.push_back(coop_pack_kernel("a", 0, 0, pa, caps));
   l.kernels.push_back(coop_pack_kernel("b", 1, 1, pb, caps));
   l.kernels.push_back(coop_kernel(s, caps, c, emulate));
+  if (c.splits > 1) {
+    const uint64_t outs = batch_count(s) * s.m * s.n;
+    l.scratch_words.push_back(c.splits * outs);
+    l.kernels.push_back(splitk_sum_kernel(c.splits, outs, 2, caps));
+  }
   return l;
 }
 
@@ -1010,11 +1045,12 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
         t.wm = d[0], t.wn = d[1];
       } else if (tag == 'g') {
         t.group_m = parse_dims(rest, 1, knob)[0];
-      } else if (!coopmat && tag == 's') {
+      } else if (tag == 's') {
         t.splits = parse_dims(rest, 1, knob)[0];
       } else {
         throw Error(knob + ": unknown field '" + field + "' in '" + text + "' (expected " +
-                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB, pP" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
+                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB, pP, sS" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") +
+                    ")");
       }
     }
     first = false;

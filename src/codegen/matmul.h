@@ -6,9 +6,9 @@
 //   MGN_GEMM_TILE     BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]  simt tile: block, per-thread tile, lanes of a
 //                                                         subgroup along N x M, tile-row group, K splits
 //   MGN_GEMM_F16      0 disables the f16 cooperative-matrix path for Accelerated nodes
-//   MGN_GEMM_F16_TILE BMxBNxBK[,wWMxWN][,gG][,bB][,pP]    coopmat tile: block, warp tile, tile-row group,
-//                                                         shared buffers per operand (1 or 2), K slices
-//                                                         in flight in registers (1 or 2)
+//   MGN_GEMM_F16_TILE BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,sS] coopmat tile: block, warp tile, tile-row
+//                                                         group, shared buffers per operand (1 or 2), K
+//                                                         slices in flight in registers (1 or 2), K splits
 //   MGN_GEMM_F16_ABLATE noload | nomma                    benchmark only: see GemmOptions::coopmat_ablate
 // Any field left out is chosen by the heuristics (the defaults are the expected-fastest configuration).
 #pragma once
@@ -41,7 +41,7 @@ struct GemmTile {
   uint32_t lx = 0, ly = 0;          // simt: a subgroup's lanes laid out lx (along N) x ly (along M)
   uint32_t wm = 0, wn = 0;          // coopmat: one subgroup's tile
   uint32_t group_m = 0;             // tile rows walked together (L2 reuse); 1 = plain row-major order
-  uint32_t splits = 0;              // simt: K split into this many partial products, then summed
+  uint32_t splits = 0;              // K split into this many partial products, then summed
   uint32_t buffers = 0;             // coopmat: shared-memory buffers per operand (1 or 2)
   uint32_t depth = 0;               // coopmat: K slices in flight in registers (1 or 2)
 };

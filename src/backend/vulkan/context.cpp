@@ -370,8 +370,9 @@ void Context::create_device() {
   const bool has_budget_ext = has_extension(exts, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   // Driver statistics per pipeline (registers, shared memory, ...): a diagnostic, so only on request.
   const char* want_stats = std::getenv("MGN_PIPELINE_STATS");
+  const char* want_ir = std::getenv("MGN_PIPELINE_IR");
   const bool has_stats_ext = has_extension(exts, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) &&
-                             want_stats && std::string(want_stats) == "1";
+                             ((want_stats && std::string(want_stats) == "1") || (want_ir && *want_ir));
   auto stats_f = make<VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR);
   if (has(Feature::Vulkan12)) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -204,13 +205,17 @@ void PipelineCache::build(Entry& e) {
     ci.stage.module = module;
     ci.stage.pName = "main";
     ci.layout = e.pipeline.layout;
+    const char* ir_dir = std::getenv("MGN_PIPELINE_IR");
+    const bool want_ir = ctx_.has(Feature::PipelineStatistics) && ir_dir && *ir_dir;
     if (ctx_.has(Feature::PipelineStatistics)) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+    if (want_ir) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
     // The VkPipelineCache is internally synchronized, so workers share it.
     const VkResult r = vkCreateComputePipelines(dev, cache_, 1, &ci, nullptr, &e.pipeline.pipeline);
     if (r != VK_SUCCESS) e.pipeline.pipeline = VK_NULL_HANDLE;
     check(r, ("vkCreateComputePipelines for '" + e.desc.name + "'").c_str());
     vkDestroyShaderModule(dev, module, nullptr);
     if (ctx_.has(Feature::PipelineStatistics)) print_statistics(e.pipeline);
+    if (want_ir) write_representations(e.pipeline, ir_dir);
     e.promise.set_value();
   } catch (...) {
     if (module) vkDestroyShaderModule(dev, module, nullptr);
@@ -218,22 +223,33 @@ void PipelineCache::build(Entry& e) {
   }
 }
 
+// The executables of a pipeline as the driver lists them (VK_KHR_pipeline_executable_properties); empty
+// when it lists none or the entry point is missing.
+static std::vector<VkPipelineExecutablePropertiesKHR> pipeline_executables(VkDevice dev,
+                                                                           VkPipeline pipeline) {
+  auto props_fn = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+      vkGetDeviceProcAddr(dev, "vkGetPipelineExecutablePropertiesKHR"));
+  if (!props_fn) return {};
+  auto info = make<VkPipelineInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR);
+  info.pipeline = pipeline;
+  uint32_t n = 0;
+  if (props_fn(dev, &info, &n, nullptr) != VK_SUCCESS) return {};
+  std::vector<VkPipelineExecutablePropertiesKHR> execs(
+      n, make<VkPipelineExecutablePropertiesKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR));
+  if (props_fn(dev, &info, &n, execs.data()) != VK_SUCCESS) return {};
+  execs.resize(n);
+  return execs;
+}
+
 // MGN_PIPELINE_STATS=1: one stderr line per pipeline with what the driver reports about its executable
 // ("mgn pipeline stats: <name>: <executable>: <statistic>=<value>, ...").
 void PipelineCache::print_statistics(const Pipeline& p) const {
   VkDevice dev = ctx_.device();
-  auto props_fn = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
-      vkGetDeviceProcAddr(dev, "vkGetPipelineExecutablePropertiesKHR"));
   auto stats_fn = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
       vkGetDeviceProcAddr(dev, "vkGetPipelineExecutableStatisticsKHR"));
-  if (!props_fn || !stats_fn) return;
-  auto info = make<VkPipelineInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR);
-  info.pipeline = p.pipeline;
-  uint32_t n = 0;
-  if (props_fn(dev, &info, &n, nullptr) != VK_SUCCESS) return;
-  std::vector<VkPipelineExecutablePropertiesKHR> execs(
-      n, make<VkPipelineExecutablePropertiesKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR));
-  if (props_fn(dev, &info, &n, execs.data()) != VK_SUCCESS) return;
+  if (!stats_fn) return;
+  const std::vector<VkPipelineExecutablePropertiesKHR> execs = pipeline_executables(dev, p.pipeline);
+  const uint32_t n = uint32_t(execs.size());
   std::string line;
   for (uint32_t i = 0; i < n; ++i) {
     auto ei = make<VkPipelineExecutableInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR);
@@ -267,6 +283,56 @@ void PipelineCache::print_statistics(const Pipeline& p) const {
     }
   }
   std::fprintf(stderr, "mgn pipeline stats: %s:%s\n", p.name.c_str(), line.c_str());
+}
+
+// MGN_PIPELINE_IR=DIR: every internal representation the driver keeps of the pipeline's executables (for
+// instance its intermediate code or machine code), one file each: DIR/<pipeline>.<executable>.<name>.txt
+// (text) or .bin. One stderr line per pipeline says what was written, or that the driver offered none.
+void PipelineCache::write_representations(const Pipeline& p, const std::string& dir) const {
+  VkDevice dev = ctx_.device();
+  auto ir_fn = reinterpret_cast<PFN_vkGetPipelineExecutableInternalRepresentationsKHR>(
+      vkGetDeviceProcAddr(dev, "vkGetPipelineExecutableInternalRepresentationsKHR"));
+  if (!ir_fn) return;
+  const uint32_t n = uint32_t(pipeline_executables(dev, p.pipeline).size());
+  // File names keep [A-Za-z0-9_.-] of the pipeline and representation names.
+  auto clean = [](std::string t) {
+    for (char& c : t)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') c = '_';
+    return t;
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::string written;
+  for (uint32_t i = 0; i < n; ++i) {
+    auto ei = make<VkPipelineExecutableInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR);
+    ei.pipeline = p.pipeline;
+    ei.executableIndex = i;
+    uint32_t m = 0;
+    if (ir_fn(dev, &ei, &m, nullptr) != VK_SUCCESS || m == 0) continue;
+    std::vector<VkPipelineExecutableInternalRepresentationKHR> reps(
+        m, make<VkPipelineExecutableInternalRepresentationKHR>(
+               VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR));
+    if (ir_fn(dev, &ei, &m, reps.data()) != VK_SUCCESS && m == 0) continue;  // sizes first
+    std::vector<std::vector<char>> data(m);
+    for (uint32_t r = 0; r < m; ++r) {
+      data[r].resize(reps[r].dataSize);
+      reps[r].pData = data[r].data();
+    }
+    if (ir_fn(dev, &ei, &m, reps.data()) != VK_SUCCESS) continue;
+    for (uint32_t r = 0; r < m; ++r) {
+      size_t size = reps[r].dataSize;
+      if (reps[r].isText && size && data[r][size - 1] == '\0') --size;  // text ends in a NUL
+      const std::string path = dir + "/" + clean(p.name) + "." + std::to_string(i) + "." +
+                               clean(reps[r].name) + (reps[r].isText ? ".txt" : ".bin");
+      std::FILE* f = std::fopen(path.c_str(), "wb");
+      if (!f) continue;
+      std::fwrite(data[r].data(), 1, size, f);
+      std::fclose(f);
+      written += std::string(" ") + reps[r].name + " (" + std::to_string(size) + " bytes)";
+    }
+  }
+  std::fprintf(stderr, "mgn pipeline ir: %s:%s\n", p.name.c_str(),
+               written.empty() ? " the driver offers no internal representation" : written.c_str());
 }
 
 const Pipeline& PipelineCache::get(const PipelineDesc& desc) {

@@ -71,7 +71,8 @@ class PipelineCache {
   // Finds the entry for `desc` or inserts one; *claimed says this caller must build() it.
   Entry* find_or_claim(const PipelineDesc& desc, bool* claimed);
   void build(Entry& e);
-  void print_statistics(const Pipeline& p) const;  // MGN_PIPELINE_STATS=1
+  void print_statistics(const Pipeline& p) const;                               // MGN_PIPELINE_STATS=1
+  void write_representations(const Pipeline& p, const std::string& dir) const;  // MGN_PIPELINE_IR=DIR
   VkDescriptorSetLayout set_layout(uint32_t num_buffers);
   VkPipelineLayout pipeline_layout(uint32_t num_buffers, uint32_t push_bytes);
   void check_desc(const PipelineDesc& d) const;
