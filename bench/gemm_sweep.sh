@@ -59,7 +59,8 @@ rm -rf "$MGN_CACHE_DIR"
 # Ablated rows (noload: no global loads after the first K slice; nomma: no multiplies) compute wrong
 # results on purpose: their times split the f16 kernel's time into its parts.
 # "default" is what a session gets with no knob set. Tile fields: BMxBNxBK, tTMxTN per thread, lLXxLY
-# lanes of a subgroup (along N x M), gG tile rows walked together, sS K splits; f16: wWMxWN subgroup tile.
+# lanes of a subgroup (along N x M), gG tile rows walked together, sS K splits; f16: wWMxWN subgroup tile,
+# bB shared buffers, pP slices in flight, da/db/dab operands whose fragments load straight from global memory.
 VARIANTS=(
   "classic|classic||strict"
   "default|auto||strict"
@@ -96,6 +97,21 @@ VARIANTS=(
   "f16_256x128x16_w64x32|auto|256x128x16,w64x32|f16"
   "f16_128x256x16_w64x32|auto|128x256x16,w64x32|f16"
   "f16_128x128x16_w32x64|auto|128x128x16,w32x64|f16"
+  "f16_dab|auto|128x128x32,dab|f16"
+  "f16_dab_bk64|auto|128x128x64,dab|f16"
+  "f16_dab_bk16|auto|128x128x16,dab|f16"
+  "f16_dab_w32x32|auto|128x128x32,w32x32,dab|f16"
+  "f16_dab_w64x64|auto|128x128x32,w64x64,dab|f16"
+  "f16_dab_64x64|auto|64x64x32,dab|f16"
+  "f16_dab_256x128|auto|256x128x32,dab|f16"
+  "f16_dab_g1|auto|128x128x32,dab,g1|f16"
+  "f16_da|auto|128x128x32,da|f16"
+  "f16_db|auto|128x128x32,db|f16"
+  "f16_db_p2|auto|128x128x32,db,p2|f16"
+  "f16_dab_p2|auto|128x128x32,dab,p2|f16"
+  "f16_dab_p2_w32x32|auto|128x128x32,w32x32,dab,p2|f16"
+  "f16_dab_p2_64x64|auto|64x64x32,dab,p2|f16"
+  "f16_dab_nomma|auto|128x128x32,dab|f16|nomma"
   "f16_default_noload|auto||f16|noload"
   "f16_default_nomma|auto||f16|nomma"
   "f16_p2_nomma|auto|128x128x32,p2|f16|nomma"

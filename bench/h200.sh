@@ -182,9 +182,9 @@ for job in "$@"; do
         FILES="$FILES $T/$W.mgn.jsonl $T/$W.acc.mgn.jsonl $T/$W.torch.jsonl $T/$W.mgn_out.safetensors"
         FILES="$FILES $T/$W.acc.mgn_out.safetensors $T/$W.torch_out.safetensors"
       done
-      # SmolLM2's projections (q/o 576x576 are covered by the cubes' small end), its lm_head forward and
-      # input gradient, and the cubes.
-      SHAPES="128x1536x576 128x576x1536 128x49152x576 128x576x49152 512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192"
+      # The Fashion CNN's fc1 at batch 64, SmolLM2's projections (k/v, q/o, MLP), its lm_head forward and
+      # input gradient, and the cubes: the small shapes show where f16 (three dispatches) stops paying off.
+      SHAPES="64x128x1568 128x192x576 128x576x576 128x1536x576 128x576x1536 128x49152x576 128x576x49152 512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192"
       "$B/mgn" bench-gemm $SHAPES > "$T/gemm.mgn.jsonl" 2>> "$L"
       echo "mgn bench-gemm rc=$?" >> "$L"
       "$B/mgn" bench-gemm $SHAPES --f16 >> "$T/gemm.mgn.jsonl" 2>> "$L"
@@ -226,7 +226,7 @@ for job in "$@"; do
       # kernel at 4096^3 once more with MGN_PIPELINE_IR (every internal representation the driver offers,
       # e.g. machine code) in a cold cache. Back: f16_probe.tar.xz (f16_probe/{gemm_sweep.*,profile_*.txt}, f16_ir/), f16_ir.txt.
       MGN_PIPELINE_STATS=1 bash bench/gemm_sweep.sh "$B" --out "$OUT/f16_probe" \
-        --only "${F16_PROBE_VARIANTS:-default,f16_default,f16_64x64,f16_64x64_nosplit,f16_128x128x16,f16_128x128x16_noload,f16_256x128x16_w64x32,f16_128x256x16_w64x32,f16_128x128x16_w32x64}" \
+        --only "${F16_PROBE_VARIANTS:-f16_default,f16_dab,f16_dab_bk64,f16_dab_bk16,f16_dab_w32x32,f16_dab_w64x64,f16_dab_64x64,f16_dab_256x128,f16_dab_g1,f16_da,f16_db,f16_db_p2,f16_dab_p2,f16_dab_p2_w32x32,f16_dab_p2_64x64,f16_dab_nomma,f16_default_noload}" \
         > "$OUT/f16_probe_stdout.txt" 2>&1
       echo "gemm_sweep rc=$?" >> "$OUT/f16_probe_stdout.txt"
       MGN_CACHE_DIR=/tmp/mgn-ir-cache MGN_PIPELINE_IR="$OUT/f16_ir" "$B/mgn" bench-gemm 4096x4096x4096 --f16 \

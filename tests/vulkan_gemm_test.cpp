@@ -339,7 +339,13 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
                          "128x128x32,w32x32",
                          "64x128x32,w32x32",
                          "64x64x32",
-                         "128x128x16,g1"};
+                         "128x128x16,g1",
+                         "128x128x32,dab",
+                         "128x128x64,dab",
+                         "128x128x32,da",
+                         "128x128x32,db,p2",
+                         "128x128x32,dab,p2",
+                         "128x128x64,w32x32,dab,p2"};
   const std::vector<GemmShape> shapes = coopmat_shapes();
   for (const auto& mma : mmas)
     for (const char* spec : tiles)
@@ -400,6 +406,17 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
       {{16, 16, 16},
        "64x64x16,p2,s3",
        {{{40, 1100}, {1100, 24}}, {{2, 1, 300, 20}, {3, 300, 36}, true, false}}},
+      // Fragments straight from global memory: both operands (no shared tiles, no barriers; edges stage in
+      // an array of their own), A only, B only with two slices in flight; batched/broadcast and split K.
+      {{16, 16, 16}, "64x64x32,dab", {aligned[0], aligned[1], edges[0], edges[3], edges[4]}},
+      {{16, 16, 16}, "64x64x32,da", {aligned[1], edges[1], edges[4]}},
+      {{16, 16, 16}, "64x64x16,db,p2", {aligned[0], edges[2], edges[5]}},
+      {{16, 16, 16}, "64x64x32,dab,s3", {{{1100, 40}, {24, 1100}, true, true}}},
+      // Both direct with the next step's fragments loaded ahead: 1 (K = 5), 3 (K = 37), 4, 8 steps, and the
+      // odd/even tails of a split K.
+      {{16, 16, 16}, "64x64x16,dab,p2", {aligned[1], edges[0], edges[3], edges[5]}},
+      {{16, 8, 16}, "32x64x16,w32x32,dab,p2", {edges[2]}},
+      {{16, 16, 16}, "64x64x32,dab,p2,s3", {{{2, 1, 300, 20}, {3, 300, 36}, true, false}}},
   };
   for (const Cfg& c : cfgs)
     for (const Problem& p : c.problems) {
@@ -473,7 +490,10 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
   for (const char* tile : {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1",
                            "128x256x16,w64x64", "128x256x32,w64x64,b1", "256x128x32,w64x64,b1",
                            "128x128x32,p2", "128x256x16,w64x64,p2", "128x128x32,w32x32", "64x128x32,w32x32",
-                           "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2", "64x64x32,s3", "128x128x32,s2"})
+                           "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2", "64x64x32,s3", "128x128x32,s2",
+                           "128x128x32,dab", "128x128x64,dab", "128x128x32,da", "128x128x32,db",
+                           "128x128x32,db,p2", "64x64x32,dab,s3", "128x128x32,dab,p2", "64x64x16,dab,p2",
+                           "64x64x32,dab,p2,s3"})
     for (const Problem& p : problems) {
       std::string names;
       const double err = check(
@@ -503,6 +523,30 @@ TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
   EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,b1", false), Error);
   EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,p2", true).depth, 2u);
   EXPECT_EQ(codegen::parse_gemm_tile("64x64x32,s4", true).splits, 4u);
+  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32", true).direct, -1);
+  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,d0", true).direct, 0);
+  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,da", true).direct, 1);
+  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,db", true).direct, 2);
+  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,dab", true).direct, 3);
+  EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,dc", true), Error);
+  EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,dab", false), Error);
+  {
+    GemmShape s;
+    s.m = s.n = s.k = 256;
+    codegen::DeviceCaps nv = caps_;
+    nv.max_shared_bytes = 49152;
+    nv.max_workgroup_invocations = 1024;
+    // noload needs shared tiles resident.
+    codegen::GemmOptions o;
+    o.variant = GemmVariant::CoopMatF16;
+    o.coopmat_tile = codegen::parse_gemm_tile("128x128x32,da", true);
+    o.coopmat_ablate = "noload";
+    EXPECT_THROW(codegen::lower_gemm(s, nv, o), Error);
+    // With both operands direct the kernel has no shared memory and no barrier in its K loop.
+    const auto l = codegen::lower_gemm_coopmat(s, nv, codegen::parse_gemm_tile("128x128x32,dab", true), {});
+    EXPECT_EQ(l.kernels.at(2).glsl.find("\nshared "), std::string::npos) << l.kernels.at(2).glsl;
+    EXPECT_EQ(l.kernels.at(2).glsl.find("barrier()"), std::string::npos);
+  }
   GemmTile c = codegen::parse_gemm_tile("128x256x32,w64x64,g8", true);
   EXPECT_EQ(c.bn, 256u);
   EXPECT_EQ(c.wm, 64u);

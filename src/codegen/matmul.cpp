@@ -470,6 +470,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const SimtConfig&
 struct CoopConfig {
   uint32_t bm, bn, bk, wm, wn, group_m, buffers;
   uint32_t depth;    // K slices in flight in registers (1 or 2; 2 needs two shared buffers)
+  uint32_t direct;   // bit 0: A's fragments load from global memory (no shared tile), bit 1: B's
   uint64_t k_chunk;  // K range of one split (a multiple of bk)
   uint64_t splits;   // > 1: partial products to scratch 2, then summed (split K)
   CoopMatShape mma;
@@ -518,11 +519,18 @@ uint32_t coop_a_stride(const GemmShape& s, const CoopConfig& c) {
 uint32_t coop_b_stride(const GemmShape& s, const CoopConfig& c) {
   return (s.transpose_b ? c.bk : c.bn) + 8;
 }
+bool coop_direct_a(const CoopConfig& c) {
+  return (c.direct & 1u) != 0;
+}
+bool coop_direct_b(const CoopConfig& c) {
+  return (c.direct & 2u) != 0;
+}
+// Halves of one shared tile of an operand (0 for an operand read straight from global memory).
 uint32_t coop_a_halves(const GemmShape& s, const CoopConfig& c) {
-  return coop_a_stride(s, c) * (s.transpose_a ? c.bk : c.bm);
+  return coop_direct_a(c) ? 0u : coop_a_stride(s, c) * (s.transpose_a ? c.bk : c.bm);
 }
 uint32_t coop_b_halves(const GemmShape& s, const CoopConfig& c) {
-  return coop_b_stride(s, c) * (s.transpose_b ? c.bn : c.bk);
+  return coop_direct_b(c) ? 0u : coop_b_stride(s, c) * (s.transpose_b ? c.bn : c.bk);
 }
 bool coop_direct_store(const GemmShape& s, const CoopConfig& c) {
   return s.m % c.bm == 0 && s.n % c.bn == 0;
@@ -559,10 +567,15 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   c.group_m = want.group_m ? want.group_m : 8;
   c.buffers = want.buffers ? want.buffers : 2;
   c.depth = want.depth ? want.depth : 1;
+  c.direct = want.direct >= 0 ? static_cast<uint32_t>(want.direct) : 0u;
   c.ablate = ablate;
   if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma")
     throw Error("MGN_GEMM_F16_ABLATE: expected noload or nomma, got '" + c.ablate + "'");
+  if (c.ablate == "noload" && c.direct)
+    throw Error("MGN_GEMM_F16_ABLATE: noload keeps shared tiles resident; it does not apply to operands "
+                "read straight from global memory (the tile's d field)");
   auto bad = [](const std::string& what) { throw Error("MGN_GEMM_F16_TILE: " + what); };
+  if (c.direct > 3) bad("d: a, b, ab or 0");
   if (c.bm % c.wm || c.bn % c.wn || c.wm % mma.m || c.wn % mma.n || c.bk % mma.k || c.bk % 8 || c.bm % 8 ||
       c.bn % 8)
     bad("block " + su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + " / subgroup tile " + su(c.wm) + "x" +
@@ -634,7 +647,10 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const bool direct = coop_direct_store(s, c);
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) +
                           "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) + "_b" +
-                          su(c.buffers) + "_p" + su(c.depth) + (split ? "_s" + su(c.splits) : "") +
+                          su(c.buffers) + "_p" + su(c.depth) +
+                          (c.direct ? std::string("_d") + (coop_direct_a(c) ? "a" : "") + (coop_direct_b(c) ? "b" : "")
+                                    : "") +
+                          (split ? "_s" + su(c.splits) : "") +
                           (direct ? "" : "_edge") + "_t" + su(s.transpose_a) + su(s.transpose_b) +
                           (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
 
@@ -647,7 +663,12 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
        key + ": f16 copies of A and B in, f32 accumulation\n";
   g += "// M=" + su(s.m) + " N=" + su(s.n) + " K=" + su(s.k) + " batch=" + su(nb) + "; " + su(warps) +
        " subgroups of 32, each " + su(c.wm) + "x" + su(c.wn) + " as " + su(fi) + "x" + su(fj) +
-       " multiplies; " + su(c.buffers) + " shared buffer(s)" +
+       " multiplies; " +
+       (c.direct == 3 ? std::string("fragments straight from global memory, no shared tiles")
+                      : su(c.buffers) + " shared buffer(s)" +
+                            (c.direct ? std::string("; ") + (coop_direct_a(c) ? "A" : "B") +
+                                            "'s fragments straight from global memory"
+                                      : "")) +
        (split ? "; K split " + su(c.splits) + " ways of " + su(c.k_chunk) + " (partial products out)" : "") +
        "\n";
   g += "layout(local_size_x = " + su(nt) + ") in;\n";
@@ -660,9 +681,11 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   g += "const uint M = " + u(s.m) + ", N = " + u(s.n) + ";\n";
   g += "const uint BM = " + u(c.bm) + ", BN = " + u(c.bn) + ", BK = " + u(c.bk) + ";\n";
   g += "const uint SA = " + u(sa) + ", SB = " + u(sb) + ";  // shared row strides in halves\n";
+  g += "const uint GA = " + u(pa.cols) + ", GB = " + u(pb.cols) + ";  // the f16 copies' row strides in halves\n";
   g += std::string("// A tile ") + (s.transpose_a ? "[k][m]" : "[m][k]") + ", B tile " +
        (s.transpose_b ? "[n][k]" : "[k][n]") + " (the global layouts), 8 halves per uvec4\n";
-  g += "shared uvec4 As[" + su(c.buffers * ah / 8) + "];\nshared uvec4 Bs[" + su(c.buffers * bh / 8) + "];\n";
+  if (ah) g += "shared uvec4 As[" + su(c.buffers * ah / 8) + "];\n";
+  if (bh) g += "shared uvec4 Bs[" + su(c.buffers * bh / 8) + "];\n";
   const bool stage_in_a = coop_stage_in_a(s, c);
   if (!direct && !stage_in_a) g += "shared float Cs[" + su(warps * mma.m * mma.n) + "];\n";
   const std::string MM = su(mma.m), MN = su(mma.n), MK = su(mma.k);
@@ -671,15 +694,17 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const std::string tC = "fcoopmatNV<32, gl_ScopeSubgroup, " + MM + ", " + MN + ">";
   const uint64_t items_a = uint64_t(c.bm) * c.bk / 8, items_b = uint64_t(c.bn) * c.bk / 8;
   const uint64_t per_a = div_up(items_a, nt), per_b = div_up(items_b, nt);
-  for (uint32_t r = 0; r < c.depth; ++r)
-    g += "uvec4 ra" + su(r) + "[" + su(per_a) + "], rb" + su(r) + "[" + su(per_b) +
-         "];  // a K slice in flight\n";
+  const bool da = coop_direct_a(c), db = coop_direct_b(c);
+  for (uint32_t r = 0; r < c.depth; ++r) {
+    if (!da) g += "uvec4 ra" + su(r) + "[" + su(per_a) + "];  // a K slice of A in flight\n";
+    if (!db) g += "uvec4 rb" + su(r) + "[" + su(per_b) + "];  // a K slice of B in flight\n";
+  }
   g += "uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a_off, b_off in uvec4s\n";
   if (emulate) {
     g += "float acc[" + su(fi * fj) + "][" + su(per_lane) +
          "];  // lane's elements idx = lane + 32 * e, row-major\n";
     // Half h of a shared tile (8 halves per uvec4, 2 per word, the lower address in the low bits).
-    for (const char* t : {"As", "Bs"})
+    for (const char* t : {da ? "A16" : "As", db ? "B16" : "Bs"})
       g += std::string("float half_") + t + "(uint h) {\n  vec2 v = unpackHalf2x16(" + t +
            "[h >> 3u][(h >> 1u) & 3u]);\n  return (h & 1u) != 0u ? v.y : v.x;\n}\n";
     // Row-major element (r, c) of a fragment at `off`: off + r * stride + c; column-major: off + c * stride +
@@ -689,8 +714,10 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "    uint idx = lane + 32u * e, r = idx / " + u(mma.n) + ", cc = idx % " + u(mma.n) + ";\n";
     g += "    float sum = acc[ia * " + u(fj) + " + ib][e];\n";
     g += "    for (uint kk = 0u; kk < " + u(mma.k) + "; ++kk)\n";
-    g += std::string("      sum = fma(half_As(fa + ") + (s.transpose_a ? "kk * SA + r" : "r * SA + kk") +
-         "), half_Bs(fb + " + (s.transpose_b ? "cc * SB + kk" : "kk * SB + cc") + "), sum);\n";
+    const std::string ra = da ? "half_A16" : "half_As", rs = da ? "GA" : "SA";
+    const std::string rb = db ? "half_B16" : "half_Bs", rt = db ? "GB" : "SB";
+    g += "      sum = fma(" + ra + "(fa + " + (s.transpose_a ? "kk * " + rs + " + r" : "r * " + rs + " + kk") +
+         "), " + rb + "(fb + " + (s.transpose_b ? "cc * " + rt + " + kk" : "kk * " + rt + " + cc") + "), sum);\n";
     g += "    acc[ia * " + u(fj) + " + ib][e] = sum;\n  }\n}\n";
   } else {
     g += tC + " acc[" + su(fi * fj) + "];\n";
@@ -729,21 +756,30 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     }
     return t;
   };
-  g += loader("a", !s.transpose_a, c.bm, "m0", pa, items_a, per_a, sa, ah);
-  g += loader("b", s.transpose_b, c.bn, "n0", pb, items_b, per_b, sb, bh);
+  if (!da) g += loader("a", !s.transpose_a, c.bm, "m0", pa, items_a, per_a, sa, ah);
+  if (!db) g += loader("b", s.transpose_b, c.bn, "n0", pb, items_b, per_b, sb, bh);
 
   // One subgroup's multiplies on shared buffer `buf`. Fragment (i, j) covers rows wm0 + i*MM and columns
   // wn0 + j*MN of the block; offsets in halves (multiples of 8).
+  // A direct operand's fragment sits in its f16 copy: rows (m0 | n0) + wm0/wn0 + i*MM of the matrix, K
+  // index k0 + kk, offsets in halves from the copy's start (a_off, b_off are in uvec4s).
   auto a_frag = [&](const std::string& i, const std::string& kk) {
+    if (da)
+      return s.transpose_a ? "(k0 + " + kk + ") * GA + m0 + wm0 + " + i + " * " + u(mma.m)
+                           : "(m0 + wm0 + " + i + " * " + u(mma.m) + ") * GA + k0 + " + kk;
     return s.transpose_a ? kk + " * SA + wm0 + " + i + " * " + u(mma.m)
                          : "(wm0 + " + i + " * " + u(mma.m) + ") * SA + " + kk;
   };
   auto b_frag = [&](const std::string& j, const std::string& kk) {
+    if (db)
+      return s.transpose_b ? "(n0 + wn0 + " + j + " * " + u(mma.n) + ") * GB + k0 + " + kk
+                           : "(k0 + " + kk + ") * GB + n0 + wn0 + " + j + " * " + u(mma.n);
     return s.transpose_b ? "(wn0 + " + j + " * " + u(mma.n) + ") * SB + " + kk
                          : kk + " * SB + wn0 + " + j + " * " + u(mma.n);
   };
-  g += "void compute(uint buf) {\n";
-  g += "  uint abase = buf * " + u(ah) + ", bbase = buf * " + u(bh) + ";\n";
+  g += "void compute(uint buf, uint k0) {\n";
+  g += "  uint abase = " + (da ? std::string("a_off * 8u") : "buf * " + u(ah)) +
+       ", bbase = " + (db ? std::string("b_off * 8u") : "buf * " + u(bh)) + ";\n";
   g += "  " + unroll + "for (uint kk = 0u; kk < BK; kk += " + u(mma.k) + ") {\n";
   if (emulate) {
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
@@ -752,11 +788,11 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   } else {
     g += "    " + tA + " fa[" + su(fi) + "];\n    " + tB + " fb[" + su(fj) + "];\n";
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-    g += std::string("      coopMatLoadNV(fa[i], As, (abase + ") + a_frag("i", "kk") + ") / 8u, SA / 8u, " +
-         (s.transpose_a ? "true" : "false") + ");\n";
+    g += std::string("      coopMatLoadNV(fa[i], ") + (da ? "A16" : "As") + ", (abase + " + a_frag("i", "kk") +
+         ") / 8u, " + (da ? "GA" : "SA") + " / 8u, " + (s.transpose_a ? "true" : "false") + ");\n";
     g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-    g += std::string("      coopMatLoadNV(fb[j], Bs, (bbase + ") + b_frag("j", "kk") + ") / 8u, SB / 8u, " +
-         (s.transpose_b ? "true" : "false") + ");\n";
+    g += std::string("      coopMatLoadNV(fb[j], ") + (db ? "B16" : "Bs") + ", (bbase + " + b_frag("j", "kk") +
+         ") / 8u, " + (db ? "GB" : "SB") + " / 8u, " + (s.transpose_b ? "true" : "false") + ");\n";
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
     g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
     if (c.ablate != "nomma")
@@ -766,6 +802,41 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
       g += "        {}  // ABLATED: no multiply\n";
   }
   g += "  }\n}\n";
+  // Both operands direct with two steps in flight: fragment sets 0 and 1 alternate, so one multiply-K
+  // step's loads are issued before the previous step's multiplies (software pipelining in registers).
+  const bool frag_pipe = da && db && c.depth == 2;
+  if (frag_pipe) {
+    for (const char* set : {"0", "1"}) {
+      const std::string S = set;
+      if (emulate) {
+        g += "uint fa" + S + "[" + su(fi) + "], fb" + S + "[" + su(fj) + "];  // fragment offsets in halves\n";
+      } else {
+        g += tA + " fa" + S + "[" + su(fi) + "];\n" + tB + " fb" + S + "[" + su(fj) + "];\n";
+      }
+      // Operand X's fragments (fX<set>[idx], idx < count) at halves offset `frag` of its copy.
+      auto load = [&](const std::string& x, const std::string& idx, uint32_t count, const std::string& frag,
+                      bool transposed) {
+        const std::string X = x == "a" ? "A" : "B", f = "f" + x + S + "[" + idx + "]";
+        return "  " + unroll + "for (uint " + idx + " = 0u; " + idx + " < " + u(count) + "; ++" + idx + ")\n    " +
+               (emulate ? f + " = " + x + "_off * 8u + " + frag + ";\n"
+                        : "coopMatLoadNV(" + f + ", " + X + "16, " + x + "_off + (" + frag + ") / 8u, G" + X +
+                              " / 8u, " + (transposed ? "true" : "false") + ");\n");
+      };
+      g += "void frags" + S + "(uint k0) {\n" + load("a", "i", fi, a_frag("i", "0u"), s.transpose_a) +
+           load("b", "j", fj, b_frag("j", "0u"), s.transpose_b);
+      g += "}\nvoid mma" + S + "() {\n";
+      g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+      g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+      if (emulate)
+        g += "      mma_emul(i, j, fa" + S + "[i], fb" + S + "[j]);\n";
+      else if (c.ablate != "nomma")
+        g += "      acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa" + S + "[i], fb" + S + "[j], acc[i * " + u(fj) +
+             " + j]);\n";
+      else
+        g += "      {}  // ABLATED: no multiply\n";
+      g += "}\n";
+    }
+  }
 
   g += "void main() {\n" + grid.glsl;
   g += "  uint split = gid / " + u(tiles * nb) + ", batch = (gid / " + u(tiles) + ") % " + u(nb) +
@@ -797,14 +868,32 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "  const uint kbeg = 0u, ntiles = " + u(div_up(s.k, c.bk)) + ";\n";
   // LOADS is false only in the "noload" ablation: every slice after the first is skipped.
   g += std::string("  const bool LOADS = ") + (c.ablate == "noload" ? "false;  // ABLATED\n" : "true;\n");
-  auto fetch = [](const std::string& set, const std::string& k0) {
-    return "load_a" + set + "(" + k0 + "); load_b" + set + "(" + k0 + ");";
+  // Only the operands staged through shared memory are fetched and put.
+  auto fetch = [&](const std::string& set, const std::string& k0) {
+    return (da ? "" : "load_a" + set + "(" + k0 + "); ") + (db ? "" : "load_b" + set + "(" + k0 + ");");
   };
-  auto put = [](const std::string& set, const std::string& buf) {
-    return "store_a" + set + "(" + buf + "); store_b" + set + "(" + buf + ");";
+  auto put = [&](const std::string& set, const std::string& buf) {
+    return (da ? "" : "store_a" + set + "(" + buf + "); ") + (db ? "" : "store_b" + set + "(" + buf + ");");
   };
-  g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
-  if (c.depth == 1) {
+  if (frag_pipe) {
+    // The copies are padded to whole slices, so every step of the split's ntiles slices is in bounds.
+    g += "  uint steps = ntiles * " + u(c.bk / mma.k) + ", k = kbeg;\n";
+    g += "  frags0(k);\n";
+    g += "  for (uint st = 0u; st < steps; st += 2u, k += " + u(2 * mma.k) + ") {\n";
+    g += "    if (st + 1u < steps) frags1(k + " + u(mma.k) + ");\n";
+    g += "    mma0();\n";
+    g += "    if (st + 1u >= steps) break;\n";
+    g += "    if (st + 2u < steps) frags0(k + " + u(2 * mma.k) + ");\n";
+    g += "    mma1();\n  }\n";
+  } else if (da && db) {
+    // No shared tiles: the subgroups run independently (no barrier), each reading its fragments from the
+    // f16 copies through the caches.
+    g += "  for (uint t = 0u; t < ntiles; ++t) compute(0u, kbeg + t * BK);\n";
+  } else {
+    g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
+  }
+  if (da && db) {
+  } else if (c.depth == 1) {
     // Slice t+1 is loaded into registers before slice t is multiplied. With two buffers it is stored to
     // the other one right after (whose last readers, slice t-1, all passed the previous barrier): one
     // barrier per slice. With one, everyone finishes reading it before it is overwritten: two.
@@ -812,9 +901,10 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "    bool more = LOADS && t + 1u < ntiles;\n";
     g += "    if (more) { " + fetch("0", "kbeg + (t + 1u) * BK") + " }\n";
     if (c.buffers == 2)
-      g += "    uint cur = t & 1u;\n    compute(cur);\n    if (more) { " + put("0", "cur ^ 1u") + " }\n";
+      g += "    uint cur = t & 1u;\n    compute(cur, kbeg + t * BK);\n    if (more) { " + put("0", "cur ^ 1u") +
+           " }\n";
     else
-      g += "    compute(0u);\n    barrier();\n    if (more) { " + put("0", "0u") + " }\n";
+      g += "    compute(0u, kbeg + t * BK);\n    barrier();\n    if (more) { " + put("0", "0u") + " }\n";
     g += "    barrier();\n  }\n";
   } else {
     // Two slices in flight: register set 0 holds the odd slices, set 1 the even ones (after slice 0), so
@@ -824,12 +914,12 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "  if (LOADS && ntiles > 1u) { " + fetch("0", "kbeg + BK") + " }\n";
     g += "  if (LOADS && ntiles > 2u) { " + fetch("1", "kbeg + 2u * BK") + " }\n";
     g += "  for (uint t = 0u; t < ntiles; t += 2u) {\n";
-    g += "    compute(0u);\n";
+    g += "    compute(0u, kbeg + t * BK);\n";
     g += "    if (LOADS && t + 1u < ntiles) { " + put("0", "1u") + " }\n";
     g += "    barrier();\n";
     g += "    if (LOADS && t + 3u < ntiles) { " + fetch("0", "kbeg + (t + 3u) * BK") + " }\n";
     g += "    if (t + 1u >= ntiles) break;\n";
-    g += "    compute(1u);\n";
+    g += "    compute(1u, kbeg + (t + 1u) * BK);\n";
     g += "    if (LOADS && t + 2u < ntiles) { " + put("1", "0u") + " }\n";
     g += "    barrier();\n";
     g += "    if (LOADS && t + 4u < ntiles) { " + fetch("1", "kbeg + (t + 4u) * BK") + " }\n";
@@ -1038,6 +1128,12 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
         t.lx = d[0], t.ly = d[1];
       } else if (coopmat && tag == 'p') {
         t.depth = parse_dims(rest, 1, knob)[0];
+      } else if (coopmat && tag == 'd') {
+        if (rest == "0") t.direct = 0;
+        else if (rest == "a") t.direct = 1;
+        else if (rest == "b") t.direct = 2;
+        else if (rest == "ab") t.direct = 3;
+        else throw Error(knob + ": '" + field + "': d0, da, db or dab (operands read straight from global memory)");
       } else if (coopmat && tag == 'b') {
         t.buffers = parse_dims(rest, 1, knob)[0];
       } else if (coopmat && tag == 'w') {
@@ -1049,7 +1145,7 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
         t.splits = parse_dims(rest, 1, knob)[0];
       } else {
         throw Error(knob + ": unknown field '" + field + "' in '" + text + "' (expected " +
-                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB, pP, sS" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") +
+                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB, pP, dD, sS" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") +
                     ")");
       }
     }

@@ -6,9 +6,11 @@
 //   MGN_GEMM_TILE     BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]  simt tile: block, per-thread tile, lanes of a
 //                                                         subgroup along N x M, tile-row group, K splits
 //   MGN_GEMM_F16      0 disables the f16 cooperative-matrix path for Accelerated nodes
-//   MGN_GEMM_F16_TILE BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,sS] coopmat tile: block, warp tile, tile-row
-//                                                         group, shared buffers per operand (1 or 2), K
-//                                                         slices in flight in registers (1 or 2), K splits
+//   MGN_GEMM_F16_TILE BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,dD][,sS] coopmat tile: block, warp tile,
+//                                                         tile-row group, shared buffers per operand (1 or
+//                                                         2), K slices in flight in registers (1 or 2),
+//                                                         operands whose fragments load straight from
+//                                                         global memory (d0, da, db, dab), K splits
 //   MGN_GEMM_F16_ABLATE noload | nomma                    benchmark only: see GemmOptions::coopmat_ablate
 // Any field left out is chosen by the heuristics (the defaults are the expected-fastest configuration).
 #pragma once
@@ -44,6 +46,9 @@ struct GemmTile {
   uint32_t splits = 0;              // K split into this many partial products, then summed
   uint32_t buffers = 0;             // coopmat: shared-memory buffers per operand (1 or 2)
   uint32_t depth = 0;               // coopmat: K slices in flight in registers (1 or 2)
+  // coopmat: operands whose fragments each subgroup loads straight from global memory (their f16 copies),
+  // with no shared-memory tile: bit 0 A, bit 1 B; -1 = auto (both through shared memory).
+  int direct = -1;
 };
 
 // Shape of one cooperative-matrix multiply (the device's VkCooperativeMatrixPropertiesNV entry).
