@@ -26,7 +26,8 @@
 #   gemm-warmup  the micro job's GEMM shapes with 5 and 100 warm-up calls, GPU timestamps and clocks logged
 #   f16-probe    the f16 cooperative-matrix GEMM: a sweep of its tiles (F16_PROBE_VARIANTS) with the driver's
 #                register counts, and what the driver exposes of the default kernel's internal representations
-#   micro        mgn bench attention / conv (strict and accelerated) next to bench/pytorch/attention.py / conv.py
+#   micro        mgn bench attention / conv (strict and accelerated; attention once more with MGN_ATTENTION=row)
+#                next to bench/pytorch/attention.py / conv.py
 #                (same inputs, outputs checked), and mgn bench-gemm (f32 and --f16) next to gemm.py (f32, TF32
 #                and --dtype f16) on the SmolLM2 and cube shapes, one
 #                table -> micro_table.md (about 2 minutes)
@@ -182,6 +183,10 @@ for job in "$@"; do
         FILES="$FILES $T/$W.mgn.jsonl $T/$W.acc.mgn.jsonl $T/$W.torch.jsonl $T/$W.mgn_out.safetensors"
         FILES="$FILES $T/$W.acc.mgn_out.safetensors $T/$W.torch_out.safetensors"
       done
+      # The row forward kernels where auto picks the query-tiled ones (long sequences), for the comparison
+      # of the two: $OUT/micro_attention_row.mgn.jsonl (same inputs; not in the table).
+      MGN_ATTENTION=row "$B/mgn" bench attention --json "$OUT/micro_attention_row.mgn.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench attention MGN_ATTENTION=row rc=$?" >> "$L"
       # The Fashion CNN's fc1 at batch 64, SmolLM2's projections (k/v, q/o, MLP), its lm_head forward and
       # input gradient, and the cubes: the small shapes show where f16 (three dispatches) stops paying off.
       SHAPES="64x128x1568 128x192x576 128x576x576 128x1536x576 128x576x1536 128x49152x576 128x576x49152 512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192"

@@ -3,11 +3,13 @@
 // causal with Sq > Skv and Sq < Skv, additive masks with whole rows of -inf, very peaky scores. Forward
 // output, log-sum-exp and the three derivatives against the CPU reference executor (double), with
 // poisoned outputs and the validation layer on (unless MGN_VALIDATION=0); -inf entries of lse must match
-// exactly.
+// exactly. Each case runs twice: with the row kernels and with the tiled ones (query-tiled forward and
+// grad_q, key-tiled dK+dV; MGN_ATTENTION=row / tiled); the tiled run checks that the tiled kernels ran where the head dims allow it.
 #include <gtest/gtest.h>
 
 #ifdef MGN_HAVE_VULKAN
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -70,10 +72,20 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
   int ids[5] = {on, ln, gq, gk, gv};
   for (int i = 0; i < 5; ++i) ir.add_output(names[i], ids[i]);
 
+  cpu::Executor cpu(ir);
+  for (const char* knob : {"row", "tiled"}) {
+  SCOPED_TRACE(std::string("MGN_ATTENTION=") + knob);
+  setenv("MGN_ATTENTION", knob, 1);
+  vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = "", .poison = true});
+  unsetenv("MGN_ATTENTION");
+  int tiled = 0;
+  for (const auto& [name, glsl] : gpu.kernel_sources()) tiled += name.find("_tiled_") != std::string::npos;
+  // The forward pair takes head dims of whole vec4s up to 128; grad_q and the fused dK+dV up to 64.
+  const bool vec4s = c.D % 4 == 0 && c.Dv % 4 == 0, fwd = vec4s && c.D <= 128 && c.Dv <= 128,
+             grad = vec4s && c.D <= 64 && c.Dv <= 64;
+  EXPECT_EQ(tiled, std::string(knob) == "tiled" ? (fwd ? 2 : 0) + (grad ? 2 : 0) : 0) << "kernels on the tiled path";
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  cpu::Executor cpu(ir);
-  vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = "", .poison = true});
   for (int id : ir.inputs()) {
     std::vector<float> x(size_t(numel(ir.node(id).shape)));
     for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? float(c.qscale) : 1.0f);
@@ -106,10 +118,42 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
       den += want[e] * want[e];
     }
     double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+    if (std::getenv("MGN_TEST_PRINT_ERR")) std::printf("%s %s %s %.3g\n", knob, c.name, names[i], err);
     EXPECT_LE(err, 2e-6) << c.name << " " << names[i];
   }
   EXPECT_EQ(ctx_->validation_message_count(), 0u);
   for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
+  ctx_->clear_validation_messages();
+  }
+}
+
+// MGN_ATTENTION=auto (the default) takes the query-tiled forward kernels when the query blocks are many
+// (at least 128 of 32 rows here) and the row kernels otherwise; a bad knob value is a clear error.
+TEST_F(VulkanAttention, AutoPicksTheForwardKernelAndRejectsBadKnobs) {
+  auto forward_kernels = [&](int64_t hq, int64_t sq) {
+    mgn::Graph g;
+    Tensor q = g.input("q", {1, hq, sq, 8}), k = g.input("k", {1, 1, sq, 8}), v = g.input("v", {1, 1, sq, 8});
+    ir::Graph& ir = g.ir();
+    ir::Attrs at = ir::Attrs().set("scale", 0.35).set("causal", int64_t(1));
+    ir.add_output("o", ir.add(ir::Op::Attention, {q.id(), k.id(), v.id()}, at));
+    vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = ""});
+    std::string names;
+    for (const auto& [name, glsl] : gpu.kernel_sources()) names += name + " ";
+    return names;
+  };
+  if (ctx_->limits().subgroup_size <= 32) {  // blocks of 32 rows
+    EXPECT_NE(forward_kernels(4, 1024).find("attention_tiled_"), std::string::npos);
+    EXPECT_EQ(forward_kernels(2, 1024).find("_tiled_"), std::string::npos);  // 64 blocks: row kernel
+  }
+  setenv("MGN_ATTENTION", "fast", 1);
+  try {
+    forward_kernels(1, 64);
+    ADD_FAILURE() << "MGN_ATTENTION=fast was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MGN_ATTENTION"), std::string::npos) << e.what();
+  }
+  unsetenv("MGN_ATTENTION");
+  EXPECT_EQ(ctx_->validation_message_count(), 0u);
   ctx_->clear_validation_messages();
 }
 
@@ -123,7 +167,11 @@ INSTANTIATE_TEST_SUITE_P(
                     Cfg{"wide_dims", 1, 2, 2, 3, 5, 260, 300, false, {}, 0.3, false},
                     Cfg{"mask_inf_rows", 2, 3, 1, 70, 135, 4, 4, false, {2, 1, 70, 135}, 2.0, true},
                     Cfg{"mask_inf_rows_causal", 1, 2, 2, 7, 9, 4, 4, true, {7, 9}, 2.0, true},
-                    Cfg{"peaky", 1, 1, 1, 4, 260, 4, 4, false, {}, 40.0, false}),
+                    Cfg{"peaky", 1, 1, 1, 4, 260, 4, 4, false, {}, 40.0, false},
+                    // Head dims of real models on the tiled path: several query blocks, GQA, causal; the
+                    // widest head it takes, with a mask.
+                    Cfg{"d64_gqa_causal", 1, 4, 2, 100, 100, 64, 64, true, {}, 1.0, false},
+                    Cfg{"d128_mask", 1, 2, 1, 40, 37, 128, 32, false, {40, 37}, 1.0, true}),
     [](const testing::TestParamInfo<Cfg>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -15,10 +15,21 @@
 //   attention_grad_kv (a fusion of _k and _v with the same inputs, see kernel.h): the same walk, thread t
 //       forms P_ij and dS_ij scale once, and the workgroup accumulates dk (over q) and dv (over do) from
 //       the same tile, so the scores and do_i·v_j are computed once for both.
+//   attention / attention_lse, query-tiled (`MGN_ATTENTION`, forward_tiled below): one workgroup per block of
+//       WG query rows of one (b, h), one thread per row. Key and value tiles of BK rows are staged in shared
+//       memory as vec4s and read by every thread of the block (broadcast), so each key row crosses L2 once
+//       per block instead of once per query row. Each thread keeps its q and o in registers and runs the
+//       online softmax of its own row (tile maximum, one rescale per tile), with no reduction across threads.
+//       attention_grad_q has the same query-tiled form (q, do, dq in registers).
+//   attention_grad_kv, key-tiled (grad_kv_tiled): a workgroup per block of WG key rows of one kv head, a
+//       thread per key row; query tiles of every query head reading the kv head are shared by the block.
+//   MGN_ATTENTION=auto | row | tiled picks between the forms (use_tiled, use_kv_tiled). Every form sums a
+//   score's dims in the same order, so the derivatives' P = exp(s - lse) sees the forward's scores.
 // Masked scores are -inf and get probability exactly 0; a row with no visible key has m = -inf (forward:
 // o = 0, lse = -inf) or lse = -inf (derivatives: the row is skipped), so no NaN is formed. Causal rows
 // and columns are cut at the tile-loop bounds (key j visible to query i iff j <= i + Skv - Sq).
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -48,6 +59,13 @@ struct Buffers {
   std::vector<Binding> bindings;
   void add(const std::string& name, Binding b) {
     decls += gl::buffer(int(bindings.size()), name, DType::F32, !b.written, b.written);
+    bindings.push_back(b);
+  }
+  // The same buffer seen as vec4s (its rows are whole vec4s; bindings start 16-byte aligned).
+  void add_vec4(const std::string& name, Binding b) {
+    const std::string i = std::to_string(bindings.size());
+    decls += "layout(std430, set = 0, binding = " + i + ") " + (b.written ? "writeonly " : "readonly ") +
+             "buffer B" + i + " { vec4 " + name + "[]; };\n";
     bindings.push_back(b);
   }
 };
@@ -328,6 +346,331 @@ uint64_t grad_kv_shared_bytes(const Dims& d, uint32_t wg) {
   return (std::max<uint64_t>(d.D, 1) + std::max<uint64_t>(d.Dv, 1) + 3 * uint64_t(wg)) * 4;
 }
 
+// ------------------------------------------------------------------ attention / attention_lse, query-tiled
+constexpr uint32_t kTiledBk = 16;  // key rows per shared tile (and scores per thread in registers)
+
+// MGN_ATTENTION: auto (default) | row | tiled (a preference: shapes the tiled kernel does not take stay on
+// the row kernel; the kernel's name says which ran).
+std::string attention_knob() {
+  const char* v = std::getenv("MGN_ATTENTION");
+  const std::string k = v ? v : "";
+  if (k.empty()) return "auto";
+  if (k == "auto" || k == "row" || k == "tiled") return k;
+  throw Error("MGN_ATTENTION: expected auto, row or tiled, got '" + k + "'");
+}
+
+uint32_t tiled_workgroup(const DeviceCaps& caps) {
+  return std::min<uint32_t>(std::max<uint32_t>(caps.subgroup_size, 32), 64);
+}
+
+// A thread keeps its row's vectors in registers as vec4s: head dims that are whole vec4s, up to 128 for
+// the forward (q, o) and up to 64 for grad_q (q, do, dq).
+bool tiled_fits(const Dims& d, Kind kind) {
+  const uint64_t most = kind == Kind::GradQ ? 64 : 128;
+  return (kind == Kind::Forward || kind == Kind::Lse || kind == Kind::GradQ) && d.D > 0 && d.Dv > 0 &&
+         d.D % 4 == 0 && d.Dv % 4 == 0 && d.D <= most && d.Dv <= most;
+}
+
+bool use_tiled(const Dims& d, Kind kind, const DeviceCaps& caps) {
+  const std::string k = attention_knob();
+  if (k == "row" || !tiled_fits(d, kind)) return false;
+  if (k == "tiled") return true;
+  // Auto: query rows enough to fill a block, and blocks enough to fill a large GPU (the row kernel has
+  // a workgroup per row, so it keeps the edge when there are few rows).
+  const uint32_t wg = tiled_workgroup(caps);
+  return d.Sq >= wg && d.B * d.Hq * div_up(d.Sq, wg) >= 128;
+}
+
+// The start of a query-tiled kernel's main: this thread's row (live: inside Sq), its kv head, the keys the
+// block walks [0, kend_blk) and the keys the row sees [0, kend).
+std::string tiled_row_setup(const std::string& grid, bool causal) {
+  std::string g = "void main() {\n" + grid;
+  g += "  uint t = gl_LocalInvocationID.x;\n"
+       "  uint qb = gid % NQB, h = (gid / NQB) % HQ, b = gid / (NQB * HQ);\n"
+       "  uint i = qb * WG + t;  // this thread's query row\n"
+       "  bool live = i < SQ;\n"
+       "  uint row = (b * HQ + h) * SQ + i;\n"
+       "  uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head\n"
+       "  uint ilast = min(qb * WG + WG, SQ) - 1u;  // the block's last query row\n";
+  if (causal)
+    g += "  uint kend_blk = uint(clamp(int(ilast) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys some row sees\n"
+         "  uint kend = live ? uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV))) : 0u;  // keys [0, kend)\n";
+  else
+    g += "  uint kend_blk = SKV;\n  uint kend = live ? SKV : 0u;\n";
+  return g;
+}
+
+// Stage key (and value) rows j0 .. j0 + BK - 1 of the kv head in s_k (s_v) between two barriers.
+std::string tiled_stage(bool with_v) {
+  std::string g = "    barrier();  // the previous tile's readers are done\n"
+                  "    for (uint e = t; e < BK * D4; e += WG) {\n"
+                  "      uint j = j0 + e / D4;\n"
+                  "      s_k[e] = j < SKV ? K4[(kbase + j) * D4 + e % D4] : vec4(0.0);\n"
+                  "    }\n";
+  if (with_v)
+    g += "    for (uint e = t; e < BK * DV4; e += WG) {\n"
+         "      uint j = j0 + e / DV4;\n"
+         "      s_v[e] = j < SKV ? V4[(kbase + j) * DV4 + e % DV4] : vec4(0.0);\n"
+         "    }\n";
+  return g + "    barrier();\n";
+}
+
+// `out = sum over dims, in order, of x[c] * s_<tile>[r * N4 + c]` (the order score() and the derivative
+// kernels use: P = exp(s - lse) there must see the score this lse came from, and a peaky softmax amplifies
+// any difference).
+std::string tiled_dot(const std::string& out, const std::string& x, const std::string& tile, const std::string& n4,
+                      const std::string& in) {
+  return in + "float " + out + " = 0.0;\n" + in + "[[unroll]] for (uint c = 0u; c < " + n4 + "; ++c) {\n" + in +
+         "  vec4 y = " + tile + "[r * " + n4 + " + c];\n" + in + "  " + out + " += " + x + "[c].x * y.x;\n" + in +
+         "  " + out + " += " + x + "[c].y * y.y;\n" + in + "  " + out + " += " + x + "[c].z * y.z;\n" + in + "  " +
+         out + " += " + x + "[c].w * y.w;\n" + in + "}\n";
+}
+
+std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal, bool has_mask) {
+  std::string g = tiled_row_setup(grid, causal);
+  g += "  vec4 q[D4];\n  [[unroll]] for (uint c = 0u; c < D4; ++c) q[c] = live ? Q4[row * D4 + c] : vec4(0.0);\n";
+  if (out_o) g += "  vec4 o[DV4];\n  [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = vec4(0.0);\n";
+  g += "  float m = NEG_INF, l = 0.0;  // the row's running maximum and sum of exp(s - m)\n"
+       "  for (uint j0 = 0u; j0 < kend_blk; j0 += BK) {\n" +
+       tiled_stage(out_o) +
+       "    float s[BK];\n"
+       "    float mt = NEG_INF;\n"
+       "    [[unroll]] for (uint r = 0u; r < BK; ++r) {\n"
+       "      float a = NEG_INF;\n"
+       "      if (j0 + r < kend) {\n" +
+       tiled_dot("dot", "q", "s_k", "D4", "        ") +
+       "        a = SCALE * dot" +
+       std::string(has_mask ? " + mask_at(b, h, i, j0 + r)" : "") +
+       ";\n"
+       "      }\n"
+       "      s[r] = a;\n"
+       "      mt = max(mt, a);\n"
+       "    }\n"
+       "    float mn = max(m, mt);\n"
+       "    if (mn != NEG_INF) {  // else nothing of this row is visible yet\n"
+       "      float alpha = m == NEG_INF ? 0.0 : exp(m - mn);\n"
+       "      l *= alpha;\n";
+  if (out_o) g += "      [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] *= alpha;\n";
+  g += "      [[unroll]] for (uint r = 0u; r < BK; ++r) {\n"
+       "        float p = s[r] == NEG_INF ? 0.0 : exp(s[r] - mn);\n"
+       "        l += p;\n";
+  if (out_o)
+    g += "        [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = fma(vec4(p), s_v[r * DV4 + c], o[c]);\n";
+  g += "      }\n"
+       "      m = mn;\n"
+       "    }\n"
+       "  }\n"
+       "  if (!live) return;\n";
+  if (out_o)
+    g += "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n"
+         "  [[unroll]] for (uint c = 0u; c < DV4; ++c) O4[row * DV4 + c] = o[c] * inv;\n";
+  else
+    g += "  LSE[row] = m == NEG_INF ? NEG_INF : m + log(l);\n";
+  return g + "}\n";
+}
+
+// attention_grad_q, query-tiled: the row kernel's arithmetic (P from the saved lse, dS, dq over the key
+// rows in order) with a thread per query row and the key/value tiles shared by the block.
+std::string grad_q_tiled_main(const std::string& grid, bool causal, bool has_mask) {
+  std::string g = tiled_row_setup(grid, causal);
+  g += "  vec4 q[D4], dq[D4], dov[DV4];\n"
+       "  float di = 0.0;  // D_i = do_i . o_i\n"
+       "  [[unroll]] for (uint c = 0u; c < D4; ++c) {\n"
+       "    q[c] = live ? Q4[row * D4 + c] : vec4(0.0);\n"
+       "    dq[c] = vec4(0.0);\n"
+       "  }\n"
+       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) {\n"
+       "    dov[c] = live ? DO4[row * DV4 + c] : vec4(0.0);\n"
+       "    vec4 o = live ? O4[row * DV4 + c] : vec4(0.0);\n"
+       "    di += dov[c].x * o.x;\n    di += dov[c].y * o.y;\n    di += dov[c].z * o.z;\n    di += dov[c].w * o.w;\n"
+       "  }\n"
+       "  float lse = live ? LSE[row] : NEG_INF;\n"
+       "  if (lse == NEG_INF) kend = 0u;  // a row with no visible key has no derivative\n"
+       "  for (uint j0 = 0u; j0 < kend_blk; j0 += BK) {\n" +
+       tiled_stage(true) +
+       "    [[unroll]] for (uint r = 0u; r < BK; ++r) {\n"
+       "      if (j0 + r >= kend) continue;\n" +
+       tiled_dot("dot", "q", "s_k", "D4", "      ") +
+       "      float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j0 + r)" : "") + ";\n"
+       "      if (s == NEG_INF) continue;\n" +
+       tiled_dot("dp", "dov", "s_v", "DV4", "      ") +
+       "      float ds = exp(s - lse) * (dp - di) * SCALE;\n"
+       "      [[unroll]] for (uint c = 0u; c < D4; ++c) dq[c] = fma(vec4(ds), s_k[r * D4 + c], dq[c]);\n"
+       "    }\n"
+       "  }\n"
+       "  if (!live) return;\n"
+       "  [[unroll]] for (uint c = 0u; c < D4; ++c) DQ4[row * D4 + c] = dq[c];\n";
+  return g + "}\n";
+}
+
+// The query-tiled kernel of a forward op (O or LSE) or of attention_grad_q (DQ).
+Kernel query_tiled(const Dims& d, Kind kind, bool causal, const Shape* mask, double scale, const std::string& key,
+                   const std::string& op, const std::string& who, const DeviceCaps& caps) {
+  const uint32_t wg = tiled_workgroup(caps);
+  const uint64_t nqb = div_up(d.Sq, wg);
+  const bool grad = kind == Kind::GradQ, with_v = kind != Kind::Lse;
+  Buffers bufs;
+  bufs.add_vec4("Q4", in(0));
+  bufs.add_vec4("K4", in(1));
+  if (with_v) bufs.add_vec4("V4", in(2));
+  if (grad) {
+    bufs.add_vec4("O4", in(3));
+    bufs.add_vec4("DO4", in(4));
+    bufs.add("LSE", in(5));
+  }
+  if (mask) bufs.add("MASK", in(grad ? 6 : 3));
+  if (kind == Kind::Forward) bufs.add_vec4("O4", {BindingKind::Output, 0, true});
+  if (kind == Kind::Lse) bufs.add("LSE", {BindingKind::Output, 0, true});
+  if (grad) bufs.add_vec4("DQ4", {BindingKind::Output, 0, true});
+  const uint64_t shared_bytes = uint64_t(kTiledBk) * (d.D + (with_v ? d.Dv : 0)) * 4;
+  if (shared_bytes > caps.max_shared_bytes)
+    throw Error(who + ": the query-tiled kernel needs " + std::to_string(shared_bytes) +
+                " bytes of shared memory, the device allows " + std::to_string(caps.max_shared_bytes) +
+                " (MGN_ATTENTION=row avoids it)");
+  gl::Grid grid = gl::flat_groups(d.B * d.Hq * nqb, caps, who);
+  Kernel k;
+  k.name = op + "_tiled_" + key + "_wg" + std::to_string(wg);
+  k.glsl = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n// archetype: attention " + op +
+           " " + key + " scale " + gl::flit(scale) +
+           ": workgroup per block of WG query rows of one head, a thread per row (its vectors and softmax "
+           "state in registers), key/value tiles of BK rows in shared memory (WG = " +
+           std::to_string(wg) + ", BK = " + std::to_string(kTiledBk) + ")\nlayout(local_size_x = " +
+           std::to_string(wg) + ") in;\n" + bufs.decls + prelude(d, wg, scale, causal, mask) +
+           "const uint NQB = " + u(nqb) + ", D4 = " + u(d.D / 4) + ", DV4 = " + u(d.Dv / 4) +
+           ", BK = " + u(kTiledBk) + ";\nshared vec4 s_k[BK * D4];\n" +
+           (with_v ? "shared vec4 s_v[BK * DV4];\n" : "") +
+           (grad ? grad_q_tiled_main(grid.glsl, causal, mask != nullptr)
+                 : forward_tiled_main(grid.glsl, kind == Kind::Forward, causal, mask != nullptr));
+  k.bindings = bufs.bindings;
+  k.groups = grid.groups;
+  return k;
+}
+
+// ------------------------------------------------------------ attention_grad_k + _v, key-tiled (fused)
+// A workgroup per block of WG key rows of one kv head, a thread per key row: its k and v rows sit in shared
+// memory (rows padded by one vec4, so the per-thread vec4 reads do not collide on banks), its dk and dv in
+// registers. Tiles of BQ query rows (q, do, lse, D_i) of every query head reading the kv head are staged
+// in shared memory and read by the whole block, so each query row crosses L2 once per block instead of
+// once per key row. The arithmetic is the row kernel's, in its order (dims, then heads, then query rows).
+constexpr uint32_t kTiledBq = 16;
+
+bool kv_tiled_fits(const Dims& d) {
+  return d.D > 0 && d.Dv > 0 && d.D % 4 == 0 && d.Dv % 4 == 0 && d.D <= 64 && d.Dv <= 64;
+}
+
+bool use_kv_tiled(const Dims& d, const DeviceCaps& caps) {
+  const std::string k = attention_knob();
+  if (k == "row" || !kv_tiled_fits(d)) return false;
+  if (k == "tiled") return true;
+  // Auto: fewer blocks than the query side needs (each one walks REP x Sq query rows).
+  const uint32_t wg = tiled_workgroup(caps);
+  return d.Skv >= wg && d.B * d.Hkv * div_up(d.Skv, wg) >= 64;
+}
+
+std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_mask) {
+  std::string g = "void main() {\n" + grid;
+  g += "  uint t = gl_LocalInvocationID.x;\n"
+       "  uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = gid / (NKB * HKV);\n"
+       "  uint j = kb * WG + t;  // this thread's key row\n"
+       "  bool live = j < SKV;\n"
+       "  uint krow = (b * HKV + hk) * SKV + j;\n"
+       "  [[unroll]] for (uint c = 0u; c < D4; ++c) s_kt[t * KS + c] = live ? K4[krow * D4 + c] : vec4(0.0);\n"
+       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) s_vt[t * VS + c] = live ? V4[krow * DV4 + c] : vec4(0.0);\n";
+  if (causal)
+    g += "  uint istart_blk = uint(clamp(int(kb * WG) - CAUSAL_OFF, 0, int(SQ)));  // first query the block needs\n"
+         "  uint istart = live ? uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ))) : SQ;  // first query that sees j\n";
+  else
+    g += "  uint istart_blk = 0u;\n  uint istart = live ? 0u : SQ;\n";
+  g += "  vec4 dk[D4], dv[DV4];\n"
+       "  [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = vec4(0.0);\n"
+       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = vec4(0.0);\n"
+       "  for (uint h = hk * REP; h < (hk + 1u) * REP; ++h) {\n"
+       "    uint qrow0 = (b * HQ + h) * SQ;  // row of query 0 of head h\n"
+       "    for (uint i0 = istart_blk; i0 < SQ; i0 += BQ) {\n"
+       "      barrier();  // the previous tile's readers are done (and, first, the k/v rows are in)\n"
+       "      for (uint e = t; e < BQ * D4; e += WG) {\n"
+       "        uint i = i0 + e / D4;\n"
+       "        s_q[e] = i < SQ ? Q4[(qrow0 + i) * D4 + e % D4] : vec4(0.0);\n"
+       "      }\n"
+       "      for (uint e = t; e < BQ * DV4; e += WG) {\n"
+       "        uint i = i0 + e / DV4;\n"
+       "        s_do[e] = i < SQ ? DO4[(qrow0 + i) * DV4 + e % DV4] : vec4(0.0);\n"
+       "      }\n"
+       "      for (uint e = t; e < BQ; e += WG) {\n"
+       "        uint i = i0 + e;\n"
+       "        s_lse[e] = i < SQ ? LSE[qrow0 + i] : NEG_INF;\n"
+       "        s_delta[e] = i < SQ ? DELTA[qrow0 + i] : 0.0;\n"
+       "      }\n"
+       "      barrier();\n"
+       "      [[unroll]] for (uint r = 0u; r < BQ; ++r) {\n"
+       "        uint i = i0 + r;\n"
+       "        float lse = s_lse[r];\n"
+       "        if (i < istart || lse == NEG_INF) continue;  // rows past SQ have lse -inf\n"
+       "        float dot = 0.0;\n"
+       "        [[unroll]] for (uint c = 0u; c < D4; ++c) {\n"
+       "          vec4 x = s_q[r * D4 + c], y = s_kt[t * KS + c];\n"
+       "          dot += x.x * y.x;\n          dot += x.y * y.y;\n          dot += x.z * y.z;\n          dot += x.w * y.w;\n"
+       "        }\n"
+       "        float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j)" : "") + ";\n"
+       "        if (s == NEG_INF) continue;\n"
+       "        float p = exp(s - lse);\n"
+       "        float dp = 0.0;\n"
+       "        [[unroll]] for (uint c = 0u; c < DV4; ++c) {\n"
+       "          vec4 x = s_do[r * DV4 + c], y = s_vt[t * VS + c];\n"
+       "          dp += x.x * y.x;\n          dp += x.y * y.y;\n          dp += x.z * y.z;\n          dp += x.w * y.w;\n"
+       "        }\n"
+       "        float ds = p * (dp - s_delta[r]) * SCALE;  // dS_ij * scale\n"
+       "        [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = fma(vec4(ds), s_q[r * D4 + c], dk[c]);\n"
+       "        [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = fma(vec4(p), s_do[r * DV4 + c], dv[c]);\n"
+       "      }\n"
+       "    }\n"
+       "  }\n"
+       "  if (!live) return;\n"
+       "  [[unroll]] for (uint c = 0u; c < D4; ++c) DK4[krow * D4 + c] = dk[c];\n"
+       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) DVOUT4[krow * DV4 + c] = dv[c];\n";
+  return g + "}\n";
+}
+
+Kernel grad_kv_tiled(const Dims& d, int pk, int pv, bool causal, const Shape* mask, double scale,
+                     const std::string& key, const std::string& who, const DeviceCaps& caps) {
+  const uint32_t wg = tiled_workgroup(caps);
+  const uint64_t nkb = div_up(d.Skv, wg);
+  Buffers bufs;
+  bufs.add_vec4("Q4", in(0));
+  bufs.add_vec4("K4", in(1));
+  bufs.add_vec4("V4", in(2));
+  bufs.add_vec4("DO4", in(4));
+  bufs.add("LSE", in(5));
+  bufs.add("DELTA", {BindingKind::Scratch, 0, false});
+  if (mask) bufs.add("MASK", in(6));
+  bufs.add_vec4("DK4", {BindingKind::Output, 0, true, pk});
+  bufs.add_vec4("DVOUT4", {BindingKind::Output, 0, true, pv});
+  const uint64_t ks = d.D / 4 + 1, vs = d.Dv / 4 + 1;
+  const uint64_t shared_bytes = (wg * (ks + vs) + kTiledBq * (d.D + d.Dv) / 4) * 16 + 2 * kTiledBq * 4;
+  if (shared_bytes > caps.max_shared_bytes)
+    throw Error(who + ": the key-tiled kernel needs " + std::to_string(shared_bytes) +
+                " bytes of shared memory, the device allows " + std::to_string(caps.max_shared_bytes) +
+                " (MGN_ATTENTION=row avoids it)");
+  gl::Grid grid = gl::flat_groups(d.B * d.Hkv * nkb, caps, who);
+  Kernel k;
+  k.name = "attention_grad_kv_tiled_" + key + "_wg" + std::to_string(wg);
+  k.glsl = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n"
+           "// archetype: attention attention_grad_k + attention_grad_v " + key + " scale " + gl::flit(scale) +
+           ": workgroup per block of WG key rows of one kv head, a thread per key row (dk, dv in registers), "
+           "tiles of BQ query rows of every query head reading it in shared memory (WG = " +
+           std::to_string(wg) + ", BQ = " + std::to_string(kTiledBq) + ")\nlayout(local_size_x = " +
+           std::to_string(wg) + ") in;\n" + bufs.decls + prelude(d, wg, scale, causal, mask) +
+           "const uint NKB = " + u(nkb) + ", D4 = " + u(d.D / 4) + ", DV4 = " + u(d.Dv / 4) + ", BQ = " +
+           u(kTiledBq) + ", KS = " + u(ks) + ", VS = " + u(vs) +
+           ";  // KS, VS: padded row strides of s_kt, s_vt in vec4s\n"
+           "shared vec4 s_kt[WG * KS];  // the block's key rows\nshared vec4 s_vt[WG * VS];  // its value rows\n"
+           "shared vec4 s_q[BQ * D4];\nshared vec4 s_do[BQ * DV4];\nshared float s_lse[BQ];\nshared float s_delta[BQ];\n" +
+           grad_kv_tiled_main(grid.glsl, causal, mask != nullptr);
+  k.bindings = bufs.bindings;
+  k.groups = grid.groups;
+  return k;
+}
+
 }  // namespace
 
 bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const DeviceCaps& caps) {
@@ -362,6 +705,10 @@ Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nod
 
   Lowering l;
   add_delta_kernel(l, d, key, "attention_grad_kv", caps);
+  if (use_kv_tiled(d, caps)) {
+    l.kernels.push_back(grad_kv_tiled(d, pk, pv, causal, mask, scale, key, who, caps));
+    return l;
+  }
   Buffers bufs;
   bufs.add("Q", in(0));
   bufs.add("K", in(1));
@@ -427,6 +774,10 @@ Lowering lower_attention(const LowerContext& ctx) {
   const std::string op = ir::op_name(n.op);
 
   Lowering l;
+  if (use_tiled(d, kind, ctx.caps)) {
+    l.kernels.push_back(query_tiled(d, kind, causal, mask, scale, key, op, who, ctx.caps));
+    return l;
+  }
   Buffers bufs;
   Shared shared;
   uint32_t wg;
