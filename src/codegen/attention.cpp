@@ -415,15 +415,15 @@ std::string tiled_stage(bool with_v) {
   return g + "    barrier();\n";
 }
 
-// `out = sum over dims, in order, of x[c] * s_<tile>[r * N4 + c]` (the order score() and the derivative
-// kernels use: P = exp(s - lse) there must see the score this lse came from, and a peaky softmax amplifies
-// any difference).
-std::string tiled_dot(const std::string& out, const std::string& x, const std::string& tile, const std::string& n4,
+// `float out = sum over the dims, in order, of x * y`, x and y being vec4 expressions of the index c < n4
+// (the order score() and the derivative kernels use: P = exp(s - lse) there must see the score this lse
+// came from, and a peaky softmax amplifies any difference).
+std::string tiled_dot(const std::string& out, const std::string& x, const std::string& y, const std::string& n4,
                       const std::string& in) {
-  return in + "float " + out + " = 0.0;\n" + in + "[[unroll]] for (uint c = 0u; c < " + n4 + "; ++c) {\n" + in +
-         "  vec4 y = " + tile + "[r * " + n4 + " + c];\n" + in + "  " + out + " += " + x + "[c].x * y.x;\n" + in +
-         "  " + out + " += " + x + "[c].y * y.y;\n" + in + "  " + out + " += " + x + "[c].z * y.z;\n" + in + "  " +
-         out + " += " + x + "[c].w * y.w;\n" + in + "}\n";
+  std::string g = in + "float " + out + " = 0.0;\n" + in + "[[unroll]] for (uint c = 0u; c < " + n4 + "; ++c) {\n" +
+                  in + "  vec4 x = " + x + ", y = " + y + ";\n";
+  for (const char* e : {"x", "y", "z", "w"}) g += in + "  " + out + " += x." + e + " * y." + e + ";\n";
+  return g + in + "}\n";
 }
 
 std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal, bool has_mask) {
@@ -438,7 +438,7 @@ std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal,
        "    [[unroll]] for (uint r = 0u; r < BK; ++r) {\n"
        "      float a = NEG_INF;\n"
        "      if (j0 + r < kend) {\n" +
-       tiled_dot("dot", "q", "s_k", "D4", "        ") +
+       tiled_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "        ") +
        "        a = SCALE * dot" +
        std::string(has_mask ? " + mask_at(b, h, i, j0 + r)" : "") +
        ";\n"
@@ -474,26 +474,23 @@ std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal,
 std::string grad_q_tiled_main(const std::string& grid, bool causal, bool has_mask) {
   std::string g = tiled_row_setup(grid, causal);
   g += "  vec4 q[D4], dq[D4], dov[DV4];\n"
-       "  float di = 0.0;  // D_i = do_i . o_i\n"
        "  [[unroll]] for (uint c = 0u; c < D4; ++c) {\n"
        "    q[c] = live ? Q4[row * D4 + c] : vec4(0.0);\n"
        "    dq[c] = vec4(0.0);\n"
        "  }\n"
-       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) {\n"
-       "    dov[c] = live ? DO4[row * DV4 + c] : vec4(0.0);\n"
-       "    vec4 o = live ? O4[row * DV4 + c] : vec4(0.0);\n"
-       "    di += dov[c].x * o.x;\n    di += dov[c].y * o.y;\n    di += dov[c].z * o.z;\n    di += dov[c].w * o.w;\n"
-       "  }\n"
+       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) dov[c] = live ? DO4[row * DV4 + c] : vec4(0.0);\n"
+       "  // D_i = do_i . o_i\n" +
+       tiled_dot("di", "dov[c]", "(live ? O4[row * DV4 + c] : vec4(0.0))", "DV4", "  ") +
        "  float lse = live ? LSE[row] : NEG_INF;\n"
        "  if (lse == NEG_INF) kend = 0u;  // a row with no visible key has no derivative\n"
        "  for (uint j0 = 0u; j0 < kend_blk; j0 += BK) {\n" +
        tiled_stage(true) +
        "    [[unroll]] for (uint r = 0u; r < BK; ++r) {\n"
        "      if (j0 + r >= kend) continue;\n" +
-       tiled_dot("dot", "q", "s_k", "D4", "      ") +
+       tiled_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "      ") +
        "      float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j0 + r)" : "") + ";\n"
        "      if (s == NEG_INF) continue;\n" +
-       tiled_dot("dp", "dov", "s_v", "DV4", "      ") +
+       tiled_dot("dp", "dov[c]", "s_v[r * DV4 + c]", "DV4", "      ") +
        "      float ds = exp(s - lse) * (dp - di) * SCALE;\n"
        "      [[unroll]] for (uint c = 0u; c < D4; ++c) dq[c] = fma(vec4(ds), s_k[r * D4 + c], dq[c]);\n"
        "    }\n"
@@ -605,20 +602,12 @@ std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_ma
        "      [[unroll]] for (uint r = 0u; r < BQ; ++r) {\n"
        "        uint i = i0 + r;\n"
        "        float lse = s_lse[r];\n"
-       "        if (i < istart || lse == NEG_INF) continue;  // rows past SQ have lse -inf\n"
-       "        float dot = 0.0;\n"
-       "        [[unroll]] for (uint c = 0u; c < D4; ++c) {\n"
-       "          vec4 x = s_q[r * D4 + c], y = s_kt[t * KS + c];\n"
-       "          dot += x.x * y.x;\n          dot += x.y * y.y;\n          dot += x.z * y.z;\n          dot += x.w * y.w;\n"
-       "        }\n"
+       "        if (i < istart || lse == NEG_INF) continue;  // rows past SQ have lse -inf\n" +
+       tiled_dot("dot", "s_q[r * D4 + c]", "s_kt[t * KS + c]", "D4", "        ") +
        "        float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j)" : "") + ";\n"
        "        if (s == NEG_INF) continue;\n"
-       "        float p = exp(s - lse);\n"
-       "        float dp = 0.0;\n"
-       "        [[unroll]] for (uint c = 0u; c < DV4; ++c) {\n"
-       "          vec4 x = s_do[r * DV4 + c], y = s_vt[t * VS + c];\n"
-       "          dp += x.x * y.x;\n          dp += x.y * y.y;\n          dp += x.z * y.z;\n          dp += x.w * y.w;\n"
-       "        }\n"
+       "        float p = exp(s - lse);\n" +
+       tiled_dot("dp", "s_do[r * DV4 + c]", "s_vt[t * VS + c]", "DV4", "        ") +
        "        float ds = p * (dp - s_delta[r]) * SCALE;  // dS_ij * scale\n"
        "        [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = fma(vec4(ds), s_q[r * D4 + c], dk[c]);\n"
        "        [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = fma(vec4(p), s_do[r * DV4 + c], dv[c]);\n"

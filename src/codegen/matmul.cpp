@@ -777,14 +777,19 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     return s.transpose_b ? "(wn0 + " + j + " * " + u(mma.n) + ") * SB + " + kk
                          : kk + " * SB + wn0 + " + j + " * " + u(mma.n);
   };
-  g += "void compute(uint buf, uint k0) {\n";
-  g += "  uint abase = " + (da ? std::string("a_off * 8u") : "buf * " + u(ah)) +
-       ", bbase = " + (db ? std::string("b_off * 8u") : "buf * " + u(bh)) + ";\n";
-  g += "  " + unroll + "for (uint kk = 0u; kk < BK; kk += " + u(mma.k) + ") {\n";
-  if (emulate) {
-    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-    g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-    g += "        mma_emul(i, j, abase + " + a_frag("i", "kk") + ", bbase + " + b_frag("j", "kk") + ");\n";
+  // Both operands direct with two steps in flight: fragment sets 0 and 1 alternate, so one multiply-K
+  // step's loads are issued before the previous step's multiplies (software pipelining in registers); it
+  // replaces compute() below.
+  const bool frag_pipe = da && db && c.depth == 2;
+  if (!frag_pipe) {
+    g += "void compute(uint buf, uint k0) {\n";
+    g += "  uint abase = " + (da ? std::string("a_off * 8u") : "buf * " + u(ah)) +
+         ", bbase = " + (db ? std::string("b_off * 8u") : "buf * " + u(bh)) + ";\n";
+    g += "  " + unroll + "for (uint kk = 0u; kk < BK; kk += " + u(mma.k) + ") {\n";
+    if (emulate) {
+      g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+      g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+      g += "        mma_emul(i, j, abase + " + a_frag("i", "kk") + ", bbase + " + b_frag("j", "kk") + ");\n";
   } else {
     g += "    " + tA + " fa[" + su(fi) + "];\n    " + tB + " fb[" + su(fj) + "];\n";
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
@@ -802,10 +807,7 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
       g += "        {}  // ABLATED: no multiply\n";
   }
   g += "  }\n}\n";
-  // Both operands direct with two steps in flight: fragment sets 0 and 1 alternate, so one multiply-K
-  // step's loads are issued before the previous step's multiplies (software pipelining in registers).
-  const bool frag_pipe = da && db && c.depth == 2;
-  if (frag_pipe) {
+  } else {
     for (const char* set : {"0", "1"}) {
       const std::string S = set;
       if (emulate) {

@@ -225,6 +225,19 @@ void PipelineCache::build(Entry& e) {
 
 // The executables of a pipeline as the driver lists them (VK_KHR_pipeline_executable_properties); empty
 // when it lists none or the entry point is missing.
+// Vulkan's two-call idiom: call(&n, nullptr) for the count, then call(&n, data) into elements that start
+// as `blank` (their sType). Empty when either call fails.
+template <class T, class Call>
+static std::vector<T> two_call(const T& blank, Call call) {
+  uint32_t n = 0;
+  if (call(&n, nullptr) != VK_SUCCESS || n == 0) return {};
+  std::vector<T> out(n, blank);
+  const VkResult r = call(&n, out.data());
+  if (r != VK_SUCCESS && r != VK_INCOMPLETE) return {};  // VK_INCOMPLETE: n says how many were written
+  out.resize(n);
+  return out;
+}
+
 static std::vector<VkPipelineExecutablePropertiesKHR> pipeline_executables(VkDevice dev,
                                                                            VkPipeline pipeline) {
   auto props_fn = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
@@ -232,13 +245,15 @@ static std::vector<VkPipelineExecutablePropertiesKHR> pipeline_executables(VkDev
   if (!props_fn) return {};
   auto info = make<VkPipelineInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR);
   info.pipeline = pipeline;
-  uint32_t n = 0;
-  if (props_fn(dev, &info, &n, nullptr) != VK_SUCCESS) return {};
-  std::vector<VkPipelineExecutablePropertiesKHR> execs(
-      n, make<VkPipelineExecutablePropertiesKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR));
-  if (props_fn(dev, &info, &n, execs.data()) != VK_SUCCESS) return {};
-  execs.resize(n);
-  return execs;
+  return two_call(make<VkPipelineExecutablePropertiesKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR),
+                  [&](uint32_t* n, VkPipelineExecutablePropertiesKHR* d) { return props_fn(dev, &info, n, d); });
+}
+
+static VkPipelineExecutableInfoKHR executable_info(VkPipeline pipeline, uint32_t index) {
+  auto ei = make<VkPipelineExecutableInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR);
+  ei.pipeline = pipeline;
+  ei.executableIndex = index;
+  return ei;
 }
 
 // MGN_PIPELINE_STATS=1: one stderr line per pipeline with what the driver reports about its executable
@@ -252,14 +267,11 @@ void PipelineCache::print_statistics(const Pipeline& p) const {
   const uint32_t n = uint32_t(execs.size());
   std::string line;
   for (uint32_t i = 0; i < n; ++i) {
-    auto ei = make<VkPipelineExecutableInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR);
-    ei.pipeline = p.pipeline;
-    ei.executableIndex = i;
-    uint32_t m = 0;
-    if (stats_fn(dev, &ei, &m, nullptr) != VK_SUCCESS) continue;
-    std::vector<VkPipelineExecutableStatisticKHR> st(
-        m, make<VkPipelineExecutableStatisticKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR));
-    if (stats_fn(dev, &ei, &m, st.data()) != VK_SUCCESS) continue;
+    const VkPipelineExecutableInfoKHR ei = executable_info(p.pipeline, i);
+    const std::vector<VkPipelineExecutableStatisticKHR> st =
+        two_call(make<VkPipelineExecutableStatisticKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR),
+                 [&](uint32_t* m, VkPipelineExecutableStatisticKHR* d) { return stats_fn(dev, &ei, m, d); });
+    if (st.empty()) continue;
     line += std::string(" ") + execs[i].name + " (subgroup " + std::to_string(execs[i].subgroupSize) + "):";
     for (const auto& s : st) {
       line += std::string(" ") + s.name + "=";
@@ -304,15 +316,14 @@ void PipelineCache::write_representations(const Pipeline& p, const std::string& 
   std::filesystem::create_directories(dir, ec);
   std::string written;
   for (uint32_t i = 0; i < n; ++i) {
-    auto ei = make<VkPipelineExecutableInfoKHR>(VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR);
-    ei.pipeline = p.pipeline;
-    ei.executableIndex = i;
-    uint32_t m = 0;
-    if (ir_fn(dev, &ei, &m, nullptr) != VK_SUCCESS || m == 0) continue;
-    std::vector<VkPipelineExecutableInternalRepresentationKHR> reps(
-        m, make<VkPipelineExecutableInternalRepresentationKHR>(
-               VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR));
-    if (ir_fn(dev, &ei, &m, reps.data()) != VK_SUCCESS && m == 0) continue;  // sizes first
+    const VkPipelineExecutableInfoKHR ei = executable_info(p.pipeline, i);
+    // The names and sizes first (pData null), then the data into buffers of those sizes.
+    std::vector<VkPipelineExecutableInternalRepresentationKHR> reps =
+        two_call(make<VkPipelineExecutableInternalRepresentationKHR>(
+                     VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR),
+                 [&](uint32_t* m, VkPipelineExecutableInternalRepresentationKHR* d) { return ir_fn(dev, &ei, m, d); });
+    uint32_t m = uint32_t(reps.size());
+    if (m == 0) continue;
     std::vector<std::vector<char>> data(m);
     for (uint32_t r = 0; r < m; ++r) {
       data[r].resize(reps[r].dataSize);
