@@ -15,7 +15,7 @@
 //   attention_grad_kv (a fusion of _k and _v with the same inputs, see kernel.h): the same walk, thread t
 //       forms P_ij and dS_ij scale once, and the workgroup accumulates dk (over q) and dv (over do) from
 //       the same tile, so the scores and do_i·v_j are computed once for both.
-//   attention / attention_lse, query-tiled (`MGN_ATTENTION`, forward_tiled below): one workgroup per block of
+//   attention / attention_lse, query-tiled (`MGN_ATTENTION`, query_tiled below): one workgroup per block of
 //       WG query rows of one (b, h), one thread per row. Key and value tiles of BK rows are staged in shared
 //       memory as vec4s and read by every thread of the block (broadcast), so each key row crosses L2 once
 //       per block instead of once per query row. Each thread keeps its q and o in registers and runs the
