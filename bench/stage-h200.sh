@@ -2,21 +2,25 @@
 # Stages what bench/h200.sh needs into .h200/ (stripped binaries and the oracle files, xz-packed) so that
 # one `run` call can carry it with .gl and .fmdata (the carry limit is 64 MiB in all).
 # Usage here: bench/stage-h200.sh BUILD_DIR    (a Release build with tests on)
+#             STAGE_TESTS="vulkan_gemm_test ..." narrows the test binaries (each ~3 MB packed); STAGE_TESTS=none
+#             stages mgn alone, which leaves room in the carry for .fmdata (the bench and cnn jobs need it).
 # There:      tar -xJf .h200/bin.tar.xz -C .h200 && bench/h200.sh .h200/bin .fmdata JOB...
 set -euo pipefail
 B=$(realpath "${1:-build-h200}")
 cd "$(dirname "$0")/.."
 rm -rf .h200 && mkdir -p .h200/bin/tests
 cp "$B/mgn" .h200/bin/
-for t in vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test vulkan_gemm_test \
-         vulkan_fusion_test vulkan_llama_test; do
+TESTS=${STAGE_TESTS:-vulkan_ops_test vulkan_session_test vulkan_attention_test plan_test vulkan_kernels_test \
+  vulkan_gemm_test vulkan_fusion_test vulkan_llama_test}
+[ "$TESTS" = none ] && TESTS=""
+for t in $TESTS; do
   [ -x "$B/tests/$t" ] && cp "$B/tests/$t" .h200/bin/tests/
 done
 strip .h200/bin/mgn .h200/bin/tests/* 2>/dev/null || true
 # Shared libraries the GPU machine's image lacks (ONNX's protobuf classes); h200.sh puts lib/ on the path.
 mkdir -p .h200/bin/lib
 for l in $(ldd .h200/bin/mgn | awk '/libonnx_proto|libprotobuf/ {print $3}'); do cp -L "$l" .h200/bin/lib/; done
-[ -d "$B/oracle" ] && cp -r "$B/oracle" .h200/bin/oracle
+[ -n "$TESTS" ] && [ -d "$B/oracle" ] && cp -r "$B/oracle" .h200/bin/oracle
 tar -cJf .h200/bin.tar.xz -C .h200 bin && rm -rf .h200/bin
 cp bench/h200.sh .h200/h200.sh
 [ -d .fmdata ] || { mkdir -p .fmdata && cp /usr/share/datasets/fashion-mnist/*.gz .fmdata/; }
