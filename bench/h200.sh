@@ -24,8 +24,9 @@
 #                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150; PyTorch's
 #                float64 reference for the gate vs exact) -> bench_resnet_table.md (about 2-4 minutes)
 #   gemm-warmup  the micro job's GEMM shapes with 5 and 100 warm-up calls, GPU timestamps and clocks logged
-#   f16-probe    the f16 cooperative-matrix GEMM: a sweep of its tiles (F16_PROBE_VARIANTS) with the driver's
-#                register counts, and what the driver exposes of the default kernel's internal representations
+#   f16-probe    the f16 cooperative-matrix GEMM: a sweep of its tiles and ablations (F16_PROBE_VARIANTS, on
+#                F16_PROBE_SHAPES) with the driver's register counts, and what the driver exposes of the default
+#                kernel's internal representations
 #   micro        mgn bench attention / conv (strict and accelerated; attention once more with MGN_ATTENTION=row)
 #                next to bench/pytorch/attention.py / conv.py
 #                (same inputs, outputs checked), and mgn bench-gemm (f32 and --f16) next to gemm.py (f32, TF32
@@ -231,7 +232,8 @@ for job in "$@"; do
       # kernel at 4096^3 once more with MGN_PIPELINE_IR (every internal representation the driver offers,
       # e.g. machine code) in a cold cache. Back: f16_probe.tar.xz (f16_probe/{gemm_sweep.*,profile_*.txt}, f16_ir/), f16_ir.txt.
       MGN_PIPELINE_STATS=1 bash bench/gemm_sweep.sh "$B" --out "$OUT/f16_probe" \
-        --only "${F16_PROBE_VARIANTS:-f16_default,f16_dab,f16_dab_bk64,f16_dab_bk16,f16_dab_w32x32,f16_dab_w64x64,f16_dab_64x64,f16_dab_256x128,f16_dab_g1,f16_da,f16_db,f16_db_p2,f16_dab_p2,f16_dab_p2_w32x32,f16_dab_p2_64x64,f16_dab_nomma,f16_default_noload}" \
+        --shapes "${F16_PROBE_SHAPES:-4096x4096x4096 8192x8192x8192 128x576x1536 128x576x49152}" \
+        --only "${F16_PROBE_VARIANTS:-f16_default,f16_dab,f16_dab_bk64,f16_dab_bk16,f16_dab_w32x32,f16_dab_64x64,f16_dab_256x128,f16_da,f16_db,f16_db_p2,f16_dab_p2,f16_dab_p2_w32x32,f16_dab_p2_64x64,f16_dab_nomma,f16_default_noload,f16_default_mmaonly,f16_w32x32_mmaonly,f16_w64x64_mmaonly,f16_128x128x16_mmaonly}" \
         > "$OUT/f16_probe_stdout.txt" 2>&1
       echo "gemm_sweep rc=$?" >> "$OUT/f16_probe_stdout.txt"
       MGN_CACHE_DIR=/tmp/mgn-ir-cache MGN_PIPELINE_IR="$OUT/f16_ir" "$B/mgn" bench-gemm 4096x4096x4096 --f16 \

@@ -369,6 +369,14 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
           EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << k.name << " tile '" << spec << "'";
         }
       }
+  // The benchmark's "mmaonly" ablation, as the sweep runs it (4096^3, a few subgroup tiles).
+  for (const char* spec : {"", "128x128x32,w32x32", "128x128x32,w64x64", "128x128x16"}) {
+    Lowering l = codegen::lower_gemm_coopmat(shapes[2], nv, codegen::parse_gemm_tile(spec, true), {16, 16, 16},
+                                             false, "mmaonly");
+    codegen::ShaderOptions so;
+    so.name = l.kernels.at(2).name;
+    EXPECT_NO_THROW(compiler_->compile(l.kernels.at(2).glsl, so)) << so.name;
+  }
 }
 
 TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
@@ -433,6 +441,38 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
         EXPECT_NE(names.find("matmul_splitk_sum_"), std::string::npos) << c.tile << " via " << names;
       }
     }
+}
+
+TEST_F(VulkanGemm, CoopMatMmaOnlyAblationRepeatsTheFirstStep) {
+  // The benchmark's "mmaonly" ablation (emulated here) loads the first 16-deep step's fragments once and
+  // multiplies them as many times as the real kernel has steps: C = steps * A[:, 0:16] B[0:16, :], a closed
+  // form. So its time is that of every multiply and nothing else.
+  const int64_t m = 64, n = 64, k = 96;  // 64x64x32 blocks: 3 slices of 2 steps
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(size_t(m * k)), b(size_t(k * n));
+  for (float& x : a) x = round_f16(dist(rng));
+  for (float& x : b) x = round_f16(dist(rng));
+  const GemmShape s = gemm_shape({m, k}, {k, n}, {m, n}, false, false);
+  const Lowering low = codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32", true),
+                                                   {16, 16, 16}, true, "mmaonly");
+  EXPECT_NE(low.kernels.at(2).name.find("ABLATED_mmaonly"), std::string::npos) << low.kernels.at(2).name;
+  const std::vector<float> got = run_gpu(low, a, b, size_t(m * n));
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t q = 0; q < 16; ++q) want += double(a[size_t(i * k + q)]) * b[size_t(q * n + j)];
+      want *= 6.0;
+      const double d = got[size_t(i * n + j)] - want;
+      num += d * d;
+      den += want * want;
+    }
+  EXPECT_LE(std::sqrt(num / den), 1e-5);
+  // Operands read straight from global memory have no resident shared tiles to reuse.
+  EXPECT_THROW(codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32,dab", true), {16, 16, 16},
+                                           true, "mmaonly"),
+               Error);
 }
 
 TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {

@@ -476,7 +476,8 @@ struct CoopConfig {
   CoopMatShape mma;
   // GemmOptions::coopmat_ablate (MGN_GEMM_F16_ABLATE), for the benchmark's time decomposition only (results
   // are wrong): "noload" keeps multiplying the first K slice (no global loads after it: the
-  // multiply-and-shared-read ceiling); "nomma" drops the multiplies (global -> shared streaming alone).
+  // multiply-and-shared-read ceiling); "nomma" drops the multiplies (global -> shared streaming alone);
+  // "mmaonly" loads the first step's fragments once and only multiplies (the cooperative multiplies' ceiling).
   std::string ablate;
 };
 
@@ -569,11 +570,12 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   c.depth = want.depth ? want.depth : 1;
   c.direct = want.direct >= 0 ? static_cast<uint32_t>(want.direct) : 0u;
   c.ablate = ablate;
-  if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma")
-    throw Error("MGN_GEMM_F16_ABLATE: expected noload or nomma, got '" + c.ablate + "'");
-  if (c.ablate == "noload" && c.direct)
-    throw Error("MGN_GEMM_F16_ABLATE: noload keeps shared tiles resident; it does not apply to operands "
-                "read straight from global memory (the tile's d field)");
+  if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma" && c.ablate != "mmaonly")
+    throw Error("MGN_GEMM_F16_ABLATE: expected noload, nomma or mmaonly, got '" + c.ablate + "'");
+  if ((c.ablate == "noload" || c.ablate == "mmaonly") && c.direct)
+    throw Error("MGN_GEMM_F16_ABLATE: " + c.ablate +
+                " keeps shared tiles resident; it does not apply to operands read straight from global "
+                "memory (the tile's d field)");
   auto bad = [](const std::string& what) { throw Error("MGN_GEMM_F16_TILE: " + what); };
   if (c.direct > 3) bad("d: a, b, ab or 0");
   if (c.bm % c.wm || c.bn % c.wn || c.wm % mma.m || c.wn % mma.n || c.bk % mma.k || c.bk % 8 || c.bm % 8 ||
@@ -877,7 +879,24 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   auto put = [&](const std::string& set, const std::string& buf) {
     return (da ? "" : "store_a" + set + "(" + buf + "); ") + (db ? "" : "store_b" + set + "(" + buf + ");");
   };
-  if (frag_pipe) {
+  if (c.ablate == "mmaonly") {
+    // ABLATED: the first slice's fragments are loaded once; the loop then only multiplies (no loads, no
+    // barriers), as many multiply-K steps as the real kernel makes. Its time is the ceiling of the driver's
+    // cooperative multiplies at this subgroup tile, whatever feeds them.
+    g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
+    if (!emulate) {
+      g += "  " + tA + " fa[" + su(fi) + "];\n  " + tB + " fb[" + su(fj) + "];\n";
+      g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i) coopMatLoadNV(fa[i], As, (" +
+           a_frag("i", "0u") + ") / 8u, SA / 8u, " + (s.transpose_a ? "true" : "false") + ");\n";
+      g += "  " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j) coopMatLoadNV(fb[j], Bs, (" +
+           b_frag("j", "0u") + ") / 8u, SB / 8u, " + (s.transpose_b ? "true" : "false") + ");\n";
+    }
+    g += "  for (uint st = 0u; st < ntiles * " + u(c.bk / mma.k) + "; ++st)\n";
+    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+    g += emulate ? "        mma_emul(i, j, " + a_frag("i", "0u") + ", " + b_frag("j", "0u") + ");\n"
+                 : "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
+  } else if (frag_pipe) {
     // The copies are padded to whole slices, so every step of the split's ntiles slices is in bounds.
     g += "  uint steps = ntiles * " + u(c.bk / mma.k) + ", k = kbeg;\n";
     g += "  frags0(k);\n";
@@ -894,7 +913,7 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   } else {
     g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
   }
-  if (da && db) {
+  if ((da && db) || c.ablate == "mmaonly") {
   } else if (c.depth == 1) {
     // Slice t+1 is loaded into registers before slice t is multiplied. With two buffers it is stored to
     // the other one right after (whose last readers, slice t-1, all passed the previous barrier): one
@@ -1219,7 +1238,7 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
 }
 
 Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const GemmTile& tile,
-                            const CoopMatShape& mma, bool emulate) {
+                            const CoopMatShape& mma, bool emulate, const std::string& ablate) {
   if (s.a_stride.size() != s.batch.size() || s.b_stride.size() != s.batch.size())
     throw Error("matmul: batch strides do not match the batch rank");
   Lowering l;
@@ -1227,7 +1246,7 @@ Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const Ge
     l.output_zero_filled = true;
     return l;
   }
-  return coop_gemm(s, caps, pick_coop(s, caps, tile, mma), emulate);
+  return coop_gemm(s, caps, pick_coop(s, caps, tile, mma, ablate), emulate);
 }
 
 Lowering lower_matmul(const LowerContext& ctx) {

@@ -11,7 +11,7 @@
 //                                                         2), K slices in flight in registers (1 or 2),
 //                                                         operands whose fragments load straight from
 //                                                         global memory (d0, da, db, dab), K splits
-//   MGN_GEMM_F16_ABLATE noload | nomma                    benchmark only: see GemmOptions::coopmat_ablate
+//   MGN_GEMM_F16_ABLATE noload | nomma | mmaonly          benchmark only: see GemmOptions::coopmat_ablate
 // Any field left out is chosen by the heuristics (the defaults are the expected-fastest configuration).
 #pragma once
 
@@ -62,7 +62,8 @@ struct GemmOptions {
   GemmTile coopmat_tile;  // for CoopMatF16
   CoopMatShape mma;       // for CoopMatF16
   // MGN_GEMM_F16_ABLATE: "noload" / "nomma" drop the CoopMatF16 kernel's later global loads / its
-  // multiplies, so a benchmark can split its time into parts. Wrong results; never set it otherwise.
+  // multiplies, and "mmaonly" keeps only the multiplies (fragments loaded once, no barriers), so a
+  // benchmark can split its time into parts. Wrong results; never set it otherwise.
   std::string coopmat_ablate;
 };
 
@@ -90,8 +91,9 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
 // The cooperative-matrix kernel for `s`, whatever the device: lets a test compile and validate it on a
 // machine without GL_NV_cooperative_matrix. `emulate` spells every cooperative-matrix operation out in
 // plain GLSL over virtual 32-lane subgroups (same tiling, staging, rounding and edges), so a device
-// without the extension can run it and check everything but the hardware multiply.
+// without the extension can run it and check everything but the hardware multiply. `ablate` as
+// GemmOptions::coopmat_ablate (tests of the ablations themselves).
 Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const GemmTile& tile = {},
-                            const CoopMatShape& mma = {}, bool emulate = false);
+                            const CoopMatShape& mma = {}, bool emulate = false, const std::string& ablate = "");
 
 }  // namespace mgn::codegen
