@@ -371,8 +371,8 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
       }
   // The benchmark's "mmaonly" ablation, as the sweep runs it (4096^3, a few subgroup tiles).
   for (const char* spec : {"", "128x128x32,w32x32", "128x128x32,w64x64", "128x128x16"}) {
-    Lowering l = codegen::lower_gemm_coopmat(shapes[2], nv, codegen::parse_gemm_tile(spec, true), {16, 16, 16},
-                                             false, "mmaonly");
+    Lowering l = codegen::lower_gemm_coopmat(shapes[2], nv, codegen::parse_gemm_tile(spec, true),
+                                             {16, 16, 16}, false, "mmaonly");
     codegen::ShaderOptions so;
     so.name = l.kernels.at(2).name;
     EXPECT_NO_THROW(compiler_->compile(l.kernels.at(2).glsl, so)) << so.name;
@@ -470,8 +470,8 @@ TEST_F(VulkanGemm, CoopMatMmaOnlyAblationRepeatsTheFirstStep) {
     }
   EXPECT_LE(std::sqrt(num / den), 1e-5);
   // Operands read straight from global memory have no resident shared tiles to reuse.
-  EXPECT_THROW(codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32,dab", true), {16, 16, 16},
-                                           true, "mmaonly"),
+  EXPECT_THROW(codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32,dab", true),
+                                           {16, 16, 16}, true, "mmaonly"),
                Error);
 }
 
@@ -527,12 +527,30 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
           {ta ? Shape{70, 137} : Shape{137, 70}, tb ? Shape{203, 70} : Shape{70, 203}, bool(ta), bool(tb)});
   problems.push_back({{2, 1, 20, 40}, {3, 20, 36}, true, false});
   problems.push_back({{40, 1100}, {1100, 24}});  // split K (auto: 4 ways at 64x64 blocks; or as given)
-  for (const char* tile : {"", "128x128x32,w64x64", "128x128x32,b1", "128x128x64,w64x64,b1",
-                           "128x256x16,w64x64", "128x256x32,w64x64,b1", "256x128x32,w64x64,b1",
-                           "128x128x32,p2", "128x256x16,w64x64,p2", "128x128x32,w32x32", "64x128x32,w32x32",
-                           "64x64x16,w16x16,b1", "64x64x32", "64x64x16,p2", "64x64x32,s3", "128x128x32,s2",
-                           "128x128x32,dab", "128x128x64,dab", "128x128x32,da", "128x128x32,db",
-                           "128x128x32,db,p2", "64x64x32,dab,s3", "128x128x32,dab,p2", "64x64x16,dab,p2",
+  for (const char* tile : {"",
+                           "128x128x32,w64x64",
+                           "128x128x32,b1",
+                           "128x128x64,w64x64,b1",
+                           "128x256x16,w64x64",
+                           "128x256x32,w64x64,b1",
+                           "256x128x32,w64x64,b1",
+                           "128x128x32,p2",
+                           "128x256x16,w64x64,p2",
+                           "128x128x32,w32x32",
+                           "64x128x32,w32x32",
+                           "64x64x16,w16x16,b1",
+                           "64x64x32",
+                           "64x64x16,p2",
+                           "64x64x32,s3",
+                           "128x128x32,s2",
+                           "128x128x32,dab",
+                           "128x128x64,dab",
+                           "128x128x32,da",
+                           "128x128x32,db",
+                           "128x128x32,db,p2",
+                           "64x64x32,dab,s3",
+                           "128x128x32,dab,p2",
+                           "64x64x16,dab,p2",
                            "64x64x32,dab,p2,s3"})
     for (const Problem& p : problems) {
       std::string names;

@@ -477,7 +477,8 @@ struct CoopConfig {
   // GemmOptions::coopmat_ablate (MGN_GEMM_F16_ABLATE), for the benchmark's time decomposition only (results
   // are wrong): "noload" keeps multiplying the first K slice (no global loads after it: the
   // multiply-and-shared-read ceiling); "nomma" drops the multiplies (global -> shared streaming alone);
-  // "mmaonly" loads the first step's fragments once and only multiplies (the cooperative multiplies' ceiling).
+  // "mmaonly" loads the first step's fragments once and only multiplies (the cooperative multiplies'
+  // ceiling).
   std::string ablate;
 };
 
@@ -647,14 +648,12 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   const uint32_t ah = coop_a_halves(s, c), bh = coop_b_halves(s, c);
   const PackedOperand pa = packed_a(s, c), pb = packed_b(s, c);
   const bool direct = coop_direct_store(s, c);
-  const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) +
-                          "_m" + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) + "_b" +
-                          su(c.buffers) + "_p" + su(c.depth) +
-                          (c.direct ? std::string("_d") + (coop_direct_a(c) ? "a" : "") + (coop_direct_b(c) ? "b" : "")
-                                    : "") +
-                          (split ? "_s" + su(c.splits) : "") +
-                          (direct ? "" : "_edge") + "_t" + su(s.transpose_a) + su(s.transpose_b) +
-                          (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
+  const std::string key =
+      su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) + "_m" + su(mma.m) + "x" +
+      su(mma.n) + "x" + su(mma.k) + "_g" + su(c.group_m) + "_b" + su(c.buffers) + "_p" + su(c.depth) +
+      (c.direct ? std::string("_d") + (coop_direct_a(c) ? "a" : "") + (coop_direct_b(c) ? "b" : "") : "") +
+      (split ? "_s" + su(c.splits) : "") + (direct ? "" : "_edge") + "_t" + su(s.transpose_a) +
+      su(s.transpose_b) + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
 
   std::string g = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n";
   if (!emulate)
@@ -683,7 +682,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   g += "const uint M = " + u(s.m) + ", N = " + u(s.n) + ";\n";
   g += "const uint BM = " + u(c.bm) + ", BN = " + u(c.bn) + ", BK = " + u(c.bk) + ";\n";
   g += "const uint SA = " + u(sa) + ", SB = " + u(sb) + ";  // shared row strides in halves\n";
-  g += "const uint GA = " + u(pa.cols) + ", GB = " + u(pb.cols) + ";  // the f16 copies' row strides in halves\n";
+  g += "const uint GA = " + u(pa.cols) + ", GB = " + u(pb.cols) +
+       ";  // the f16 copies' row strides in halves\n";
   g += std::string("// A tile ") + (s.transpose_a ? "[k][m]" : "[m][k]") + ", B tile " +
        (s.transpose_b ? "[n][k]" : "[k][n]") + " (the global layouts), 8 halves per uvec4\n";
   if (ah) g += "shared uvec4 As[" + su(c.buffers * ah / 8) + "];\n";
@@ -718,8 +718,9 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "    for (uint kk = 0u; kk < " + u(mma.k) + "; ++kk)\n";
     const std::string ra = da ? "half_A16" : "half_As", rs = da ? "GA" : "SA";
     const std::string rb = db ? "half_B16" : "half_Bs", rt = db ? "GB" : "SB";
-    g += "      sum = fma(" + ra + "(fa + " + (s.transpose_a ? "kk * " + rs + " + r" : "r * " + rs + " + kk") +
-         "), " + rb + "(fb + " + (s.transpose_b ? "cc * " + rt + " + kk" : "kk * " + rt + " + cc") + "), sum);\n";
+    g += "      sum = fma(" + ra + "(fa + " +
+         (s.transpose_a ? "kk * " + rs + " + r" : "r * " + rs + " + kk") + "), " + rb + "(fb + " +
+         (s.transpose_b ? "cc * " + rt + " + kk" : "kk * " + rt + " + cc") + "), sum);\n";
     g += "    acc[ia * " + u(fj) + " + ib][e] = sum;\n  }\n}\n";
   } else {
     g += tC + " acc[" + su(fi * fj) + "];\n";
@@ -792,28 +793,31 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
       g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
       g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
       g += "        mma_emul(i, j, abase + " + a_frag("i", "kk") + ", bbase + " + b_frag("j", "kk") + ");\n";
-  } else {
-    g += "    " + tA + " fa[" + su(fi) + "];\n    " + tB + " fb[" + su(fj) + "];\n";
-    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-    g += std::string("      coopMatLoadNV(fa[i], ") + (da ? "A16" : "As") + ", (abase + " + a_frag("i", "kk") +
-         ") / 8u, " + (da ? "GA" : "SA") + " / 8u, " + (s.transpose_a ? "true" : "false") + ");\n";
-    g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-    g += std::string("      coopMatLoadNV(fb[j], ") + (db ? "B16" : "Bs") + ", (bbase + " + b_frag("j", "kk") +
-         ") / 8u, " + (db ? "GB" : "SB") + " / 8u, " + (s.transpose_b ? "true" : "false") + ");\n";
-    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-    g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-    if (c.ablate != "nomma")
-      g +=
-          "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
-    else
-      g += "        {}  // ABLATED: no multiply\n";
-  }
-  g += "  }\n}\n";
+    } else {
+      g += "    " + tA + " fa[" + su(fi) + "];\n    " + tB + " fb[" + su(fj) + "];\n";
+      g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+      g += std::string("      coopMatLoadNV(fa[i], ") + (da ? "A16" : "As") + ", (abase + " +
+           a_frag("i", "kk") + ") / 8u, " + (da ? "GA" : "SA") + " / 8u, " +
+           (s.transpose_a ? "true" : "false") + ");\n";
+      g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+      g += std::string("      coopMatLoadNV(fb[j], ") + (db ? "B16" : "Bs") + ", (bbase + " +
+           b_frag("j", "kk") + ") / 8u, " + (db ? "GB" : "SB") + " / 8u, " +
+           (s.transpose_b ? "true" : "false") + ");\n";
+      g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+      g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+      if (c.ablate != "nomma")
+        g += "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) +
+             " + j]);\n";
+      else
+        g += "        {}  // ABLATED: no multiply\n";
+    }
+    g += "  }\n}\n";
   } else {
     for (const char* set : {"0", "1"}) {
       const std::string S = set;
       if (emulate) {
-        g += "uint fa" + S + "[" + su(fi) + "], fb" + S + "[" + su(fj) + "];  // fragment offsets in halves\n";
+        g +=
+            "uint fa" + S + "[" + su(fi) + "], fb" + S + "[" + su(fj) + "];  // fragment offsets in halves\n";
       } else {
         g += tA + " fa" + S + "[" + su(fi) + "];\n" + tB + " fb" + S + "[" + su(fj) + "];\n";
       }
@@ -821,7 +825,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
       auto load = [&](const std::string& x, const std::string& idx, uint32_t count, const std::string& frag,
                       bool transposed) {
         const std::string X = x == "a" ? "A" : "B", f = "f" + x + S + "[" + idx + "]";
-        return "  " + unroll + "for (uint " + idx + " = 0u; " + idx + " < " + u(count) + "; ++" + idx + ")\n    " +
+        return "  " + unroll + "for (uint " + idx + " = 0u; " + idx + " < " + u(count) + "; ++" + idx +
+               ")\n    " +
                (emulate ? f + " = " + x + "_off * 8u + " + frag + ";\n"
                         : "coopMatLoadNV(" + f + ", " + X + "16, " + x + "_off + (" + frag + ") / 8u, G" + X +
                               " / 8u, " + (transposed ? "true" : "false") + ");\n");
@@ -834,8 +839,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
       if (emulate)
         g += "      mma_emul(i, j, fa" + S + "[i], fb" + S + "[j]);\n";
       else if (c.ablate != "nomma")
-        g += "      acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa" + S + "[i], fb" + S + "[j], acc[i * " + u(fj) +
-             " + j]);\n";
+        g += "      acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa" + S + "[i], fb" + S + "[j], acc[i * " +
+             u(fj) + " + j]);\n";
       else
         g += "      {}  // ABLATED: no multiply\n";
       g += "}\n";
@@ -895,7 +900,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
     g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
     g += emulate ? "        mma_emul(i, j, " + a_frag("i", "0u") + ", " + b_frag("j", "0u") + ");\n"
-                 : "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
+                 : "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) +
+                       " + j]);\n";
   } else if (frag_pipe) {
     // The copies are padded to whole slices, so every step of the split's ntiles slices is in bounds.
     g += "  uint steps = ntiles * " + u(c.bk / mma.k) + ", k = kbeg;\n";
@@ -922,8 +928,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "    bool more = LOADS && t + 1u < ntiles;\n";
     g += "    if (more) { " + fetch("0", "kbeg + (t + 1u) * BK") + " }\n";
     if (c.buffers == 2)
-      g += "    uint cur = t & 1u;\n    compute(cur, kbeg + t * BK);\n    if (more) { " + put("0", "cur ^ 1u") +
-           " }\n";
+      g += "    uint cur = t & 1u;\n    compute(cur, kbeg + t * BK);\n    if (more) { " +
+           put("0", "cur ^ 1u") + " }\n";
     else
       g += "    compute(0u, kbeg + t * BK);\n    barrier();\n    if (more) { " + put("0", "0u") + " }\n";
     g += "    barrier();\n  }\n";
@@ -1150,11 +1156,17 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
       } else if (coopmat && tag == 'p') {
         t.depth = parse_dims(rest, 1, knob)[0];
       } else if (coopmat && tag == 'd') {
-        if (rest == "0") t.direct = 0;
-        else if (rest == "a") t.direct = 1;
-        else if (rest == "b") t.direct = 2;
-        else if (rest == "ab") t.direct = 3;
-        else throw Error(knob + ": '" + field + "': d0, da, db or dab (operands read straight from global memory)");
+        if (rest == "0")
+          t.direct = 0;
+        else if (rest == "a")
+          t.direct = 1;
+        else if (rest == "b")
+          t.direct = 2;
+        else if (rest == "ab")
+          t.direct = 3;
+        else
+          throw Error(knob + ": '" + field +
+                      "': d0, da, db or dab (operands read straight from global memory)");
       } else if (coopmat && tag == 'b') {
         t.buffers = parse_dims(rest, 1, knob)[0];
       } else if (coopmat && tag == 'w') {

@@ -94,6 +94,7 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
 // without the extension can run it and check everything but the hardware multiply. `ablate` as
 // GemmOptions::coopmat_ablate (tests of the ablations themselves).
 Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const GemmTile& tile = {},
-                            const CoopMatShape& mma = {}, bool emulate = false, const std::string& ablate = "");
+                            const CoopMatShape& mma = {}, bool emulate = false,
+                            const std::string& ablate = "");
 
 }  // namespace mgn::codegen
