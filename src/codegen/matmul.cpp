@@ -780,6 +780,34 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     return s.transpose_b ? "(wn0 + " + j + " * " + u(mma.n) + ") * SB + " + kk
                          : kk + " * SB + wn0 + " + j + " * " + u(mma.n);
   };
+  // Declares fa/fb and loads one multiply-K step's fragments (kk into the tiles at abase/bbase halves),
+  // and the multiplies of one step: shared by compute() and the mmaonly ablation.
+  auto frag_loads = [&](const std::string& ind, const std::string& abase, const std::string& bbase,
+                        const std::string& kk) {
+    std::string t = ind + tA + " fa[" + su(fi) + "];\n" + ind + tB + " fb[" + su(fj) + "];\n";
+    t += ind + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    t += ind + std::string("  coopMatLoadNV(fa[i], ") + (da ? "A16" : "As") + ", (" + abase + " + " +
+         a_frag("i", kk) + ") / 8u, " + (da ? "GA" : "SA") + " / 8u, " + (s.transpose_a ? "true" : "false") +
+         ");\n";
+    t += ind + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
+    t += ind + std::string("  coopMatLoadNV(fb[j], ") + (db ? "B16" : "Bs") + ", (" + bbase + " + " +
+         b_frag("j", kk) + ") / 8u, " + (db ? "GB" : "SB") + " / 8u, " + (s.transpose_b ? "true" : "false") +
+         ");\n";
+    return t;
+  };
+  auto step_mmas = [&](const std::string& ind, const std::string& abase, const std::string& bbase,
+                       const std::string& kk) {
+    std::string t = ind + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
+    t += ind + "  " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n" + ind + "    ";
+    if (emulate)
+      t += "mma_emul(i, j, " + abase + " + " + a_frag("i", kk) + ", " + bbase + " + " + b_frag("j", kk) +
+           ");\n";
+    else if (c.ablate != "nomma")
+      t += "acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) + " + j]);\n";
+    else
+      t += "{}  // ABLATED: no multiply\n";
+    return t;
+  };
   // Both operands direct with two steps in flight: fragment sets 0 and 1 alternate, so one multiply-K
   // step's loads are issued before the previous step's multiplies (software pipelining in registers); it
   // replaces compute() below.
@@ -789,28 +817,8 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     g += "  uint abase = " + (da ? std::string("a_off * 8u") : "buf * " + u(ah)) +
          ", bbase = " + (db ? std::string("b_off * 8u") : "buf * " + u(bh)) + ";\n";
     g += "  " + unroll + "for (uint kk = 0u; kk < BK; kk += " + u(mma.k) + ") {\n";
-    if (emulate) {
-      g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-      g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-      g += "        mma_emul(i, j, abase + " + a_frag("i", "kk") + ", bbase + " + b_frag("j", "kk") + ");\n";
-    } else {
-      g += "    " + tA + " fa[" + su(fi) + "];\n    " + tB + " fb[" + su(fj) + "];\n";
-      g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-      g += std::string("      coopMatLoadNV(fa[i], ") + (da ? "A16" : "As") + ", (abase + " +
-           a_frag("i", "kk") + ") / 8u, " + (da ? "GA" : "SA") + " / 8u, " +
-           (s.transpose_a ? "true" : "false") + ");\n";
-      g += "    " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-      g += std::string("      coopMatLoadNV(fb[j], ") + (db ? "B16" : "Bs") + ", (bbase + " +
-           b_frag("j", "kk") + ") / 8u, " + (db ? "GB" : "SB") + " / 8u, " +
-           (s.transpose_b ? "true" : "false") + ");\n";
-      g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-      g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-      if (c.ablate != "nomma")
-        g += "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) +
-             " + j]);\n";
-      else
-        g += "        {}  // ABLATED: no multiply\n";
-    }
+    if (!emulate) g += frag_loads("    ", "abase", "bbase", "kk");
+    g += step_mmas("    ", "abase", "bbase", "kk");
     g += "  }\n}\n";
   } else {
     for (const char* set : {"0", "1"}) {
@@ -889,19 +897,9 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     // barriers), as many multiply-K steps as the real kernel makes. Its time is the ceiling of the driver's
     // cooperative multiplies at this subgroup tile, whatever feeds them.
     g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
-    if (!emulate) {
-      g += "  " + tA + " fa[" + su(fi) + "];\n  " + tB + " fb[" + su(fj) + "];\n";
-      g += "  " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i) coopMatLoadNV(fa[i], As, (" +
-           a_frag("i", "0u") + ") / 8u, SA / 8u, " + (s.transpose_a ? "true" : "false") + ");\n";
-      g += "  " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j) coopMatLoadNV(fb[j], Bs, (" +
-           b_frag("j", "0u") + ") / 8u, SB / 8u, " + (s.transpose_b ? "true" : "false") + ");\n";
-    }
-    g += "  for (uint st = 0u; st < ntiles * " + u(c.bk / mma.k) + "; ++st)\n";
-    g += "    " + unroll + "for (uint i = 0u; i < " + u(fi) + "; ++i)\n";
-    g += "      " + unroll + "for (uint j = 0u; j < " + u(fj) + "; ++j)\n";
-    g += emulate ? "        mma_emul(i, j, " + a_frag("i", "0u") + ", " + b_frag("j", "0u") + ");\n"
-                 : "        acc[i * " + u(fj) + " + j] = coopMatMulAddNV(fa[i], fb[j], acc[i * " + u(fj) +
-                       " + j]);\n";
+    if (!emulate) g += frag_loads("  ", "0u", "0u", "0u");
+    g += "  for (uint st = 0u; st < ntiles * " + u(c.bk / mma.k) + "; ++st) {\n";
+    g += step_mmas("    ", "0u", "0u", "0u") + "  }\n";
   } else if (frag_pipe) {
     // The copies are padded to whole slices, so every step of the split's ntiles slices is in bounds.
     g += "  uint steps = ntiles * " + u(c.bk / mma.k) + ", k = kbeg;\n";
