@@ -4,7 +4,8 @@
 // output, log-sum-exp and the three derivatives against the CPU reference executor (double), with
 // poisoned outputs and the validation layer on (unless MGN_VALIDATION=0); -inf entries of lse must match
 // exactly. Each case runs twice: with the row kernels and with the tiled ones (query-tiled forward and
-// grad_q, key-tiled dK+dV; MGN_ATTENTION=row / tiled); the tiled run checks that the tiled kernels ran where the head dims allow it.
+// grad_q, key-tiled dK+dV; MGN_ATTENTION=row / tiled); the tiled run checks that the tiled kernels ran where
+// the head dims allow it.
 #include <gtest/gtest.h>
 
 #ifdef MGN_HAVE_VULKAN
@@ -53,7 +54,8 @@ std::unique_ptr<vk::Context> VulkanAttention::ctx_;
 TEST_P(VulkanAttention, MatchesCpuReference) {
   const Cfg& c = GetParam();
   mgn::Graph g;
-  Shape qs{c.B, c.Hq, c.Sq, c.D}, ks{c.B, c.Hkv, c.Skv, c.D}, vs{c.B, c.Hkv, c.Skv, c.Dv}, os{c.B, c.Hq, c.Sq, c.Dv};
+  Shape qs{c.B, c.Hq, c.Sq, c.D}, ks{c.B, c.Hkv, c.Skv, c.D}, vs{c.B, c.Hkv, c.Skv, c.Dv},
+      os{c.B, c.Hq, c.Sq, c.Dv};
   Tensor q = g.input("q", qs), k = g.input("k", ks), v = g.input("v", vs), dout = g.input("do", os);
   std::vector<int> fin = {q.id(), k.id(), v.id()};
   int mask_id = -1;
@@ -74,56 +76,57 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
 
   cpu::Executor cpu(ir);
   for (const char* knob : {"row", "tiled"}) {
-  SCOPED_TRACE(std::string("MGN_ATTENTION=") + knob);
-  setenv("MGN_ATTENTION", knob, 1);
-  vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = "", .poison = true});
-  unsetenv("MGN_ATTENTION");
-  int tiled = 0;
-  for (const auto& [name, glsl] : gpu.kernel_sources()) tiled += name.find("_tiled_") != std::string::npos;
-  // The forward pair takes head dims of whole vec4s up to 128; grad_q and the fused dK+dV up to 64.
-  const bool vec4s = c.D % 4 == 0 && c.Dv % 4 == 0, fwd = vec4s && c.D <= 128 && c.Dv <= 128,
-             grad = vec4s && c.D <= 64 && c.Dv <= 64;
-  EXPECT_EQ(tiled, std::string(knob) == "tiled" ? (fwd ? 2 : 0) + (grad ? 2 : 0) : 0) << "kernels on the tiled path";
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (int id : ir.inputs()) {
-    std::vector<float> x(size_t(numel(ir.node(id).shape)));
-    for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? float(c.qscale) : 1.0f);
-    if (id == mask_id && c.inf_rows) {
-      int64_t skv = c.mask.back();
-      for (size_t e = 0; e < x.size(); ++e) {
-        int64_t row = int64_t(e) / skv;
-        if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
+    SCOPED_TRACE(std::string("MGN_ATTENTION=") + knob);
+    setenv("MGN_ATTENTION", knob, 1);
+    vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = "", .poison = true});
+    unsetenv("MGN_ATTENTION");
+    int tiled = 0;
+    for (const auto& [name, glsl] : gpu.kernel_sources()) tiled += name.find("_tiled_") != std::string::npos;
+    // The forward pair takes head dims of whole vec4s up to 128; grad_q and the fused dK+dV up to 64.
+    const bool vec4s = c.D % 4 == 0 && c.Dv % 4 == 0, fwd = vec4s && c.D <= 128 && c.Dv <= 128,
+               grad = vec4s && c.D <= 64 && c.Dv <= 64;
+    EXPECT_EQ(tiled, std::string(knob) == "tiled" ? (fwd ? 2 : 0) + (grad ? 2 : 0) : 0)
+        << "kernels on the tiled path";
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int id : ir.inputs()) {
+      std::vector<float> x(size_t(numel(ir.node(id).shape)));
+      for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? float(c.qscale) : 1.0f);
+      if (id == mask_id && c.inf_rows) {
+        int64_t skv = c.mask.back();
+        for (size_t e = 0; e < x.size(); ++e) {
+          int64_t row = int64_t(e) / skv;
+          if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
+        }
       }
+      cpu.set_input(ir.node(id).name, x);
+      gpu.set_input(ir.node(id).name, x);
     }
-    cpu.set_input(ir.node(id).name, x);
-    gpu.set_input(ir.node(id).name, x);
-  }
-  cpu.run();
-  gpu.run();
-  gpu.run();  // resubmission reproduces the first run
-  for (int i = 0; i < 5; ++i) {
-    const std::vector<double>& want = cpu.output(names[i]).v;
-    std::vector<float> got = gpu.read_output(names[i]);
-    ASSERT_EQ(got.size(), want.size()) << names[i];
-    double num = 0, den = 0;
-    for (size_t e = 0; e < want.size(); ++e) {
-      if (std::isinf(want[e]) || std::isinf(got[e])) {
-        ASSERT_EQ(double(got[e]), want[e]) << c.name << " " << names[i] << " element " << e;
-        continue;
+    cpu.run();
+    gpu.run();
+    gpu.run();  // resubmission reproduces the first run
+    for (int i = 0; i < 5; ++i) {
+      const std::vector<double>& want = cpu.output(names[i]).v;
+      std::vector<float> got = gpu.read_output(names[i]);
+      ASSERT_EQ(got.size(), want.size()) << names[i];
+      double num = 0, den = 0;
+      for (size_t e = 0; e < want.size(); ++e) {
+        if (std::isinf(want[e]) || std::isinf(got[e])) {
+          ASSERT_EQ(double(got[e]), want[e]) << c.name << " " << names[i] << " element " << e;
+          continue;
+        }
+        ASSERT_TRUE(std::isfinite(got[e])) << c.name << " " << names[i] << " element " << e;
+        double d = double(got[e]) - want[e];
+        num += d * d;
+        den += want[e] * want[e];
       }
-      ASSERT_TRUE(std::isfinite(got[e])) << c.name << " " << names[i] << " element " << e;
-      double d = double(got[e]) - want[e];
-      num += d * d;
-      den += want[e] * want[e];
+      double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+      if (std::getenv("MGN_TEST_PRINT_ERR")) std::printf("%s %s %s %.3g\n", knob, c.name, names[i], err);
+      EXPECT_LE(err, 2e-6) << c.name << " " << names[i];
     }
-    double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-    if (std::getenv("MGN_TEST_PRINT_ERR")) std::printf("%s %s %s %.3g\n", knob, c.name, names[i], err);
-    EXPECT_LE(err, 2e-6) << c.name << " " << names[i];
-  }
-  EXPECT_EQ(ctx_->validation_message_count(), 0u);
-  for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
-  ctx_->clear_validation_messages();
+    EXPECT_EQ(ctx_->validation_message_count(), 0u);
+    for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
+    ctx_->clear_validation_messages();
   }
 }
 

@@ -81,7 +81,9 @@ struct Shared {
   }
 };
 
-Binding in(int i) { return {BindingKind::Input, i, false}; }
+Binding in(int i) {
+  return {BindingKind::Input, i, false};
+}
 
 // Named constants, -inf, and `float mask_at(uint b, uint h, uint i, uint j)`: the mask broadcast to
 // [B, Hq, Sq, Skv] with stride 0 on its broadcast dims (resolved here, at codegen time).
@@ -139,17 +141,17 @@ std::string score_fn(bool has_mask) {
 // Per-thread accumulators: thread t owns output dims t, t + WG, ... (n of them). acc_update adds, at
 // indentation `in`, the tile's n rows: acc[c] = acc[c] * scale + sum_r coef[r] * X[(row0 + r) * dims + e].
 std::string acc_decl(uint64_t n, const std::string& acc = "acc") {
-  return "  float " + acc + "[" + std::to_string(std::max<uint64_t>(n, 1)) + "];\n  for (uint c = 0u; c < " + u(n) +
-         "; ++c) " + acc + "[c] = 0.0;\n";
+  return "  float " + acc + "[" + std::to_string(std::max<uint64_t>(n, 1)) + "];\n  for (uint c = 0u; c < " +
+         u(n) + "; ++c) " + acc + "[c] = 0.0;\n";
 }
 std::string acc_update(uint64_t n, const std::string& coef, const std::string& x, const std::string& row0,
                        const std::string& dims, const std::string& scale, const std::string& in,
                        const std::string& acc = "acc") {
-  return in + "for (uint c = 0u; c < " + u(n) + "; ++c) {\n" +  //
-         in + "  uint e = t + c * WG;\n" +                       //
-         in + "  if (e >= " + dims + ") break;\n" +              //
-         in + "  float a = " + acc + "[c]" + scale + ";\n" +     //
-         in + "  for (uint r = 0u; r < n; ++r)\n" +                //
+  return in + "for (uint c = 0u; c < " + u(n) + "; ++c) {\n" +                                    //
+         in + "  uint e = t + c * WG;\n" +                                                        //
+         in + "  if (e >= " + dims + ") break;\n" +                                               //
+         in + "  float a = " + acc + "[c]" + scale + ";\n" +                                      //
+         in + "  for (uint r = 0u; r < n; ++r)\n" +                                               //
          in + "    a += " + coef + "[r] * " + x + "[(" + row0 + " + r) * " + dims + " + e];\n" +  //
          in + "  " + acc + "[c] = a;\n" + in + "}\n";
 }
@@ -263,7 +265,8 @@ std::string grad_kv_main(const std::string& grid, bool dk, bool causal, bool has
 
 // attention_grad_k + attention_grad_v in one pass: each thread forms P_ij once and, from it, dS_ij; the
 // workgroup accumulates dk over the dims of q and dv over the dims of do from the same query tiles.
-std::string grad_kv_fused_main(const std::string& grid, bool causal, bool has_mask, uint64_t acc_k, uint64_t acc_v) {
+std::string grad_kv_fused_main(const std::string& grid, bool causal, bool has_mask, uint64_t acc_k,
+                               uint64_t acc_v) {
   std::string g = "void main() {\n" + grid +
                   "  uint t = gl_LocalInvocationID.x;\n"
                   "  uint j = gid % SKV, hk = (gid / SKV) % HKV, b = gid / (SKV * HKV);\n"
@@ -302,7 +305,8 @@ std::string grad_kv_fused_main(const std::string& grid, bool causal, bool has_ma
        "      barrier();\n"
        "      uint n = min(WG, SQ - i0);\n";
   g += acc_update(acc_k, "s_ds", "Q", "qrow0 + i0", "D", "", "      ", "acc_k") +
-       acc_update(acc_v, "s_p", "DO", "qrow0 + i0", "DV", "", "      ", "acc_v") + "      barrier();\n    }\n  }\n";
+       acc_update(acc_v, "s_p", "DO", "qrow0 + i0", "DV", "", "      ", "acc_v") +
+       "      barrier();\n    }\n  }\n";
   return g + acc_store(acc_k, "DK", "D", "", "acc_k") + acc_store(acc_v, "DVOUT", "DV", "", "acc_v") + "}\n";
 }
 
@@ -328,12 +332,14 @@ void add_delta_kernel(Lowering& l, const Dims& d, const std::string& key, const 
   std::string b =
       "  float a = 0.0;\n  for (uint e = 0u; e < DV; ++e) a += DO[i * DV + e] * O[i * DV + e];\n"
       "  DELTA[i] = a;\n";
-  l.kernels.push_back(gl::elementwise("attention_grad_delta_" + key, "attention " + op + " D_i = do_i . o_i " + key,
-                                      decls, b, qrows, {in(3), in(4), {BindingKind::Scratch, 0, true}}, caps));
+  l.kernels.push_back(gl::elementwise("attention_grad_delta_" + key,
+                                      "attention " + op + " D_i = do_i . o_i " + key, decls, b, qrows,
+                                      {in(3), in(4), {BindingKind::Scratch, 0, true}}, caps));
 }
 
 Dims dims_of(const ir::Graph& g, const ir::Node& n) {
-  const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape, &vs = g.node(n.inputs[2]).shape;
+  const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape,
+              &vs = g.node(n.inputs[2]).shape;
   return {uint64_t(qs[0]), uint64_t(qs[1]), uint64_t(ks[1]), uint64_t(qs[2]),
           uint64_t(ks[2]), uint64_t(qs[3]), uint64_t(vs[3])};
 }
@@ -402,11 +408,12 @@ std::string tiled_row_setup(const std::string& grid, bool causal) {
 
 // Stage key (and value) rows j0 .. j0 + BK - 1 of the kv head in s_k (s_v) between two barriers.
 std::string tiled_stage(bool with_v) {
-  std::string g = "    barrier();  // the previous tile's readers are done\n"
-                  "    for (uint e = t; e < BK * D4; e += WG) {\n"
-                  "      uint j = j0 + e / D4;\n"
-                  "      s_k[e] = j < SKV ? K4[(kbase + j) * D4 + e % D4] : vec4(0.0);\n"
-                  "    }\n";
+  std::string g =
+      "    barrier();  // the previous tile's readers are done\n"
+      "    for (uint e = t; e < BK * D4; e += WG) {\n"
+      "      uint j = j0 + e / D4;\n"
+      "      s_k[e] = j < SKV ? K4[(kbase + j) * D4 + e % D4] : vec4(0.0);\n"
+      "    }\n";
   if (with_v)
     g += "    for (uint e = t; e < BK * DV4; e += WG) {\n"
          "      uint j = j0 + e / DV4;\n"
@@ -418,17 +425,18 @@ std::string tiled_stage(bool with_v) {
 // `float out = sum over the dims, in order, of x * y`, x and y being vec4 expressions of the index c < n4
 // (the order score() and the derivative kernels use: P = exp(s - lse) there must see the score this lse
 // came from, and a peaky softmax amplifies any difference).
-std::string tiled_dot(const std::string& out, const std::string& x, const std::string& y, const std::string& n4,
-                      const std::string& in) {
-  std::string g = in + "float " + out + " = 0.0;\n" + in + "[[unroll]] for (uint c = 0u; c < " + n4 + "; ++c) {\n" +
-                  in + "  vec4 x = " + x + ", y = " + y + ";\n";
+std::string tiled_dot(const std::string& out, const std::string& x, const std::string& y,
+                      const std::string& n4, const std::string& in) {
+  std::string g = in + "float " + out + " = 0.0;\n" + in + "[[unroll]] for (uint c = 0u; c < " + n4 +
+                  "; ++c) {\n" + in + "  vec4 x = " + x + ", y = " + y + ";\n";
   for (const char* e : {"x", "y", "z", "w"}) g += in + "  " + out + " += x." + e + " * y." + e + ";\n";
   return g + in + "}\n";
 }
 
 std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal, bool has_mask) {
   std::string g = tiled_row_setup(grid, causal);
-  g += "  vec4 q[D4];\n  [[unroll]] for (uint c = 0u; c < D4; ++c) q[c] = live ? Q4[row * D4 + c] : vec4(0.0);\n";
+  g += "  vec4 q[D4];\n  [[unroll]] for (uint c = 0u; c < D4; ++c) q[c] = live ? Q4[row * D4 + c] : "
+       "vec4(0.0);\n";
   if (out_o) g += "  vec4 o[DV4];\n  [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = vec4(0.0);\n";
   g += "  float m = NEG_INF, l = 0.0;  // the row's running maximum and sum of exp(s - m)\n"
        "  for (uint j0 = 0u; j0 < kend_blk; j0 += BK) {\n" +
@@ -438,8 +446,7 @@ std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal,
        "    [[unroll]] for (uint r = 0u; r < BK; ++r) {\n"
        "      float a = NEG_INF;\n"
        "      if (j0 + r < kend) {\n" +
-       tiled_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "        ") +
-       "        a = SCALE * dot" +
+       tiled_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "        ") + "        a = SCALE * dot" +
        std::string(has_mask ? " + mask_at(b, h, i, j0 + r)" : "") +
        ";\n"
        "      }\n"
@@ -487,8 +494,9 @@ std::string grad_q_tiled_main(const std::string& grid, bool causal, bool has_mas
        tiled_stage(true) +
        "    [[unroll]] for (uint r = 0u; r < BK; ++r) {\n"
        "      if (j0 + r >= kend) continue;\n" +
-       tiled_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "      ") +
-       "      float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j0 + r)" : "") + ";\n"
+       tiled_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "      ") + "      float s = SCALE * dot" +
+       std::string(has_mask ? " + mask_at(b, h, i, j0 + r)" : "") +
+       ";\n"
        "      if (s == NEG_INF) continue;\n" +
        tiled_dot("dp", "dov[c]", "s_v[r * DV4 + c]", "DV4", "      ") +
        "      float ds = exp(s - lse) * (dp - di) * SCALE;\n"
@@ -501,8 +509,9 @@ std::string grad_q_tiled_main(const std::string& grid, bool causal, bool has_mas
 }
 
 // The query-tiled kernel of a forward op (O or LSE) or of attention_grad_q (DQ).
-Kernel query_tiled(const Dims& d, Kind kind, bool causal, const Shape* mask, double scale, const std::string& key,
-                   const std::string& op, const std::string& who, const DeviceCaps& caps) {
+Kernel query_tiled(const Dims& d, Kind kind, bool causal, const Shape* mask, double scale,
+                   const std::string& key, const std::string& op, const std::string& who,
+                   const DeviceCaps& caps) {
   const uint32_t wg = tiled_workgroup(caps);
   const uint64_t nqb = div_up(d.Sq, wg);
   const bool grad = kind == Kind::GradQ, with_v = kind != Kind::Lse;
@@ -527,14 +536,14 @@ Kernel query_tiled(const Dims& d, Kind kind, bool causal, const Shape* mask, dou
   gl::Grid grid = gl::flat_groups(d.B * d.Hq * nqb, caps, who);
   Kernel k;
   k.name = op + "_tiled_" + key + "_wg" + std::to_string(wg);
-  k.glsl = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n// archetype: attention " + op +
-           " " + key + " scale " + gl::flit(scale) +
+  k.glsl = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n// archetype: attention " +
+           op + " " + key + " scale " + gl::flit(scale) +
            ": workgroup per block of WG query rows of one head, a thread per row (its vectors and softmax "
            "state in registers), key/value tiles of BK rows in shared memory (WG = " +
-           std::to_string(wg) + ", BK = " + std::to_string(kTiledBk) + ")\nlayout(local_size_x = " +
-           std::to_string(wg) + ") in;\n" + bufs.decls + prelude(d, wg, scale, causal, mask) +
-           "const uint NQB = " + u(nqb) + ", D4 = " + u(d.D / 4) + ", DV4 = " + u(d.Dv / 4) +
-           ", BK = " + u(kTiledBk) + ";\nshared vec4 s_k[BK * D4];\n" +
+           std::to_string(wg) + ", BK = " + std::to_string(kTiledBk) +
+           ")\nlayout(local_size_x = " + std::to_string(wg) + ") in;\n" + bufs.decls +
+           prelude(d, wg, scale, causal, mask) + "const uint NQB = " + u(nqb) + ", D4 = " + u(d.D / 4) +
+           ", DV4 = " + u(d.Dv / 4) + ", BK = " + u(kTiledBk) + ";\nshared vec4 s_k[BK * D4];\n" +
            (with_v ? "shared vec4 s_v[BK * DV4];\n" : "") +
            (grad ? grad_q_tiled_main(grid.glsl, causal, mask != nullptr)
                  : forward_tiled_main(grid.glsl, kind == Kind::Forward, causal, mask != nullptr));
@@ -566,16 +575,20 @@ bool use_kv_tiled(const Dims& d, const DeviceCaps& caps) {
 
 std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_mask) {
   std::string g = "void main() {\n" + grid;
-  g += "  uint t = gl_LocalInvocationID.x;\n"
-       "  uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = gid / (NKB * HKV);\n"
-       "  uint j = kb * WG + t;  // this thread's key row\n"
-       "  bool live = j < SKV;\n"
-       "  uint krow = (b * HKV + hk) * SKV + j;\n"
-       "  [[unroll]] for (uint c = 0u; c < D4; ++c) s_kt[t * KS + c] = live ? K4[krow * D4 + c] : vec4(0.0);\n"
-       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) s_vt[t * VS + c] = live ? V4[krow * DV4 + c] : vec4(0.0);\n";
+  g +=
+      "  uint t = gl_LocalInvocationID.x;\n"
+      "  uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = gid / (NKB * HKV);\n"
+      "  uint j = kb * WG + t;  // this thread's key row\n"
+      "  bool live = j < SKV;\n"
+      "  uint krow = (b * HKV + hk) * SKV + j;\n"
+      "  [[unroll]] for (uint c = 0u; c < D4; ++c) s_kt[t * KS + c] = live ? K4[krow * D4 + c] : vec4(0.0);\n"
+      "  [[unroll]] for (uint c = 0u; c < DV4; ++c) s_vt[t * VS + c] = live ? V4[krow * DV4 + c] : "
+      "vec4(0.0);\n";
   if (causal)
-    g += "  uint istart_blk = uint(clamp(int(kb * WG) - CAUSAL_OFF, 0, int(SQ)));  // first query the block needs\n"
-         "  uint istart = live ? uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ))) : SQ;  // first query that sees j\n";
+    g += "  uint istart_blk = uint(clamp(int(kb * WG) - CAUSAL_OFF, 0, int(SQ)));  // first query the block "
+         "needs\n"
+         "  uint istart = live ? uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ))) : SQ;  // first query that "
+         "sees j\n";
   else
     g += "  uint istart_blk = 0u;\n  uint istart = live ? 0u : SQ;\n";
   g += "  vec4 dk[D4], dv[DV4];\n"
@@ -604,7 +617,8 @@ std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_ma
        "        float lse = s_lse[r];\n"
        "        if (i < istart || lse == NEG_INF) continue;  // rows past SQ have lse -inf\n" +
        tiled_dot("dot", "s_q[r * D4 + c]", "s_kt[t * KS + c]", "D4", "        ") +
-       "        float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j)" : "") + ";\n"
+       "        float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j)" : "") +
+       ";\n"
        "        if (s == NEG_INF) continue;\n"
        "        float p = exp(s - lse);\n" +
        tiled_dot("dp", "s_do[r * DV4 + c]", "s_vt[t * VS + c]", "DV4", "        ") +
@@ -643,18 +657,21 @@ Kernel grad_kv_tiled(const Dims& d, int pk, int pv, bool causal, const Shape* ma
   gl::Grid grid = gl::flat_groups(d.B * d.Hkv * nkb, caps, who);
   Kernel k;
   k.name = "attention_grad_kv_tiled_" + key + "_wg" + std::to_string(wg);
-  k.glsl = "#version 450\n#extension GL_EXT_control_flow_attributes : require\n"
-           "// archetype: attention attention_grad_k + attention_grad_v " + key + " scale " + gl::flit(scale) +
-           ": workgroup per block of WG key rows of one kv head, a thread per key row (dk, dv in registers), "
-           "tiles of BQ query rows of every query head reading it in shared memory (WG = " +
-           std::to_string(wg) + ", BQ = " + std::to_string(kTiledBq) + ")\nlayout(local_size_x = " +
-           std::to_string(wg) + ") in;\n" + bufs.decls + prelude(d, wg, scale, causal, mask) +
-           "const uint NKB = " + u(nkb) + ", D4 = " + u(d.D / 4) + ", DV4 = " + u(d.Dv / 4) + ", BQ = " +
-           u(kTiledBq) + ", KS = " + u(ks) + ", VS = " + u(vs) +
-           ";  // KS, VS: padded row strides of s_kt, s_vt in vec4s\n"
-           "shared vec4 s_kt[WG * KS];  // the block's key rows\nshared vec4 s_vt[WG * VS];  // its value rows\n"
-           "shared vec4 s_q[BQ * D4];\nshared vec4 s_do[BQ * DV4];\nshared float s_lse[BQ];\nshared float s_delta[BQ];\n" +
-           grad_kv_tiled_main(grid.glsl, causal, mask != nullptr);
+  k.glsl =
+      "#version 450\n#extension GL_EXT_control_flow_attributes : require\n"
+      "// archetype: attention attention_grad_k + attention_grad_v " +
+      key + " scale " + gl::flit(scale) +
+      ": workgroup per block of WG key rows of one kv head, a thread per key row (dk, dv in registers), "
+      "tiles of BQ query rows of every query head reading it in shared memory (WG = " +
+      std::to_string(wg) + ", BQ = " + std::to_string(kTiledBq) +
+      ")\nlayout(local_size_x = " + std::to_string(wg) + ") in;\n" + bufs.decls +
+      prelude(d, wg, scale, causal, mask) + "const uint NKB = " + u(nkb) + ", D4 = " + u(d.D / 4) +
+      ", DV4 = " + u(d.Dv / 4) + ", BQ = " + u(kTiledBq) + ", KS = " + u(ks) + ", VS = " + u(vs) +
+      ";  // KS, VS: padded row strides of s_kt, s_vt in vec4s\n"
+      "shared vec4 s_kt[WG * KS];  // the block's key rows\nshared vec4 s_vt[WG * VS];  // its value rows\n"
+      "shared vec4 s_q[BQ * D4];\nshared vec4 s_do[BQ * DV4];\nshared float s_lse[BQ];\nshared float "
+      "s_delta[BQ];\n" +
+      grad_kv_tiled_main(grid.glsl, causal, mask != nullptr);
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   return k;
@@ -664,7 +681,8 @@ Kernel grad_kv_tiled(const Dims& d, int pk, int pv, bool causal, const Shape* ma
 
 bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const DeviceCaps& caps) {
   const ir::Node &nk = g.node(grad_k), &nv = g.node(grad_v);
-  if (nk.op != ir::Op::AttentionGradK || nv.op != ir::Op::AttentionGradV || nk.inputs != nv.inputs) return false;
+  if (nk.op != ir::Op::AttentionGradK || nv.op != ir::Op::AttentionGradV || nk.inputs != nv.inputs)
+    return false;
   if (gl::numel_u(nk.shape) == 0 || gl::numel_u(nv.shape) == 0) return false;
   const Dims d = dims_of(g, nk);
   return grad_kv_shared_bytes(d, grad_kv_workgroup(d, caps)) <= caps.max_shared_bytes;
@@ -678,7 +696,8 @@ Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nod
   const ir::Node &nk = g.node(nodes[size_t(pk)]), &nv = g.node(nodes[size_t(pv)]);
   if (nk.op != ir::Op::AttentionGradK || nv.op != ir::Op::AttentionGradV || nk.inputs != nv.inputs ||
       !(nk.attrs == nv.attrs))
-    throw Error("internal: " + g.describe(nk.id) + " and " + g.describe(nv.id) + " are not dK and dV of one attention");
+    throw Error("internal: " + g.describe(nk.id) + " and " + g.describe(nv.id) +
+                " are not dK and dV of one attention");
   const std::string who = g.describe(nk.id) + " + " + g.describe(nv.id);
   const Dims d = dims_of(g, nk);
   const int mask_input = 6;
@@ -739,12 +758,23 @@ Lowering lower_attention(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
   Kind kind;
   switch (n.op) {
-    case ir::Op::Attention: kind = Kind::Forward; break;
-    case ir::Op::AttentionLse: kind = Kind::Lse; break;
-    case ir::Op::AttentionGradQ: kind = Kind::GradQ; break;
-    case ir::Op::AttentionGradK: kind = Kind::GradK; break;
-    case ir::Op::AttentionGradV: kind = Kind::GradV; break;
-    default: throw Error("internal: " + ctx.graph.describe(n.id) + " is not an attention op");
+    case ir::Op::Attention:
+      kind = Kind::Forward;
+      break;
+    case ir::Op::AttentionLse:
+      kind = Kind::Lse;
+      break;
+    case ir::Op::AttentionGradQ:
+      kind = Kind::GradQ;
+      break;
+    case ir::Op::AttentionGradK:
+      kind = Kind::GradK;
+      break;
+    case ir::Op::AttentionGradV:
+      kind = Kind::GradV;
+      break;
+    default:
+      throw Error("internal: " + ctx.graph.describe(n.id) + " is not an attention op");
   }
   const std::string who = ctx.graph.describe(n.id);
   const Shape &qs = ctx.input(0).shape, &ks = ctx.input(1).shape, &vs = ctx.input(2).shape;
@@ -835,9 +865,8 @@ Lowering lower_attention(const LowerContext& ctx) {
   k.name = op + "_" + key + "_wg" + std::to_string(wg);
   k.glsl = "#version 450\n// archetype: attention " + op + " " + key + " scale " + gl::flit(scale) + ": " +
            design + " (WG = " + std::to_string(wg) + ")\nlayout(local_size_x = " + std::to_string(wg) +
-           ") in;\n" +
-           bufs.decls + prelude(d, wg, scale, causal, mask) + gl::math_lib() + gl::wg_reduce_lib(wg) +
-           shared.decls + body;
+           ") in;\n" + bufs.decls + prelude(d, wg, scale, causal, mask) + gl::math_lib() +
+           gl::wg_reduce_lib(wg) + shared.decls + body;
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   l.kernels.push_back(std::move(k));
