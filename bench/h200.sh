@@ -27,7 +27,8 @@
 #   f16-probe    the f16 cooperative-matrix GEMM: a sweep of its tiles and ablations (F16_PROBE_VARIANTS, on
 #                F16_PROBE_SHAPES) with the driver's register counts, and what the driver exposes of the default
 #                kernel's internal representations
-#   micro        mgn bench attention / conv (strict and accelerated; attention once more with MGN_ATTENTION=row)
+#   micro        mgn bench attention / conv (strict and accelerated; attention once more with MGN_ATTENTION=row
+#                and =tiled, and profiled per kernel at seq 1024 -> micro_attention.tar.xz)
 #                next to bench/pytorch/attention.py / conv.py
 #                (same inputs, outputs checked), and mgn bench-gemm (f32 and --f16) next to gemm.py (f32, TF32
 #                and --dtype f16) on the SmolLM2 and cube shapes, one
@@ -184,10 +185,21 @@ for job in "$@"; do
         FILES="$FILES $T/$W.mgn.jsonl $T/$W.acc.mgn.jsonl $T/$W.torch.jsonl $T/$W.mgn_out.safetensors"
         FILES="$FILES $T/$W.acc.mgn_out.safetensors $T/$W.torch_out.safetensors"
       done
-      # The row forward kernels where auto picks the query-tiled ones (long sequences), for the comparison
-      # of the two: $OUT/micro_attention_row.mgn.jsonl (same inputs; not in the table).
-      MGN_ATTENTION=row "$B/mgn" bench attention --json "$OUT/micro_attention_row.mgn.jsonl" > /dev/null 2>> "$L"
-      echo "mgn bench attention MGN_ATTENTION=row rc=$?" >> "$L"
+      # Auto takes the query-tiled forward kernels at long sequences and the row derivative kernels: the same
+      # cases with every kernel on the row form and on the tiled form, and a per-kernel GPU-time profile of the
+      # seq-1024 case for each knob (same inputs; not in the table). Back: micro_attention.tar.xz
+      # (micro_attention/{row,tiled}.mgn.jsonl, profile_{auto,row,tiled}.txt).
+      A="$OUT/micro_attention"
+      mkdir -p "$A"
+      for knob in row tiled; do
+        MGN_ATTENTION=$knob "$B/mgn" bench attention --json "$A/$knob.mgn.jsonl" > /dev/null 2>> "$L"
+        echo "mgn bench attention MGN_ATTENTION=$knob rc=$?" >> "$L"
+      done
+      for knob in auto row tiled; do
+        MGN_ATTENTION=$knob MGN_PROFILE=1 "$B/mgn" bench attention --cases h9-3_d64_s1024 > "$A/profile_$knob.txt" 2>&1
+        echo "mgn bench attention profile MGN_ATTENTION=$knob rc=$?" >> "$L"
+      done
+      tar -cJf "$OUT/micro_attention.tar.xz" -C "$OUT" micro_attention && rm -rf "$A"
       # The Fashion CNN's fc1 at batch 64, SmolLM2's projections (k/v, q/o, MLP), its lm_head forward and
       # input gradient, and the cubes: the small shapes show where f16 (three dispatches) stops paying off.
       SHAPES="64x128x1568 128x192x576 128x576x576 128x1536x576 128x576x1536 128x49152x576 128x576x49152 512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192"

@@ -131,14 +131,23 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
 }
 
 // MGN_ATTENTION=auto (the default) takes the query-tiled forward kernels when the query blocks are many
-// (at least 128 of 32 rows here) and the row kernels otherwise; a bad knob value is a clear error.
+// (at least 128 of 32 rows here) and the row kernels otherwise; the derivative kernels stay on the row forms
+// (the tiled ones were slower on an H100, run 8); a bad knob value is a clear error.
 TEST_F(VulkanAttention, AutoPicksTheForwardKernelAndRejectsBadKnobs) {
-  auto forward_kernels = [&](int64_t hq, int64_t sq) {
+  auto forward_kernels = [&](int64_t hq, int64_t sq, bool grads = false) {
     mgn::Graph g;
     Tensor q = g.input("q", {1, hq, sq, 8}), k = g.input("k", {1, 1, sq, 8}), v = g.input("v", {1, 1, sq, 8});
     ir::Graph& ir = g.ir();
     ir::Attrs at = ir::Attrs().set("scale", 0.35).set("causal", int64_t(1));
-    ir.add_output("o", ir.add(ir::Op::Attention, {q.id(), k.id(), v.id()}, at));
+    const int o = ir.add(ir::Op::Attention, {q.id(), k.id(), v.id()}, at);
+    ir.add_output("o", o);
+    if (grads) {
+      const int lse = ir.add(ir::Op::AttentionLse, {q.id(), k.id(), v.id()}, at);
+      const std::vector<int> in = {q.id(), k.id(), v.id(), o, g.input("do", {1, hq, sq, 8}).id(), lse};
+      ir.add_output("dq", ir.add(ir::Op::AttentionGradQ, in, at));
+      ir.add_output("dk", ir.add(ir::Op::AttentionGradK, in, at));
+      ir.add_output("dv", ir.add(ir::Op::AttentionGradV, in, at));
+    }
     vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = ""});
     std::string names;
     for (const auto& [name, glsl] : gpu.kernel_sources()) names += name + " ";
@@ -147,6 +156,12 @@ TEST_F(VulkanAttention, AutoPicksTheForwardKernelAndRejectsBadKnobs) {
   if (ctx_->limits().subgroup_size <= 32) {  // blocks of 32 rows
     EXPECT_NE(forward_kernels(4, 1024).find("attention_tiled_"), std::string::npos);
     EXPECT_EQ(forward_kernels(2, 1024).find("_tiled_"), std::string::npos);  // 64 blocks: row kernel
+    // With the derivatives: the forward pair tiled, grad_q and the fused dK+dV on the row kernels.
+    const std::string names = forward_kernels(4, 1024, true);
+    EXPECT_NE(names.find("attention_lse_tiled_"), std::string::npos) << names;
+    EXPECT_NE(names.find("attention_grad_q_q"), std::string::npos) << names;
+    EXPECT_EQ(names.find("attention_grad_q_tiled_"), std::string::npos) << names;
+    EXPECT_EQ(names.find("attention_grad_kv_tiled_"), std::string::npos) << names;
   }
   setenv("MGN_ATTENTION", "fast", 1);
   try {
