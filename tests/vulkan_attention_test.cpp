@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -75,59 +77,79 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
   for (int i = 0; i < 5; ++i) ir.add_output(names[i], ids[i]);
 
   cpu::Executor cpu(ir);
-  for (const char* knob : {"row", "tiled"}) {
-    SCOPED_TRACE(std::string("MGN_ATTENTION=") + knob);
-    setenv("MGN_ATTENTION", knob, 1);
-    vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = "", .poison = true});
-    unsetenv("MGN_ATTENTION");
-    int tiled = 0;
-    for (const auto& [name, glsl] : gpu.kernel_sources()) tiled += name.find("_tiled_") != std::string::npos;
-    // The forward pair takes head dims of whole vec4s up to 128; grad_q and the fused dK+dV up to 64.
-    const bool vec4s = c.D % 4 == 0 && c.Dv % 4 == 0, fwd = vec4s && c.D <= 128 && c.Dv <= 128,
-               grad = vec4s && c.D <= 64 && c.Dv <= 64;
-    EXPECT_EQ(tiled, std::string(knob) == "tiled" ? (fwd ? 2 : 0) + (grad ? 2 : 0) : 0)
-        << "kernels on the tiled path";
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (int id : ir.inputs()) {
-      std::vector<float> x(size_t(numel(ir.node(id).shape)));
-      for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? float(c.qscale) : 1.0f);
-      if (id == mask_id && c.inf_rows) {
-        int64_t skv = c.mask.back();
-        for (size_t e = 0; e < x.size(); ++e) {
-          int64_t row = int64_t(e) / skv;
-          if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
+  // With fusion (the default) attention + attention_lse run as one kernel and dK + dV as one; without, each
+  // node has its own. o, lse and dq must come out bitwise the same either way.
+  std::map<std::string, std::vector<float>> fused_out;
+  for (const char* knob : {"row", "tiled"})
+    for (const bool fusion : {true, false}) {
+      SCOPED_TRACE(std::string("MGN_ATTENTION=") + knob + (fusion ? "" : ", fusion off"));
+      setenv("MGN_ATTENTION", knob, 1);
+      vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = "", .poison = true, .fusion = fusion});
+      unsetenv("MGN_ATTENTION");
+      int tiled = 0, with_lse = 0;
+      for (const auto& [name, glsl] : gpu.kernel_sources()) {
+        tiled += name.find("_tiled_") != std::string::npos;
+        with_lse += name.rfind("attention_with_lse_", 0) == 0;
+      }
+      EXPECT_EQ(with_lse, fusion ? 1 : 0) << "one kernel for o and lse";
+      // The forward takes head dims of whole vec4s up to 128; grad_q and the fused dK+dV up to 64 (without
+      // fusion dk and dv have row kernels only).
+      const bool vec4s = c.D % 4 == 0 && c.Dv % 4 == 0, fwd = vec4s && c.D <= 128 && c.Dv <= 128,
+                 grad = vec4s && c.D <= 64 && c.Dv <= 64;
+      const int want_tiled = (fwd ? (fusion ? 1 : 2) : 0) + (grad ? (fusion ? 2 : 1) : 0);
+      EXPECT_EQ(tiled, std::string(knob) == "tiled" ? want_tiled : 0) << "kernels on the tiled path";
+      std::mt19937 rng(7);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (int id : ir.inputs()) {
+        std::vector<float> x(size_t(numel(ir.node(id).shape)));
+        for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? float(c.qscale) : 1.0f);
+        if (id == mask_id && c.inf_rows) {
+          int64_t skv = c.mask.back();
+          for (size_t e = 0; e < x.size(); ++e) {
+            int64_t row = int64_t(e) / skv;
+            if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
+          }
+        }
+        cpu.set_input(ir.node(id).name, x);
+        gpu.set_input(ir.node(id).name, x);
+      }
+      cpu.run();
+      gpu.run();
+      gpu.run();  // resubmission reproduces the first run
+      for (int i = 0; i < 5; ++i) {
+        const std::vector<double>& want = cpu.output(names[i]).v;
+        std::vector<float> got = gpu.read_output(names[i]);
+        ASSERT_EQ(got.size(), want.size()) << names[i];
+        double num = 0, den = 0;
+        for (size_t e = 0; e < want.size(); ++e) {
+          if (std::isinf(want[e]) || std::isinf(got[e])) {
+            ASSERT_EQ(double(got[e]), want[e]) << c.name << " " << names[i] << " element " << e;
+            continue;
+          }
+          ASSERT_TRUE(std::isfinite(got[e])) << c.name << " " << names[i] << " element " << e;
+          double d = double(got[e]) - want[e];
+          num += d * d;
+          den += want[e] * want[e];
+        }
+        double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+        if (std::getenv("MGN_TEST_PRINT_ERR")) std::printf("%s %s %s %.3g\n", knob, c.name, names[i], err);
+        EXPECT_LE(err, 2e-6) << c.name << " " << names[i];
+        if (i > 2) continue;  // dk, dv: the key-tiled fused kernel and the row kernels sum in other orders
+        if (fusion) {
+          fused_out[names[i]] = got;
+        } else {
+          const std::vector<float>& f = fused_out[names[i]];
+          ASSERT_EQ(f.size(), got.size()) << names[i];
+          for (size_t e = 0; e < got.size(); ++e)
+            ASSERT_EQ(std::memcmp(&f[e], &got[e], sizeof(float)), 0)
+                << c.name << " " << names[i] << " element " << e << ": " << f[e] << " fused, " << got[e]
+                << " not";
         }
       }
-      cpu.set_input(ir.node(id).name, x);
-      gpu.set_input(ir.node(id).name, x);
+      EXPECT_EQ(ctx_->validation_message_count(), 0u);
+      for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
+      ctx_->clear_validation_messages();
     }
-    cpu.run();
-    gpu.run();
-    gpu.run();  // resubmission reproduces the first run
-    for (int i = 0; i < 5; ++i) {
-      const std::vector<double>& want = cpu.output(names[i]).v;
-      std::vector<float> got = gpu.read_output(names[i]);
-      ASSERT_EQ(got.size(), want.size()) << names[i];
-      double num = 0, den = 0;
-      for (size_t e = 0; e < want.size(); ++e) {
-        if (std::isinf(want[e]) || std::isinf(got[e])) {
-          ASSERT_EQ(double(got[e]), want[e]) << c.name << " " << names[i] << " element " << e;
-          continue;
-        }
-        ASSERT_TRUE(std::isfinite(got[e])) << c.name << " " << names[i] << " element " << e;
-        double d = double(got[e]) - want[e];
-        num += d * d;
-        den += want[e] * want[e];
-      }
-      double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-      if (std::getenv("MGN_TEST_PRINT_ERR")) std::printf("%s %s %s %.3g\n", knob, c.name, names[i], err);
-      EXPECT_LE(err, 2e-6) << c.name << " " << names[i];
-    }
-    EXPECT_EQ(ctx_->validation_message_count(), 0u);
-    for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
-    ctx_->clear_validation_messages();
-  }
 }
 
 // MGN_ATTENTION=auto (the default) takes the query-tiled forward kernels when the query blocks are many
@@ -158,7 +180,7 @@ TEST_F(VulkanAttention, AutoPicksTheForwardKernelAndRejectsBadKnobs) {
     EXPECT_EQ(forward_kernels(2, 1024).find("_tiled_"), std::string::npos);  // 64 blocks: row kernel
     // With the derivatives: the forward pair tiled, grad_q and the fused dK+dV on the row kernels.
     const std::string names = forward_kernels(4, 1024, true);
-    EXPECT_NE(names.find("attention_lse_tiled_"), std::string::npos) << names;
+    EXPECT_NE(names.find("attention_with_lse_tiled_"), std::string::npos) << names;
     EXPECT_NE(names.find("attention_grad_q_q"), std::string::npos) << names;
     EXPECT_EQ(names.find("attention_grad_q_tiled_"), std::string::npos) << names;
     EXPECT_EQ(names.find("attention_grad_kv_tiled_"), std::string::npos) << names;

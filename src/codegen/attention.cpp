@@ -45,7 +45,18 @@ struct Dims {
   uint64_t B, Hq, Hkv, Sq, Skv, D, Dv;
 };
 
-enum class Kind { Forward, Lse, GradQ, GradK, GradV };
+// ForwardLse: attention and attention_lse of the same inputs in one kernel (o and lse; see
+// lower_attention_with_lse).
+enum class Kind { Forward, Lse, ForwardLse, GradQ, GradK, GradV };
+
+bool is_forward(Kind k) {
+  return k == Kind::Forward || k == Kind::Lse || k == Kind::ForwardLse;
+}
+
+// Which node of the dispatch takes each forward output (-1: not written).
+struct FwdOuts {
+  int o = -1, lse = -1;
+};
 
 // Threads per workgroup: the tile length, also enough to cover `dims` output dims with one accumulator.
 uint32_t workgroup_for(uint64_t tile, uint64_t dims, const DeviceCaps& caps) {
@@ -164,7 +175,8 @@ std::string acc_store(uint64_t n, const std::string& out, const std::string& dim
 
 // attention / attention_lse. The maximum is reduced across the workgroup per tile (so every thread
 // rescales by the same alpha), the sum only once at the end (each thread rescales its own share).
-std::string forward_main(const std::string& grid, bool out_o, bool causal, bool has_mask, uint64_t acc_n) {
+std::string forward_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask,
+                         uint64_t acc_n) {
   std::string g = score_fn(has_mask) + "void main() {\n" + grid + query_row_setup(causal) + "  barrier();\n";
   g += "  float m = NEG_INF;  // running maximum of the row's scores (uniform across the workgroup)\n"
        "  float l = 0.0;      // this thread's share of sum_j exp(s_j - m)\n";
@@ -185,8 +197,7 @@ std::string forward_main(const std::string& grid, bool out_o, bool causal, bool 
   if (out_o)
     g += "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n" +
          acc_store(acc_n, "O", "DV", " * inv");
-  else
-    g += "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n";
+  if (out_lse) g += "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n";
   return g + "}\n";
 }
 
@@ -374,8 +385,8 @@ uint32_t tiled_workgroup(const DeviceCaps& caps) {
 // the forward (q, o) and up to 64 for grad_q (q, do, dq).
 bool tiled_fits(const Dims& d, Kind kind) {
   const uint64_t most = kind == Kind::GradQ ? 64 : 128;
-  return (kind == Kind::Forward || kind == Kind::Lse || kind == Kind::GradQ) && d.D > 0 && d.Dv > 0 &&
-         d.D % 4 == 0 && d.Dv % 4 == 0 && d.D <= most && d.Dv <= most;
+  return (is_forward(kind) || kind == Kind::GradQ) && d.D > 0 && d.Dv > 0 && d.D % 4 == 0 && d.Dv % 4 == 0 &&
+         d.D <= most && d.Dv <= most;
 }
 
 bool use_tiled(const Dims& d, Kind kind, const DeviceCaps& caps) {
@@ -437,7 +448,8 @@ std::string tiled_dot(const std::string& out, const std::string& x, const std::s
   return g + in + "}\n";
 }
 
-std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal, bool has_mask) {
+std::string forward_tiled_main(const std::string& grid, bool out_o, bool out_lse, bool causal,
+                               bool has_mask) {
   std::string g = tiled_row_setup(grid, causal);
   g += "  vec4 q[D4];\n  [[unroll]] for (uint c = 0u; c < D4; ++c) q[c] = live ? Q4[row * D4 + c] : "
        "vec4(0.0);\n";
@@ -475,8 +487,7 @@ std::string forward_tiled_main(const std::string& grid, bool out_o, bool causal,
   if (out_o)
     g += "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n"
          "  [[unroll]] for (uint c = 0u; c < DV4; ++c) O4[row * DV4 + c] = o[c] * inv;\n";
-  else
-    g += "  LSE[row] = m == NEG_INF ? NEG_INF : m + log(l);\n";
+  if (out_lse) g += "  LSE[row] = m == NEG_INF ? NEG_INF : m + log(l);\n";
   return g + "}\n";
 }
 
@@ -512,8 +523,9 @@ std::string grad_q_tiled_main(const std::string& grid, bool causal, bool has_mas
   return g + "}\n";
 }
 
-// The query-tiled kernel of a forward op (O or LSE) or of attention_grad_q (DQ).
-Kernel query_tiled(const Dims& d, Kind kind, bool causal, const Shape* mask, double scale,
+// The query-tiled kernel of the forward ops (O and/or LSE, written to the dispatch nodes `outs` names) or of
+// attention_grad_q (DQ).
+Kernel query_tiled(const Dims& d, Kind kind, FwdOuts outs, bool causal, const Shape* mask, double scale,
                    const std::string& key, const std::string& op, const std::string& who,
                    const DeviceCaps& caps) {
   const uint32_t wg = tiled_workgroup(caps);
@@ -529,8 +541,8 @@ Kernel query_tiled(const Dims& d, Kind kind, bool causal, const Shape* mask, dou
     bufs.add("LSE", in(5));
   }
   if (mask) bufs.add("MASK", in(grad ? 6 : 3));
-  if (kind == Kind::Forward) bufs.add_vec4("O4", {BindingKind::Output, 0, true});
-  if (kind == Kind::Lse) bufs.add("LSE", {BindingKind::Output, 0, true});
+  if (!grad && outs.o >= 0) bufs.add_vec4("O4", {BindingKind::Output, 0, true, outs.o});
+  if (!grad && outs.lse >= 0) bufs.add("LSE", {BindingKind::Output, 0, true, outs.lse});
   if (grad) bufs.add_vec4("DQ4", {BindingKind::Output, 0, true});
   const uint64_t shared_bytes = uint64_t(kTiledBk) * (d.D + (with_v ? d.Dv : 0)) * 4;
   if (shared_bytes > caps.max_shared_bytes)
@@ -550,7 +562,7 @@ Kernel query_tiled(const Dims& d, Kind kind, bool causal, const Shape* mask, dou
            ", DV4 = " + u(d.Dv / 4) + ", BK = " + u(kTiledBk) + ";\nshared vec4 s_k[BK * D4];\n" +
            (with_v ? "shared vec4 s_v[BK * DV4];\n" : "") +
            (grad ? grad_q_tiled_main(grid.glsl, causal, mask != nullptr)
-                 : forward_tiled_main(grid.glsl, kind == Kind::Forward, causal, mask != nullptr));
+                 : forward_tiled_main(grid.glsl, outs.o >= 0, outs.lse >= 0, causal, mask != nullptr));
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   return k;
@@ -758,34 +770,18 @@ Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nod
   return l;
 }
 
-Lowering lower_attention(const LowerContext& ctx) {
+namespace {
+
+// One attention node's kernels (`n`; for ForwardLse the attention node of the pair, `who` names both).
+// `outs`: the dispatch nodes the forward kinds write.
+Lowering lower_one(const LowerContext& ctx, Kind kind, FwdOuts outs, const std::string& who,
+                   const std::string& op) {
   const ir::Node& n = ctx.node;
-  Kind kind;
-  switch (n.op) {
-    case ir::Op::Attention:
-      kind = Kind::Forward;
-      break;
-    case ir::Op::AttentionLse:
-      kind = Kind::Lse;
-      break;
-    case ir::Op::AttentionGradQ:
-      kind = Kind::GradQ;
-      break;
-    case ir::Op::AttentionGradK:
-      kind = Kind::GradK;
-      break;
-    case ir::Op::AttentionGradV:
-      kind = Kind::GradV;
-      break;
-    default:
-      throw Error("internal: " + ctx.graph.describe(n.id) + " is not an attention op");
-  }
-  const std::string who = ctx.graph.describe(n.id);
   const Shape &qs = ctx.input(0).shape, &ks = ctx.input(1).shape, &vs = ctx.input(2).shape;
   const Dims d{uint64_t(qs[0]), uint64_t(qs[1]), uint64_t(ks[1]), uint64_t(qs[2]),
                uint64_t(ks[2]), uint64_t(qs[3]), uint64_t(vs[3])};
   if (gl::numel_u(n.shape) == 0) return {};
-  const bool fwd = kind == Kind::Forward || kind == Kind::Lse;
+  const bool fwd = is_forward(kind);
   const int mask_input = fwd ? 3 : 6;
   const bool has_mask = n.inputs.size() > size_t(mask_input);
   const Shape* mask = has_mask ? &ctx.input(mask_input).shape : nullptr;
@@ -794,11 +790,10 @@ Lowering lower_attention(const LowerContext& ctx) {
   const bool causal = n.attrs.i("causal") != 0;
   const double scale = n.attrs.f("scale");
   const std::string key = dims_key(d, causal, mask);
-  const std::string op = ir::op_name(n.op);
 
   Lowering l;
   if (use_tiled(d, kind, ctx.caps)) {
-    l.kernels.push_back(query_tiled(d, kind, causal, mask, scale, key, op, who, ctx.caps));
+    l.kernels.push_back(query_tiled(d, kind, outs, causal, mask, scale, key, op, who, ctx.caps));
     return l;
   }
   Buffers bufs;
@@ -812,17 +807,19 @@ Lowering lower_attention(const LowerContext& ctx) {
   };
   switch (kind) {
     case Kind::Forward:
-    case Kind::Lse: {
-      const bool out_o = kind == Kind::Forward;
+    case Kind::Lse:
+    case Kind::ForwardLse: {
+      const bool out_o = outs.o >= 0, out_lse = outs.lse >= 0;
       bufs.add("Q", in(0));
       bufs.add("K", in(1));
       if (out_o) bufs.add("V", in(2));
       if (has_mask) bufs.add("MASK", in(mask_input));
-      bufs.add(out_o ? "O" : "LSE", {BindingKind::Output, 0, true});
+      if (out_o) bufs.add("O", {BindingKind::Output, 0, true, outs.o});
+      if (out_lse) bufs.add("LSE", {BindingKind::Output, 0, true, outs.lse});
       wg = workgroup_for(d.Skv, out_o ? d.Dv : 0, ctx.caps);
       shared.add("s_q", d.D, "this row's query");
       if (out_o) shared.add("s_p", wg, "the tile's probabilities");
-      body = forward_main(grid_for(d.B * d.Hq * d.Sq), out_o, causal, has_mask, div_up(d.Dv, wg));
+      body = forward_main(grid_for(d.B * d.Hq * d.Sq), out_o, out_lse, causal, has_mask, div_up(d.Dv, wg));
       design = "workgroup per query row, online softmax over key tiles";
       break;
     }
@@ -875,6 +872,52 @@ Lowering lower_attention(const LowerContext& ctx) {
   k.groups = grid.groups;
   l.kernels.push_back(std::move(k));
   return l;
+}
+
+}  // namespace
+
+Lowering lower_attention(const LowerContext& ctx) {
+  Kind kind;
+  FwdOuts outs;
+  switch (ctx.node.op) {
+    case ir::Op::Attention:
+      kind = Kind::Forward;
+      outs.o = 0;
+      break;
+    case ir::Op::AttentionLse:
+      kind = Kind::Lse;
+      outs.lse = 0;
+      break;
+    case ir::Op::AttentionGradQ:
+      kind = Kind::GradQ;
+      break;
+    case ir::Op::AttentionGradK:
+      kind = Kind::GradK;
+      break;
+    case ir::Op::AttentionGradV:
+      kind = Kind::GradV;
+      break;
+    default:
+      throw Error("internal: " + ctx.graph.describe(ctx.node.id) + " is not an attention op");
+  }
+  return lower_one(ctx, kind, outs, ctx.graph.describe(ctx.node.id), ir::op_name(ctx.node.op));
+}
+
+// attention and attention_lse of the same inputs (nodes: both, ascending): one forward pass writes o and lse.
+// Every output element is the one the separate kernels write (lse never depended on whether o is formed).
+Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+  if (nodes.size() != 2) throw Error("internal: the attention + lse kernel takes two nodes");
+  const int po = g.node(nodes[0]).op == ir::Op::Attention ? 0 : 1, pl = 1 - po;
+  const ir::Node &no = g.node(nodes[size_t(po)]), &nl = g.node(nodes[size_t(pl)]);
+  if (no.op != ir::Op::Attention || nl.op != ir::Op::AttentionLse || no.inputs != nl.inputs ||
+      !(no.attrs == nl.attrs))
+    throw Error("internal: " + g.describe(no.id) + " and " + g.describe(nl.id) +
+                " are not the output and lse of one attention");
+  if (gl::numel_u(no.shape) == 0 || gl::numel_u(nl.shape) == 0)
+    throw Error("internal: " + g.describe(no.id) +
+                ": the attention + lse kernel needs both outputs non-empty");
+  return lower_one({g, no, caps}, Kind::ForwardLse, {po, pl}, g.describe(no.id) + " + " + g.describe(nl.id),
+                   "attention_with_lse");
 }
 
 }  // namespace mgn::codegen

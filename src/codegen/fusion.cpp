@@ -29,6 +29,9 @@ namespace {
 bool is_attention_grad_kv(const ir::Node& n) {
   return n.op == ir::Op::AttentionGradK || n.op == ir::Op::AttentionGradV;
 }
+bool is_attention_forward(const ir::Node& n) {
+  return n.op == ir::Op::Attention || n.op == ir::Op::AttentionLse;
+}
 
 struct Group {
   std::vector<int> members;  // ascending after every merge
@@ -60,7 +63,8 @@ class Grouper {
   }
 
   std::vector<std::vector<int>> run() {
-    std::map<std::pair<std::vector<int>, std::string>, int> attention_open;  // (inputs, attrs) -> grad node
+    // (inputs, attrs) -> the first node of a pair still waiting for its partner: dK / dV, and o / lse.
+    std::map<std::pair<std::vector<int>, std::string>, int> attention_open, forward_open;
     for (int i = 0; i < n_; ++i) {
       if (!needed_[size_t(i)]) continue;
       const ir::Node& node = g_.node(i);
@@ -71,6 +75,8 @@ class Grouper {
       if (opt_.pointwise && groups_[size_t(gi)].pointwise) gi = join_producers(i, gi);
       if (opt_.attention && is_attention_grad_kv(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, attention_open);
+      if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
+        gi = pair_attention(i, gi, forward_open);
       if (opt_.pointwise) merge_siblings(gi);
     }
     std::vector<std::vector<int>> out;
@@ -212,7 +218,8 @@ class Grouper {
     }
   }
 
-  // attention_grad_k and attention_grad_v of the same inputs and attributes share one dispatch.
+  // attention_grad_k and attention_grad_v of the same inputs and attributes share one dispatch, and so do
+  // attention and attention_lse.
   int pair_attention(int i, int gi, std::map<std::pair<std::vector<int>, std::string>, int>& open) {
     const ir::Node& node = g_.node(i);
     std::string attrs = gl::flit(node.attrs.f("scale")) + " " + std::to_string(node.attrs.i("causal"));
@@ -224,9 +231,12 @@ class Grouper {
     }
     int other = it->second;
     open.erase(it);
-    int gk = node.op == ir::Op::AttentionGradK ? i : other,
-        gv = node.op == ir::Op::AttentionGradV ? i : other;
-    if (!attention_grad_kv_fits(g_, gk, gv, caps_)) return gi;
+    if (is_attention_grad_kv(node)) {
+      int gk = node.op == ir::Op::AttentionGradK ? i : other,
+          gv = node.op == ir::Op::AttentionGradV ? i : other;
+      if (!attention_grad_kv_fits(g_, gk, gv, caps_)) return gi;
+    }
+    // The forward pair needs no more shared memory than attention alone, which lowers on its own anyway.
     std::set<int> set = {gid_[size_t(other)], gi};
     int lv = merged_level(set);
     return lv < 0 ? gi : merge(set, lv);
@@ -352,6 +362,8 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
   if (nodes.size() == 1) return lower_node({g, g.node(nodes[0]), caps});
   if (nodes.size() == 2 && is_attention_grad_kv(g.node(nodes[0])) && is_attention_grad_kv(g.node(nodes[1])))
     return lower_attention_grad_kv(g, nodes, caps);
+  if (nodes.size() == 2 && is_attention_forward(g.node(nodes[0])) && is_attention_forward(g.node(nodes[1])))
+    return lower_attention_with_lse(g, nodes, caps);
   return lower_pointwise_fusion(g, nodes, stored, caps);
 }
 

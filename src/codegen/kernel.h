@@ -86,7 +86,9 @@ Lowering lower_loss(const LowerContext& ctx);       // cross_entropy, cross_entr
 // invocation per element loads every outside operand once (broadcast as usual), keeps each node's value in
 // a local variable, and stores the values that are read outside the fusion (the plan gives exactly those
 // nodes memory; the others are internal). An attention fusion is attention_grad_k + attention_grad_v of one
-// attention (the same inputs): one kernel writes dK and dV from one recomputation of P and dP.
+// attention (the same inputs): one kernel writes dK and dV from one recomputation of P and dP; or attention +
+// attention_lse of the same inputs (training: the forward and the lse autodiff adds for the backward): one
+// forward pass writes o and lse.
 struct FusionOptions {
   bool pointwise = true;
   bool attention = true;
@@ -111,12 +113,16 @@ bool pointwise_fusible(const ir::Node& n);
 Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                         const DeviceCaps& caps);
 
-// The pointwise fusion kernel (fusion.cpp) and the dK+dV kernel (attention.cpp); lower_dispatch routes.
+// The pointwise fusion kernel (fusion.cpp), the dK+dV kernel and the attention + lse kernel (attention.cpp);
+// lower_dispatch routes.
 Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                                 const DeviceCaps& caps);
 Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
 // Whether the dK+dV kernel of grad_k / grad_v (same inputs) fits the device (shared memory).
 bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const DeviceCaps& caps);
+// attention and attention_lse of the same inputs and attributes (the forward and the lse autodiff recomputes
+// for the backward): one forward pass writing both (attention.cpp).
+Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
 
 // The GLSL expression of pointwise node `n` for one element in terms of its operands `a`, `b`, `c`
 // (pointwise.cpp; `in0` is the dtype of its first input). Throws for rope and non-pointwise ops.

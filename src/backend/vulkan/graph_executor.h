@@ -40,8 +40,9 @@ struct GraphExecutorOptions {
   // never computes (and uploads) random initial weights. Results are the same either way.
   bool lazy_parameters = false;
   // Planned path: connected pointwise nodes of one shape run as one kernel (values in registers, written
-  // only where read outside the fusion), and attention_grad_k + attention_grad_v of one attention as one
-  // kernel (codegen::find_fusions). MGN_FUSION=0 in the environment turns it off.
+  // only where read outside the fusion), attention_grad_k + attention_grad_v of one attention as one
+  // kernel, and attention + attention_lse as one (codegen::find_fusions). MGN_FUSION=0 in the environment
+  // turns it off.
   bool fusion = true;
   plan::PlanOptions plan;  // tuning (in_place, reuse, submissions...); sizes, alignment and limits from the device
   // Called after submission i of a step is queued, before submission i + 1 (plan.submissions > 1).
