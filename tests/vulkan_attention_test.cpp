@@ -25,6 +25,7 @@
 #include "backend/vulkan/graph_executor.h"
 #include "ir/graph.h"
 #include "mgn/graph.h"
+#include "support/test_util.h"
 
 using namespace mgn;
 
@@ -99,17 +100,11 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
       const int want_tiled = (fwd ? (fusion ? 1 : 2) : 0) + (grad ? (fusion ? 2 : 1) : 0);
       EXPECT_EQ(tiled, std::string(knob) == "tiled" ? want_tiled : 0) << "kernels on the tiled path";
       std::mt19937 rng(7);
-      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
       for (int id : ir.inputs()) {
-        std::vector<float> x(size_t(numel(ir.node(id).shape)));
-        for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? float(c.qscale) : 1.0f);
-        if (id == mask_id && c.inf_rows) {
-          int64_t skv = c.mask.back();
-          for (size_t e = 0; e < x.size(); ++e) {
-            int64_t row = int64_t(e) / skv;
-            if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
-          }
-        }
+        const bool inf_rows = id == mask_id && c.inf_rows;
+        std::vector<float> x = test::attention_input(rng, size_t(numel(ir.node(id).shape)),
+                                                     ir.node(id).name == "q" ? float(c.qscale) : 1.0f,
+                                                     inf_rows, inf_rows ? c.mask.back() : 1);
         cpu.set_input(ir.node(id).name, x);
         gpu.set_input(ir.node(id).name, x);
       }

@@ -450,7 +450,6 @@ void check_attention(vk::Context& ctx, const AttnCfg& c, const std::vector<const
     names.push_back(gname);
   }
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   cpu::Executor cpu(ir);
   vk::GraphExecutor gpu(ir, ctx, {.cache_dir = "", .poison = true});
   int kv = 0, separate = 0;
@@ -463,15 +462,10 @@ void check_attention(vk::Context& ctx, const AttnCfg& c, const std::vector<const
   for (const char* gname : grads) kv_grads += std::string(gname) != "dq";
   EXPECT_EQ(separate, expect_fused ? 0 : kv_grads);
   for (int id : ir.inputs()) {
-    std::vector<float> x(size_t(numel(ir.node(id).shape)));
-    for (float& e : x) e = dist(rng) * (ir.node(id).name == "q" ? 2.0f : 1.0f);
-    if (id == mask_id && c.inf_rows) {
-      int64_t skv = c.mask.back();
-      for (size_t e = 0; e < x.size(); ++e) {
-        int64_t row = int64_t(e) / skv;
-        if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
-      }
-    }
+    const bool inf_rows = id == mask_id && c.inf_rows;
+    std::vector<float> x =
+        test::attention_input(rng, size_t(numel(ir.node(id).shape)), ir.node(id).name == "q" ? 2.0f : 1.0f,
+                              inf_rows, inf_rows ? c.mask.back() : 1);
     cpu.set_input(ir.node(id).name, x);
     gpu.set_input(ir.node(id).name, x);
   }

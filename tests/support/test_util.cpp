@@ -2,6 +2,7 @@
 #include "support/test_util.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -43,12 +44,13 @@ std::vector<double> random_uniform(size_t n, uint64_t seed, double lo, double hi
 
 }  // namespace mgn::test
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 namespace mgn::test {
 
@@ -62,12 +64,13 @@ std::string make_temp_dir(const std::string& tag) {
   return p.string();
 }
 
-std::map<std::string, StoredTensor> run_torch(const std::string& script, const std::vector<StoredTensor>& inputs) {
+std::map<std::string, StoredTensor> run_torch(const std::string& script,
+                                              const std::vector<StoredTensor>& inputs) {
   std::string dir = make_temp_dir("torch");
   std::string in = dir + "/in.safetensors", out = dir + "/out.safetensors", log = dir + "/log.txt";
   write_safetensors(in, inputs);
-  std::string cmd = std::string(MGN_TORCH_PYTHON) + " " + MGN_SOURCE_DIR + "/" + script + " " + in + " " + out + " > " +
-                    log + " 2>&1";
+  std::string cmd = std::string(MGN_TORCH_PYTHON) + " " + MGN_SOURCE_DIR + "/" + script + " " + in + " " +
+                    out + " > " + log + " 2>&1";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
     std::ifstream f(log);
@@ -80,6 +83,18 @@ std::map<std::string, StoredTensor> run_torch(const std::string& script, const s
   for (const std::string& n : file.names()) result.emplace(n, file.get(n));
   std::filesystem::remove_all(dir);
   return result;
+}
+
+std::vector<float> attention_input(std::mt19937& rng, size_t n, float scale, bool inf_rows, int64_t cols) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& e : x) e = dist(rng) * scale;
+  if (inf_rows)
+    for (size_t e = 0; e < x.size(); ++e) {
+      int64_t row = int64_t(e) / cols;
+      if (row % 3 == 1 || rng() % 4 == 0) x[e] = -std::numeric_limits<float>::infinity();
+    }
+  return x;
 }
 
 }  // namespace mgn::test

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@ double rel_l2(const std::vector<double>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 std::vector<double> random_normal(size_t n, uint64_t seed, double scale = 1.0);
 std::vector<double> random_uniform(size_t n, uint64_t seed, double lo, double hi);
+
+// One input of an attention test graph, drawn from `rng`: n uniform values in [-1, 1), times `scale` (q's
+// peakiness). A mask with `inf_rows` (rows of `cols` keys) then gets -inf on every third row, starting at
+// row 1, and on a random quarter of the other elements.
+std::vector<float> attention_input(std::mt19937& rng, size_t n, float scale, bool inf_rows = false,
+                                   int64_t cols = 1);
 
 }  // namespace mgn::test
 
@@ -24,7 +31,8 @@ namespace mgn::test {
 // Runs `/usr/bin/python3 <MGN_SOURCE_DIR>/<script> in.safetensors out.safetensors` in a fresh temporary
 // directory with `inputs` written to in.safetensors, and returns the tensors of out.safetensors by name.
 // Throws mgn::Error with the script's output when it fails. This is how tests reach PyTorch.
-std::map<std::string, StoredTensor> run_torch(const std::string& script, const std::vector<StoredTensor>& inputs);
+std::map<std::string, StoredTensor> run_torch(const std::string& script,
+                                              const std::vector<StoredTensor>& inputs);
 
 // A fresh empty directory under the system temp dir (removed by the caller if it wants).
 std::string make_temp_dir(const std::string& tag);
