@@ -57,8 +57,9 @@ rm -rf "$MGN_CACHE_DIR"
 
 # name | MGN_GEMM_VARIANT | MGN_GEMM_TILE (f32) or MGN_GEMM_F16_TILE (f16) | precision [| MGN_GEMM_F16_ABLATE]
 # Ablated rows (noload: no global loads after the first K slice; nomma: no multiplies; mmaonly: the first
-# step's fragments loaded once, then only multiplies) compute wrong results on purpose: their times split the
-# f16 kernel's time into its parts.
+# step's fragments loaded once, then only multiplies; fragonly: the first slice's fragments reloaded from
+# shared memory every slice and multiplied, no barriers) compute wrong results on purpose: their times split
+# the f16 kernel's time into its parts.
 # "default" is what a session gets with no knob set. Tile fields: BMxBNxBK, tTMxTN per thread, lLXxLY
 # lanes of a subgroup (along N x M), gG tile rows walked together, sS K splits; f16: wWMxWN subgroup tile,
 # bB shared buffers, pP slices in flight, da/db/dab operands whose fragments load straight from global memory.
@@ -122,6 +123,8 @@ VARIANTS=(
   "f16_w32x32_mmaonly|auto|128x128x32,w32x32|f16|mmaonly"
   "f16_w64x64_mmaonly|auto|128x128x32,w64x64|f16|mmaonly"
   "f16_128x128x16_mmaonly|auto|128x128x16|f16|mmaonly"
+  "f16_default_fragonly|auto||f16|fragonly"
+  "f16_128x128x16_fragonly|auto|128x128x16|f16|fragonly"
 )
 
 run_variant() {  # name variant tile precision ablate shapes... -> one JSON line per shape on stdout

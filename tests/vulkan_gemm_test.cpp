@@ -369,14 +369,15 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
           EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << k.name << " tile '" << spec << "'";
         }
       }
-  // The benchmark's "mmaonly" ablation, as the sweep runs it (4096^3, a few subgroup tiles).
-  for (const char* spec : {"", "128x128x32,w32x32", "128x128x32,w64x64", "128x128x16"}) {
-    Lowering l = codegen::lower_gemm_coopmat(shapes[2], nv, codegen::parse_gemm_tile(spec, true),
-                                             {16, 16, 16}, false, "mmaonly");
-    codegen::ShaderOptions so;
-    so.name = l.kernels.at(2).name;
-    EXPECT_NO_THROW(compiler_->compile(l.kernels.at(2).glsl, so)) << so.name;
-  }
+  // The benchmark's "mmaonly" and "fragonly" ablations as the sweep runs them (4096^3, some subgroup tiles).
+  for (const char* ablate : {"mmaonly", "fragonly"})
+    for (const char* spec : {"", "128x128x32,w32x32", "128x128x32,w64x64", "128x128x16"}) {
+      Lowering l = codegen::lower_gemm_coopmat(shapes[2], nv, codegen::parse_gemm_tile(spec, true),
+                                               {16, 16, 16}, false, ablate);
+      codegen::ShaderOptions so;
+      so.name = l.kernels.at(2).name;
+      EXPECT_NO_THROW(compiler_->compile(l.kernels.at(2).glsl, so)) << so.name;
+    }
 }
 
 TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
@@ -443,10 +444,11 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
     }
 }
 
-TEST_F(VulkanGemm, CoopMatMmaOnlyAblationRepeatsTheFirstStep) {
+TEST_F(VulkanGemm, CoopMatAblationsRepeatTheirFirstPiece) {
   // The benchmark's "mmaonly" ablation (emulated here) loads the first 16-deep step's fragments once and
-  // multiplies them as many times as the real kernel has steps: C = steps * A[:, 0:16] B[0:16, :], a closed
-  // form. So its time is that of every multiply and nothing else.
+  // multiplies them as many times as the real kernel has steps: C = steps * A[:, 0:16] B[0:16, :]. The
+  // "fragonly" one reloads the first 32-deep slice from shared memory every slice: C = slices * A[:, 0:32]
+  // B[0:32, :]. Closed forms, so their times are those of what they keep and nothing else.
   const int64_t m = 64, n = 64, k = 96;  // 64x64x32 blocks: 3 slices of 2 steps
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -454,25 +456,34 @@ TEST_F(VulkanGemm, CoopMatMmaOnlyAblationRepeatsTheFirstStep) {
   for (float& x : a) x = round_f16(dist(rng));
   for (float& x : b) x = round_f16(dist(rng));
   const GemmShape s = gemm_shape({m, k}, {k, n}, {m, n}, false, false);
-  const Lowering low = codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32", true),
-                                                   {16, 16, 16}, true, "mmaonly");
-  EXPECT_NE(low.kernels.at(2).name.find("ABLATED_mmaonly"), std::string::npos) << low.kernels.at(2).name;
-  const std::vector<float> got = run_gpu(low, a, b, size_t(m * n));
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double want = 0;
-      for (int64_t q = 0; q < 16; ++q) want += double(a[size_t(i * k + q)]) * b[size_t(q * n + j)];
-      want *= 6.0;
-      const double d = got[size_t(i * n + j)] - want;
-      num += d * d;
-      den += want * want;
-    }
-  EXPECT_LE(std::sqrt(num / den), 1e-5);
-  // Operands read straight from global memory have no resident shared tiles to reuse.
-  EXPECT_THROW(codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32,dab", true),
-                                           {16, 16, 16}, true, "mmaonly"),
-               Error);
+  struct Ablation {
+    const char* name;
+    int64_t depth;  // A[:, 0:depth] B[0:depth, :] ...
+    double times;   // ... repeated this often
+  };
+  for (const Ablation& ab : {Ablation{"mmaonly", 16, 6.0}, Ablation{"fragonly", 32, 3.0}}) {
+    SCOPED_TRACE(ab.name);
+    const Lowering low = codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32", true),
+                                                     {16, 16, 16}, true, ab.name);
+    EXPECT_NE(low.kernels.at(2).name.find(std::string("ABLATED_") + ab.name), std::string::npos)
+        << low.kernels.at(2).name;
+    const std::vector<float> got = run_gpu(low, a, b, size_t(m * n));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t q = 0; q < ab.depth; ++q) want += double(a[size_t(i * k + q)]) * b[size_t(q * n + j)];
+        want *= ab.times;
+        const double d = got[size_t(i * n + j)] - want;
+        num += d * d;
+        den += want * want;
+      }
+    EXPECT_LE(std::sqrt(num / den), 1e-5);
+    // Operands read straight from global memory have no resident shared tiles to reuse.
+    EXPECT_THROW(codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32,dab", true),
+                                             {16, 16, 16}, true, ab.name),
+                 Error);
+  }
 }
 
 TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {

@@ -478,7 +478,8 @@ struct CoopConfig {
   // are wrong): "noload" keeps multiplying the first K slice (no global loads after it: the
   // multiply-and-shared-read ceiling); "nomma" drops the multiplies (global -> shared streaming alone);
   // "mmaonly" loads the first step's fragments once and only multiplies (the cooperative multiplies'
-  // ceiling).
+  // ceiling); "fragonly" reloads the first slice's fragments from shared memory every slice and multiplies,
+  // with a shared-memory fence per slice instead of a barrier (noload minus the barriers).
   std::string ablate;
 };
 
@@ -571,9 +572,10 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   c.depth = want.depth ? want.depth : 1;
   c.direct = want.direct >= 0 ? static_cast<uint32_t>(want.direct) : 0u;
   c.ablate = ablate;
-  if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma" && c.ablate != "mmaonly")
-    throw Error("MGN_GEMM_F16_ABLATE: expected noload, nomma or mmaonly, got '" + c.ablate + "'");
-  if ((c.ablate == "noload" || c.ablate == "mmaonly") && c.direct)
+  if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma" && c.ablate != "mmaonly" &&
+      c.ablate != "fragonly")
+    throw Error("MGN_GEMM_F16_ABLATE: expected noload, nomma, mmaonly or fragonly, got '" + c.ablate + "'");
+  if ((c.ablate == "noload" || c.ablate == "mmaonly" || c.ablate == "fragonly") && c.direct)
     throw Error("MGN_GEMM_F16_ABLATE: " + c.ablate +
                 " keeps shared tiles resident; it does not apply to operands read straight from global "
                 "memory (the tile's d field)");
@@ -900,6 +902,13 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
     if (!emulate) g += frag_loads("  ", "0u", "0u", "0u");
     g += "  for (uint st = 0u; st < ntiles * " + u(c.bk / mma.k) + "; ++st) {\n";
     g += step_mmas("    ", "0u", "0u", "0u") + "  }\n";
+  } else if (c.ablate == "fragonly") {
+    // ABLATED: the first slice stays in buffer 0; every slice reloads its fragments from there and multiplies
+    // them, with no global loads, no stores and no barriers. The fence after each slice keeps the compiler
+    // from hoisting the (otherwise loop-invariant) shared loads out of the loop; it synchronizes nothing.
+    // Its time against noload's is the barriers' share.
+    g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
+    g += "  for (uint t = 0u; t < ntiles; ++t) {\n    compute(0u, kbeg);\n    memoryBarrierShared();\n  }\n";
   } else if (frag_pipe) {
     // The copies are padded to whole slices, so every step of the split's ntiles slices is in bounds.
     g += "  uint steps = ntiles * " + u(c.bk / mma.k) + ", k = kbeg;\n";
@@ -917,7 +926,7 @@ Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig&
   } else {
     g += "  " + fetch("0", "kbeg") + "\n  " + put("0", "0u") + "\n  barrier();\n";
   }
-  if ((da && db) || c.ablate == "mmaonly") {
+  if ((da && db) || c.ablate == "mmaonly" || c.ablate == "fragonly") {
   } else if (c.depth == 1) {
     // Slice t+1 is loaded into registers before slice t is multiplied. With two buffers it is stored to
     // the other one right after (whose last readers, slice t-1, all passed the previous barrier): one

@@ -11,7 +11,7 @@
 //                                                         2), K slices in flight in registers (1 or 2),
 //                                                         operands whose fragments load straight from
 //                                                         global memory (d0, da, db, dab), K splits
-//   MGN_GEMM_F16_ABLATE noload | nomma | mmaonly          benchmark only: see GemmOptions::coopmat_ablate
+//   MGN_GEMM_F16_ABLATE noload | nomma | mmaonly | fragonly   benchmark only: see GemmOptions::coopmat_ablate
 // Any field left out is chosen by the heuristics (the defaults are the expected-fastest configuration).
 #pragma once
 
@@ -62,8 +62,9 @@ struct GemmOptions {
   GemmTile coopmat_tile;  // for CoopMatF16
   CoopMatShape mma;       // for CoopMatF16
   // MGN_GEMM_F16_ABLATE: "noload" / "nomma" drop the CoopMatF16 kernel's later global loads / its
-  // multiplies, and "mmaonly" keeps only the multiplies (fragments loaded once, no barriers), so a
-  // benchmark can split its time into parts. Wrong results; never set it otherwise.
+  // multiplies, "mmaonly" keeps only the multiplies (fragments loaded once, no barriers), and "fragonly" the
+  // fragment loads from shared memory and the multiplies (no barriers), so a benchmark can split its time
+  // into parts. Wrong results; never set it otherwise.
   std::string coopmat_ablate;
 };
 
