@@ -200,6 +200,8 @@ INSTANTIATE_TEST_SUITE_P(
                     Cfg{"causal_sq_gt_skv", 1, 2, 1, 150, 40, 4, 4, true, {}, 2.0, false},
                     Cfg{"causal_sq_lt_skv", 1, 2, 1, 40, 170, 4, 3, true, {}, 2.0, false},
                     Cfg{"wide_dims", 1, 2, 2, 3, 5, 260, 300, false, {}, 0.3, false},
+                    // Few keys, wide values: the row kernels' workgroup is set by Dv, for lse too.
+                    Cfg{"wide_v_few_keys", 1, 2, 1, 6, 40, 8, 96, false, {}, 2.0, false},
                     Cfg{"mask_inf_rows", 2, 3, 1, 70, 135, 4, 4, false, {2, 1, 70, 135}, 2.0, true},
                     Cfg{"mask_inf_rows_causal", 1, 2, 2, 7, 9, 4, 4, true, {7, 9}, 2.0, true},
                     Cfg{"peaky", 1, 1, 1, 4, 260, 4, 4, false, {}, 40.0, false},

@@ -816,7 +816,9 @@ Lowering lower_one(const LowerContext& ctx, Kind kind, FwdOuts outs, const std::
       if (has_mask) bufs.add("MASK", in(mask_input));
       if (out_o) bufs.add("O", {BindingKind::Output, 0, true, outs.o});
       if (out_lse) bufs.add("LSE", {BindingKind::Output, 0, true, outs.lse});
-      wg = workgroup_for(d.Skv, out_o ? d.Dv : 0, ctx.caps);
+      // The workgroup (and so the order of the reductions of m and l) does not depend on which outputs are
+      // written: lse alone, o alone and both together agree bitwise.
+      wg = workgroup_for(d.Skv, d.Dv, ctx.caps);
       shared.add("s_q", d.D, "this row's query");
       if (out_o) shared.add("s_p", wg, "the tile's probabilities");
       body = forward_main(grid_for(d.B * d.Hq * d.Sq), out_o, out_lse, causal, has_mask, div_up(d.Dv, wg));
