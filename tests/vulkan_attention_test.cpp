@@ -87,10 +87,14 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
       setenv("MGN_ATTENTION", knob, 1);
       vk::GraphExecutor gpu(ir, *ctx_, {.cache_dir = "", .poison = true, .fusion = fusion});
       unsetenv("MGN_ATTENTION");
-      int tiled = 0, with_lse = 0;
+      int tiled = 0, with_lse = 0, kv_split = 0, kv_sum = 0;
       for (const auto& [name, glsl] : gpu.kernel_sources()) {
-        tiled += name.find("_tiled_") != std::string::npos;
+        const bool sum = name.rfind("attention_grad_kv_tiled_sum_", 0) == 0;
+        tiled += name.find("_tiled_") != std::string::npos && !sum;
         with_lse += name.rfind("attention_with_lse_", 0) == 0;
+        kv_split +=
+            name.rfind("attention_grad_kv_tiled_", 0) == 0 && name.find("_split") != std::string::npos;
+        kv_sum += sum;
       }
       EXPECT_EQ(with_lse, fusion ? 1 : 0) << "one kernel for o and lse";
       // The forward takes head dims of whole vec4s up to 128; grad_q and the fused dK+dV up to 64 (without
@@ -99,6 +103,13 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
                  grad = vec4s && c.D <= 64 && c.Dv <= 64;
       const int want_tiled = (fwd ? (fusion ? 1 : 2) : 0) + (grad ? (fusion ? 2 : 1) : 0);
       EXPECT_EQ(tiled, std::string(knob) == "tiled" ? want_tiled : 0) << "kernels on the tiled path";
+      // These shapes have far fewer key blocks than the key-tiled kernel wants, so it splits its work over
+      // the query heads (GQA) and over the query rows (at least 8 tiles of 16), and a second kernel sums the
+      // parts.
+      const bool split =
+          std::string(knob) == "tiled" && fusion && grad && (c.Hq > c.Hkv || (c.Sq + 15) / 16 >= 8);
+      EXPECT_EQ(kv_split, split ? 1 : 0) << "the key-tiled dK+dV split";
+      EXPECT_EQ(kv_sum, split ? 1 : 0) << "the sum of its parts";
       std::mt19937 rng(7);
       for (int id : ir.inputs()) {
         const bool inf_rows = id == mask_id && c.inf_rows;

@@ -589,11 +589,16 @@ bool use_kv_tiled(const Dims& d) {
   return k == "tiled";
 }
 
-std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_mask) {
+// `split`: the block takes one part of the work (part sp: query heads hs * HPS.. of its kv head, query rows
+// [qc * QCH, (qc + 1) * QCH)) and writes partial dk, dv to PART4; the reduction kernel sums the parts.
+std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_mask, bool split) {
   std::string g = "void main() {\n" + grid;
   g +=
       "  uint t = gl_LocalInvocationID.x;\n"
-      "  uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = gid / (NKB * HKV);\n"
+      "  uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = (gid / (NKB * HKV)) % NB, sp = gid / (NKB * HKV * "
+      "NB);\n"
+      "  uint hs = sp % HSPLIT, qc = sp / HSPLIT;  // this block's query heads and query rows\n"
+      "  uint qlo = qc * QCH, qhi = min(SQ, qlo + QCH);\n"
       "  uint j = kb * WG + t;  // this thread's key row\n"
       "  bool live = j < SKV;\n"
       "  uint krow = (b * HKV + hk) * SKV + j;\n"
@@ -610,28 +615,28 @@ std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_ma
   g += "  vec4 dk[D4], dv[DV4];\n"
        "  [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = vec4(0.0);\n"
        "  [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = vec4(0.0);\n"
-       "  for (uint h = hk * REP; h < (hk + 1u) * REP; ++h) {\n"
+       "  for (uint h = hk * REP + hs * HPS; h < hk * REP + (hs + 1u) * HPS; ++h) {\n"
        "    uint qrow0 = (b * HQ + h) * SQ;  // row of query 0 of head h\n"
-       "    for (uint i0 = istart_blk; i0 < SQ; i0 += BQ) {\n"
+       "    for (uint i0 = max(istart_blk, qlo); i0 < qhi; i0 += BQ) {\n"
        "      barrier();  // the previous tile's readers are done (and, first, the k/v rows are in)\n"
        "      for (uint e = t; e < BQ * D4; e += WG) {\n"
        "        uint i = i0 + e / D4;\n"
-       "        s_q[e] = i < SQ ? Q4[(qrow0 + i) * D4 + e % D4] : vec4(0.0);\n"
+       "        s_q[e] = i < qhi ? Q4[(qrow0 + i) * D4 + e % D4] : vec4(0.0);\n"
        "      }\n"
        "      for (uint e = t; e < BQ * DV4; e += WG) {\n"
        "        uint i = i0 + e / DV4;\n"
-       "        s_do[e] = i < SQ ? DO4[(qrow0 + i) * DV4 + e % DV4] : vec4(0.0);\n"
+       "        s_do[e] = i < qhi ? DO4[(qrow0 + i) * DV4 + e % DV4] : vec4(0.0);\n"
        "      }\n"
        "      for (uint e = t; e < BQ; e += WG) {\n"
        "        uint i = i0 + e;\n"
-       "        s_lse[e] = i < SQ ? LSE[qrow0 + i] : NEG_INF;\n"
-       "        s_delta[e] = i < SQ ? DELTA[qrow0 + i] : 0.0;\n"
+       "        s_lse[e] = i < qhi ? LSE[qrow0 + i] : NEG_INF;\n"
+       "        s_delta[e] = i < qhi ? DELTA[qrow0 + i] : 0.0;\n"
        "      }\n"
        "      barrier();\n"
        "      [[unroll]] for (uint r = 0u; r < BQ; ++r) {\n"
        "        uint i = i0 + r;\n"
        "        float lse = s_lse[r];\n"
-       "        if (i < istart || lse == NEG_INF) continue;  // rows past SQ have lse -inf\n" +
+       "        if (i < istart || lse == NEG_INF) continue;  // rows past qhi have lse -inf\n" +
        tiled_dot("dot", "s_q[r * D4 + c]", "s_kt[t * KS + c]", "D4", "        ") +
        "        float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j)" : "") +
        ";\n"
@@ -644,16 +649,55 @@ std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_ma
        "      }\n"
        "    }\n"
        "  }\n"
-       "  if (!live) return;\n"
-       "  [[unroll]] for (uint c = 0u; c < D4; ++c) DK4[krow * D4 + c] = dk[c];\n"
-       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) DVOUT4[krow * DV4 + c] = dv[c];\n";
+       "  if (!live) return;\n";
+  if (split)
+    g +=
+        "  // partial sums of part sp: dk at [sp][row][D4], then dv at [sp][row][DV4] after every part's dk\n"
+        "  [[unroll]] for (uint c = 0u; c < D4; ++c) PART4[(sp * NROWS + krow) * D4 + c] = dk[c];\n"
+        "  [[unroll]] for (uint c = 0u; c < DV4; ++c)\n"
+        "    PART4[NSP * NROWS * D4 + (sp * NROWS + krow) * DV4 + c] = dv[c];\n";
+  else
+    g += "  [[unroll]] for (uint c = 0u; c < D4; ++c) DK4[krow * D4 + c] = dk[c];\n"
+         "  [[unroll]] for (uint c = 0u; c < DV4; ++c) DVOUT4[krow * DV4 + c] = dv[c];\n";
   return g + "}\n";
 }
 
-Kernel grad_kv_tiled(const Dims& d, int pk, int pv, bool causal, const Shape* mask, double scale,
-                     const std::string& key, const std::string& who, const DeviceCaps& caps) {
+// How the key-tiled dK+dV kernel splits its work over more blocks: each block of WG key rows of a kv head
+// walks REP x Sq query rows, and there are only B x Hkv x Skv/WG blocks (96 at seq 1024 with 3 kv heads), so
+// the query heads (hsplit parts) and the query rows (qc parts of qch rows, whole BQ tiles, at least four)
+// are spread over blocks until there are about kKvTiledBlocks of them. Only MGN_ATTENTION=tiled takes this
+// kernel (use_kv_tiled); the split is built for the next measurement, not yet measured.
+struct KvSplit {
+  uint64_t hsplit = 1, qc = 1, qch = 0;
+  uint64_t parts() const { return hsplit * qc; }
+};
+constexpr uint64_t kKvTiledBlocks = 1024;
+
+KvSplit kv_split(const Dims& d, uint64_t nkb) {
+  KvSplit sp;
+  sp.qch = d.Sq;
+  const uint64_t rep = d.Hq / d.Hkv, base = d.B * d.Hkv * nkb, qtiles = div_up(d.Sq, kTiledBq);
+  if (base >= kKvTiledBlocks) return sp;
+  sp.hsplit = rep;
+  uint64_t qc = 1;
+  while (base * sp.hsplit * qc < kKvTiledBlocks && qc * 2 * 4 <= qtiles) qc *= 2;
+  sp.qch = div_up(qtiles, qc) * kTiledBq;
+  sp.qc = div_up(d.Sq, sp.qch);  // no empty trailing part
+  return sp;
+}
+
+// The key-tiled dK+dV kernels: one, or (split work) the partial kernel and the reduction of its parts.
+void grad_kv_tiled(Lowering& l, const Dims& d, int pk, int pv, bool causal, const Shape* mask, double scale,
+                   const std::string& key, const std::string& who, const DeviceCaps& caps) {
   const uint32_t wg = tiled_workgroup(caps);
   const uint64_t nkb = div_up(d.Skv, wg);
+  const KvSplit sp = kv_split(d, nkb);
+  const bool split = sp.parts() > 1;
+  const uint64_t nrows = d.B * d.Hkv * d.Skv, part_vec4s = sp.parts() * nrows * (d.D + d.Dv) / 4;
+  if (split) {
+    gl::check_32bit(part_vec4s * 4, who);
+    l.scratch_words.push_back(part_vec4s * 4);  // scratch 1 (scratch 0: D_i)
+  }
   Buffers bufs;
   bufs.add_vec4("Q4", in(0));
   bufs.add_vec4("K4", in(1));
@@ -662,35 +706,71 @@ Kernel grad_kv_tiled(const Dims& d, int pk, int pv, bool causal, const Shape* ma
   bufs.add("LSE", in(5));
   bufs.add("DELTA", {BindingKind::Scratch, 0, false});
   if (mask) bufs.add("MASK", in(6));
-  bufs.add_vec4("DK4", {BindingKind::Output, 0, true, pk});
-  bufs.add_vec4("DVOUT4", {BindingKind::Output, 0, true, pv});
+  if (split) {
+    bufs.add_vec4("PART4", {BindingKind::Scratch, 1, true});
+  } else {
+    bufs.add_vec4("DK4", {BindingKind::Output, 0, true, pk});
+    bufs.add_vec4("DVOUT4", {BindingKind::Output, 0, true, pv});
+  }
   const uint64_t ks = d.D / 4 + 1, vs = d.Dv / 4 + 1;
   const uint64_t shared_bytes = (wg * (ks + vs) + kTiledBq * (d.D + d.Dv) / 4) * 16 + 2 * kTiledBq * 4;
   if (shared_bytes > caps.max_shared_bytes)
     throw Error(who + ": the key-tiled kernel needs " + std::to_string(shared_bytes) +
                 " bytes of shared memory, the device allows " + std::to_string(caps.max_shared_bytes) +
                 " (MGN_ATTENTION=row avoids it)");
-  gl::Grid grid = gl::flat_groups(d.B * d.Hkv * nkb, caps, who);
+  gl::Grid grid = gl::flat_groups(d.B * d.Hkv * nkb * sp.parts(), caps, who);
   Kernel k;
-  k.name = "attention_grad_kv_tiled_" + key + "_wg" + std::to_string(wg);
+  k.name = "attention_grad_kv_tiled_" + key + "_wg" + std::to_string(wg) +
+           (split ? "_split" + std::to_string(sp.hsplit) + "x" + std::to_string(sp.qc) : "");
   k.glsl =
       "#version 450\n#extension GL_EXT_control_flow_attributes : require\n"
       "// archetype: attention attention_grad_k + attention_grad_v " +
       key + " scale " + gl::flit(scale) +
       ": workgroup per block of WG key rows of one kv head, a thread per key row (dk, dv in registers), "
       "tiles of BQ query rows of every query head reading it in shared memory (WG = " +
-      std::to_string(wg) + ", BQ = " + std::to_string(kTiledBq) +
-      ")\nlayout(local_size_x = " + std::to_string(wg) + ") in;\n" + bufs.decls +
+      std::to_string(wg) + ", BQ = " + std::to_string(kTiledBq) + ")" +
+      (split ? "; the query heads in " + std::to_string(sp.hsplit) + " parts and the query rows in " +
+                   std::to_string(sp.qc) + ", partial sums out"
+             : std::string()) +
+      "\nlayout(local_size_x = " + std::to_string(wg) + ") in;\n" + bufs.decls +
       prelude(d, wg, scale, causal, mask) + "const uint NKB = " + u(nkb) + ", D4 = " + u(d.D / 4) +
       ", DV4 = " + u(d.Dv / 4) + ", BQ = " + u(kTiledBq) + ", KS = " + u(ks) + ", VS = " + u(vs) +
       ";  // KS, VS: padded row strides of s_kt, s_vt in vec4s\n"
+      "const uint NB = " +
+      u(d.B) + ", NROWS = " + u(nrows) + ", HSPLIT = " + u(sp.hsplit) +
+      ", HPS = " + u(d.Hq / d.Hkv / sp.hsplit) + ", QCH = " + u(sp.qch) + ", NSP = " + u(sp.parts()) +
+      ";  // parts: HSPLIT x (SQ / QCH), HPS query heads each\n"
       "shared vec4 s_kt[WG * KS];  // the block's key rows\nshared vec4 s_vt[WG * VS];  // its value rows\n"
       "shared vec4 s_q[BQ * D4];\nshared vec4 s_do[BQ * DV4];\nshared float s_lse[BQ];\nshared float "
       "s_delta[BQ];\n" +
-      grad_kv_tiled_main(grid.glsl, causal, mask != nullptr);
+      grad_kv_tiled_main(grid.glsl, causal, mask != nullptr, split);
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
-  return k;
+  l.kernels.push_back(std::move(k));
+  if (!split) return;
+  // The parts summed in order (deterministic): dk rows, then dv rows, a vec4 per invocation.
+  Buffers rb;
+  rb.add_vec4("PART4", {BindingKind::Scratch, 1, false});
+  rb.add_vec4("DK4", {BindingKind::Output, 0, true, pk});
+  rb.add_vec4("DVOUT4", {BindingKind::Output, 0, true, pv});
+  const uint64_t nk = nrows * d.D / 4, nv = nrows * d.Dv / 4;
+  const std::string decls =
+      rb.decls + "const uint NK = " + u(nk) + ", NV = " + u(nv) + ", NSP = " + u(sp.parts()) + ";\n";
+  const std::string body =
+      "  vec4 a = vec4(0.0);\n"
+      "  if (i < NK) {\n"
+      "    for (uint p = 0u; p < NSP; ++p) a += PART4[p * NK + i];\n"
+      "    DK4[i] = a;\n"
+      "  } else {\n"
+      "    uint e = i - NK;\n"
+      "    for (uint p = 0u; p < NSP; ++p) a += PART4[NSP * NK + p * NV + e];\n"
+      "    DVOUT4[e] = a;\n"
+      "  }\n";
+  l.kernels.push_back(gl::elementwise("attention_grad_kv_tiled_sum_" + key,
+                                      "attention_grad_k + attention_grad_v " + key + ": the " +
+                                          std::to_string(sp.parts()) +
+                                          " parts of the key-tiled kernel summed",
+                                      decls, body, nk + nv, rb.bindings, caps));
 }
 
 }  // namespace
@@ -730,7 +810,7 @@ Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nod
   Lowering l;
   add_delta_kernel(l, d, key, "attention_grad_kv", caps);
   if (use_kv_tiled(d)) {
-    l.kernels.push_back(grad_kv_tiled(d, pk, pv, causal, mask, scale, key, who, caps));
+    grad_kv_tiled(l, d, pk, pv, causal, mask, scale, key, who, caps);
     return l;
   }
   Buffers bufs;
