@@ -784,16 +784,29 @@ bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const De
   return grad_kv_shared_bytes(d, grad_kv_workgroup(d, caps)) <= caps.max_shared_bytes;
 }
 
+namespace {
+
+// The nodes of a two-node attention fusion: the position in `nodes` of the `first` op, after checking that
+// the two are `first` and `second` with the same inputs and attributes (`what` names them in errors).
+int attention_pair(const ir::Graph& g, const std::vector<int>& nodes, ir::Op first, ir::Op second,
+                   const std::string& what) {
+  if (nodes.size() != 2) throw Error("internal: the " + what + " kernel takes two nodes");
+  const int pa = g.node(nodes[0]).op == first ? 0 : 1;
+  const ir::Node &na = g.node(nodes[size_t(pa)]), &nb = g.node(nodes[size_t(1 - pa)]);
+  if (na.op != first || nb.op != second || na.inputs != nb.inputs || !(na.attrs == nb.attrs))
+    throw Error("internal: " + g.describe(na.id) + " and " + g.describe(nb.id) + " are not the " + what +
+                " pair of one attention");
+  return pa;
+}
+
+}  // namespace
+
 // attention_grad_k and attention_grad_v of the same inputs (nodes: both, ascending): the D_i kernel, then
 // one workgroup per key row writing both derivatives.
 Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
-  if (nodes.size() != 2) throw Error("internal: the dK+dV kernel takes two nodes");
-  const int pk = g.node(nodes[0]).op == ir::Op::AttentionGradK ? 0 : 1, pv = 1 - pk;
+  const int pk = attention_pair(g, nodes, ir::Op::AttentionGradK, ir::Op::AttentionGradV, "dK+dV"),
+            pv = 1 - pk;
   const ir::Node &nk = g.node(nodes[size_t(pk)]), &nv = g.node(nodes[size_t(pv)]);
-  if (nk.op != ir::Op::AttentionGradK || nv.op != ir::Op::AttentionGradV || nk.inputs != nv.inputs ||
-      !(nk.attrs == nv.attrs))
-    throw Error("internal: " + g.describe(nk.id) + " and " + g.describe(nv.id) +
-                " are not dK and dV of one attention");
   const std::string who = g.describe(nk.id) + " + " + g.describe(nv.id);
   const Dims d = dims_of(g, nk);
   const int mask_input = 6;
@@ -988,13 +1001,9 @@ Lowering lower_attention(const LowerContext& ctx) {
 // attention and attention_lse of the same inputs (nodes: both, ascending): one forward pass writes o and lse.
 // Every output element is the one the separate kernels write (lse never depended on whether o is formed).
 Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
-  if (nodes.size() != 2) throw Error("internal: the attention + lse kernel takes two nodes");
-  const int po = g.node(nodes[0]).op == ir::Op::Attention ? 0 : 1, pl = 1 - po;
+  const int po = attention_pair(g, nodes, ir::Op::Attention, ir::Op::AttentionLse, "attention + lse"),
+            pl = 1 - po;
   const ir::Node &no = g.node(nodes[size_t(po)]), &nl = g.node(nodes[size_t(pl)]);
-  if (no.op != ir::Op::Attention || nl.op != ir::Op::AttentionLse || no.inputs != nl.inputs ||
-      !(no.attrs == nl.attrs))
-    throw Error("internal: " + g.describe(no.id) + " and " + g.describe(nl.id) +
-                " are not the output and lse of one attention");
   if (gl::numel_u(no.shape) == 0 || gl::numel_u(nl.shape) == 0)
     throw Error("internal: " + g.describe(no.id) +
                 ": the attention + lse kernel needs both outputs non-empty");
