@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "support/numerics_trace.h"
+
 namespace mgn::cpu {
 
 std::vector<int64_t> strides_of(const Shape& s) {
@@ -97,6 +99,7 @@ void Executor::set_input(const std::string& name, const std::vector<int32_t>& va
 const std::vector<double>& Executor::state(const std::string& name) const {
   auto it = state_.find(name);
   if (it == state_.end()) throw Error("the graph has no parameter or state named '" + name + "'");
+  trace::record("cpu.state", it->second.data(), it->second.size() * sizeof(double));
   return it->second;
 }
 
@@ -282,13 +285,16 @@ void Executor::run_planned() {
 const Buffer& Executor::output(const std::string& name) const {
   auto it = outputs_.find(name);
   if (it == outputs_.end()) throw Error("output '" + name + "' does not exist or the graph has not run");
+  trace::record("cpu.output", it->second.v.data(), it->second.v.size() * sizeof(double));
   return it->second;
 }
 
 const Buffer& Executor::value(int id) const {
   if (id < 0 || id >= int(have_.size()) || !have_[size_t(id)])
     throw Error("value of " + g_.describe(id) + " is not available (run with keep_all)");
-  return values_[size_t(id)];
+  const Buffer& b = values_[size_t(id)];
+  trace::record("cpu.value", b.v.data(), b.v.size() * sizeof(double));
+  return b;
 }
 
 }  // namespace mgn::cpu

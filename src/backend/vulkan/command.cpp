@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "mgn/types.h"
+#include "support/numerics_trace.h"
 
 namespace mgn::vk {
 namespace {
@@ -420,6 +421,7 @@ void Transfer::download(const Buffer& src, void* dst, VkDeviceSize bytes, VkDevi
                 " overruns a " + std::to_string(src.size) + "-byte buffer");
   if (src.mapped) {
     std::memcpy(dst, src.mapped + src_offset, bytes);
+    trace::record("vk.download", dst, bytes);
     return;
   }
   auto* p = static_cast<std::byte*>(dst);
@@ -432,6 +434,7 @@ void Transfer::download(const Buffer& src, void* dst, VkDeviceSize bytes, VkDevi
     std::memcpy(p + done, readback_.mapped, n);
     done += n;
   }
+  trace::record("vk.download", dst, bytes);
 }
 
 void Transfer::fill_zero(const Buffer& dst) {
