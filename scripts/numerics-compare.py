@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Compares two numerics traces (scripts/numerics-trace.sh): for every process key (its command line) found
-in both, the ordered list of (what, bytes, hash) records must be equal. Prints each difference and a
-summary; exits 1 on any difference in a key both runs have.
+"""Compares two numerics traces (scripts/numerics-trace.sh). For every process key (its command line) found
+in both, the ordered list of value records (what, bytes, hash: CPU outputs and state, Vulkan downloads) must
+be equal. The SPIR-V records ("vk.spirv", one per compiled kernel) are compared on their own and reported:
+kernels may change where values do not (a generator rewritten with the same arithmetic).
 
-  scripts/numerics-compare.py BEFORE_DIR AFTER_DIR
+  scripts/numerics-compare.py BEFORE_DIR AFTER_DIR [--show N]
+Exits 1 on any value difference in a key both runs have.
 """
 import collections
 import os
@@ -21,27 +23,45 @@ def load(d):
             continue
         # Processes with the same key (a script running the same command twice) are kept in pid order.
         runs[lines[0][4:]].append((int(name.split(".")[0]), lines[1:]))
-    return {k: [r for _, v in sorted(procs) for r in v] for k, procs in runs.items()}
+    out = {}
+    for k, procs in runs.items():
+        recs = [r for _, v in sorted(procs) for r in v]
+        out[k] = ([r for r in recs if not r.startswith("vk.spirv ")], [r for r in recs if r.startswith("vk.spirv ")])
+    return out
+
+
+def first_diff(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def main():
+    show = int(sys.argv[sys.argv.index("--show") + 1]) if "--show" in sys.argv else 20
     a, b = load(sys.argv[1]), load(sys.argv[2])
     common = sorted(set(a) & set(b))
-    bad = 0
-    records = 0
+    bad, records, spirv_diff, spirv_compared = 0, 0, 0, 0
     for k in common:
-        records += len(a[k])
-        if a[k] != b[k]:
+        (va, sa), (vb, sb) = a[k], b[k]
+        records += len(va)
+        if va != vb:
             bad += 1
-            n = next((i for i, (x, y) in enumerate(zip(a[k], b[k])) if x != y), min(len(a[k]), len(b[k])))
-            print(f"DIFF {k}\n  {len(a[k])} vs {len(b[k])} records; first difference at record {n}: "
-                  f"{a[k][n] if n < len(a[k]) else '-'} | {b[k][n] if n < len(b[k]) else '-'}")
+            if bad <= show:
+                n = first_diff(va, vb)
+                print(f"VALUES DIFFER {k}\n  {len(va)} vs {len(vb)} records; first difference at record {n}: "
+                      f"{va[n] if n < len(va) else '-'} | {vb[n] if n < len(vb) else '-'}")
+        if sa and sb:
+            spirv_compared += 1
+            if sa != sb:
+                spirv_diff += 1
+                if spirv_diff <= show:
+                    print(f"kernels differ {k}: {len(sa)} vs {len(sb)} kernels, "
+                          f"{len(set(sa) ^ set(sb))} distinct SPIR-V hashes not in both")
     only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
-    for k in only_a:
-        print(f"only before: {k} ({len(a[k])} records)")
-    for k in only_b:
-        print(f"only after: {k} ({len(b[k])} records)")
-    print(f"{len(common)} processes in both ({records} records): {bad} differ; "
+    for k in only_a[:show]:
+        print(f"only before: {k} ({len(a[k][0])} records)")
+    for k in only_b[:show]:
+        print(f"only after: {k} ({len(b[k][0])} records)")
+    print(f"{len(common)} processes in both ({records} value records): {bad} differ in values; "
+          f"kernels compared in {spirv_compared}, differ in {spirv_diff}; "
           f"{len(only_a)} only before, {len(only_b)} only after")
     return 1 if bad else 0
 

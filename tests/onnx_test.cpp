@@ -67,9 +67,7 @@ const std::string& model_dir() {
 // One device for the whole test process (validation on: any message fails the model's check).
 vk::Context& vulkan() {
   static vk::Context* ctx = [] {
-    vk::ContextOptions o;
-    o.validation = true;
-    return new vk::Context(o);
+    return new vk::Context(test::device_options());
   }();
   return *ctx;
 }
@@ -250,7 +248,7 @@ TEST(Onnx, ImportedCnnTrainsSavesAndReloads) {
   Tensor y(&g.ir(), *g.ir().find_output("y"));
   g.output("loss", sum(y * y));
   const double lr = 0.01;
-  Session s = compile(g, {.mode = Mode::Train, .optimizer = SGD{.lr = lr}});
+  Session s = compile(g, {.mode = Mode::Train, .optimizer = SGD{.lr = lr}, .device = test::device_options()});
   const std::vector<std::string> params = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc.weight", "fc.bias"};
   std::map<std::string, std::vector<float>> before;
   for (const std::string& n : params) before[n] = s.read(n);
@@ -272,7 +270,7 @@ TEST(Onnx, ImportedCnnTrainsSavesAndReloads) {
   const std::string ckpt = test::make_temp_dir("onnx_train") + "/cnn.safetensors";
   s.save_checkpoint(ckpt);
   onnx::Imported fresh = onnx::import_file(dir + "/cnn_grad.onnx", {.trainable = true});
-  Session infer = compile(fresh.graph, {.mode = Mode::Infer});
+  Session infer = compile(fresh.graph, {.mode = Mode::Infer, .device = test::device_options()});
   infer.load_checkpoint(ckpt);
   infer.set_input("x", ref.get("x").to_f32());
   infer.run();

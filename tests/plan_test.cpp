@@ -388,10 +388,9 @@ TEST(Plan, RandomDagsPlannedEqualsUnplannedOnCpu) {
       po.dispatches = fused_dispatches(g);
       fused++;
     }
-    cpu::Executor plain(g);
+    cpu::Executor plain(g, {.plan = test::separate_memory_plan()});
     cpu::Executor planned(g, {.plan = po});
-    ASSERT_NE(planned.plan(), nullptr);
-    const plan::Plan& p = *planned.plan();
+    const plan::Plan& p = planned.plan();
     SCOPED_TRACE("seed " + std::to_string(seed) + "\n" + plan::to_text(p, g));
     check_plan(p, g, sizeof(double));
     for (int step = 0; step < 3; ++step) {
@@ -443,10 +442,10 @@ TEST(Plan, OutputShowingAnAssignedParameterReadsTheOldValue) {
   g.output("v", v);
   assign(w, w * 2.0);
   assign(v, w);  // takes w's old value while w changes too
-  cpu::Executor plain(g.ir());
+  cpu::Executor plain(g.ir(), {.plan = test::separate_memory_plan()});
   cpu::Executor planned(g.ir(), {.plan = plan::PlanOptions{}});
-  check_plan(*planned.plan(), g.ir(), sizeof(double));
-  EXPECT_EQ(planned.plan()->snapshots.size(), 3u);  // w for the output, v for the output, w for v's commit
+  check_plan(planned.plan(), g.ir(), sizeof(double));
+  EXPECT_EQ(planned.plan().snapshots.size(), 3u);  // w for the output, v for the output, w for v's commit
   for (int i = 0; i < 2; ++i) {
     plain.run();
     planned.run();
@@ -525,9 +524,9 @@ TEST(Plan, FashionMnistTrainingStepsPlannedEqualsUnplanned) {
     const ir::Graph& g = t.g.ir();
     std::string what = std::string(models::fashion_arch_name(c.arch)) + " " + optimizer_name(c.opt) + " batch " +
                        std::to_string(c.batch);
-    cpu::Executor plain(g);
+    cpu::Executor plain(g, {.plan = test::separate_memory_plan()});
     cpu::Executor planned(g, {.plan = plan::PlanOptions{}});
-    check_plan(*planned.plan(), g, sizeof(double));
+    check_plan(planned.plan(), g, sizeof(double));
     for (int step = 0; step < 2; ++step) {
       feed_train(plain, t, c.batch, step);
       feed_train(planned, t, c.batch, step);
@@ -535,7 +534,7 @@ TEST(Plan, FashionMnistTrainingStepsPlannedEqualsUnplanned) {
       planned.run();
       expect_same_run(plain, planned, g, what + " step " + std::to_string(step));
     }
-    print_ratio((what + " (CPU plan, f64 slots)").c_str(), *planned.plan());
+    print_ratio((what + " (CPU plan, f64 slots)").c_str(), planned.plan());
   }
 }
 
@@ -600,7 +599,7 @@ TEST(Plan, PlanningTimeOf5000NodeGraphs) {
 TEST(PlanVulkan, RandomDagsPlannedEqualsUnplanned) {
   std::unique_ptr<vk::Context> ctx;
   try {
-    ctx = std::make_unique<vk::Context>();
+    ctx = std::make_unique<vk::Context>(test::device_options());
   } catch (const Error& e) {
     GTEST_SKIP() << "no Vulkan device: " << e.what();
   }
@@ -619,11 +618,9 @@ TEST(PlanVulkan, RandomDagsPlannedEqualsUnplanned) {
     po.plan.reuse = ro.reuse;
     po.plan.sink = ro.sink;
     vk::GraphExecutorOptions uo = po;
-    uo.use_plan = false;
+    uo.plan = test::separate_memory_plan();
     vk::GraphExecutor planned(g, *ctx, po), plain(g, *ctx, uo);
-    ASSERT_NE(planned.plan(), nullptr);
-    ASSERT_EQ(plain.plan(), nullptr);
-    check_plan(*planned.plan(), g, 4);
+    check_plan(planned.plan(), g, 4);
     for (int step = 0; step < 2; ++step) {
       for (size_t i = 0; i < r.inputs.size(); ++i) {
         std::vector<double> v = test::random_normal(size_t(numel(r.inputs[i].second)), seed * 100 + uint64_t(step) + i);
@@ -645,11 +642,11 @@ TEST(PlanVulkan, RandomDagsPlannedEqualsUnplanned) {
     barriers_unplanned += plain.compile_stats().barriers;
     arena += planned.compile_stats().arena_bytes;
     for (int i = 0; i < g.size(); ++i) {
-      if (planned.plan()->storage_of[size_t(i)] >= 0 && planned.plan()->dispatch_of[size_t(i)] >= 0)
+      if (planned.plan().storage_of[size_t(i)] >= 0 && planned.plan().dispatch_of[size_t(i)] >= 0)
         unplanned_bytes += uint64_t(numel(g.node(i).shape)) * 4;
-      in_place += planned.plan()->in_place_of[size_t(i)];
+      in_place += planned.plan().in_place_of[size_t(i)];
     }
-    for (const plan::Commit& c : planned.plan()->commits) in_place_assigns += c.in_place;
+    for (const plan::Commit& c : planned.plan().commits) in_place_assigns += c.in_place;
     EXPECT_EQ(ctx->validation_message_count(), 0u);
     for (const auto& m : ctx->validation_messages()) ADD_FAILURE() << m;
     ctx->clear_validation_messages();
@@ -664,7 +661,7 @@ TEST(PlanVulkan, RandomDagsPlannedEqualsUnplanned) {
 TEST(PlanVulkan, FashionTrainingStepsPlannedEqualsUnplanned) {
   std::unique_ptr<vk::Context> ctx;
   try {
-    ctx = std::make_unique<vk::Context>();
+    ctx = std::make_unique<vk::Context>(test::device_options());
   } catch (const Error& e) {
     GTEST_SKIP() << "no Vulkan device: " << e.what();
   }
@@ -675,9 +672,9 @@ TEST(PlanVulkan, FashionTrainingStepsPlannedEqualsUnplanned) {
     vk::GraphExecutorOptions po;
     po.poison = true;
     vk::GraphExecutorOptions uo = po;
-    uo.use_plan = false;
+    uo.plan = test::separate_memory_plan();
     vk::GraphExecutor planned(g, *ctx, po), plain(g, *ctx, uo);
-    check_plan(*planned.plan(), g, 4);
+    check_plan(planned.plan(), g, 4);
     for (int step = 0; step < 2; ++step) {
       std::vector<double> x = test::random_uniform(size_t(batch * 28 * 28), 11 + uint64_t(step), 0, 1);
       std::vector<float> xf(x.begin(), x.end());

@@ -240,8 +240,8 @@ TEST(ResNet, PlannedTrainingStepsEqualUnplanned) {
   Gradients grads = backward(g, Tensor(&g.ir(), *g.ir().find_output("loss")));
   UpdatePlan up = append_optimizer(g, grads.params, AdamW{});
   g.verify();
-  cpu::Executor plain(g.ir()), planned(g.ir(), {.plan = plan::PlanOptions{}});
-  const plan::Plan& p = *planned.plan();
+  cpu::Executor plain(g.ir(), {.plan = test::separate_memory_plan()}), planned(g.ir(), {.plan = plan::PlanOptions{}});
+  const plan::Plan& p = planned.plan();
   int borrowed = 0;  // step-local results living in a parameter's or state's memory
   for (int i = 0; i < g.ir().size(); ++i)
     if (p.in_place_of[size_t(i)] && plan::is_pinned(p.storages[size_t(p.storage_of[size_t(i)])].cls)) ++borrowed;
@@ -282,7 +282,7 @@ TEST(ResNetVulkan, ForwardAndEveryGradientMatchCpu) {
   };
   Graph gc = flb(), gv = flb(), g64 = flb();
   Session cpu = compile(gc, {.mode = Mode::Infer, .backend = Backend::Cpu});
-  Session gpu = compile(gv, {.mode = Mode::Infer, .backend = Backend::Auto});
+  Session gpu = compile(gv, {.mode = Mode::Infer, .backend = Backend::Auto, .device = test::device_options()});
   if (std::string(gpu.backend()) == "cpu") GTEST_SKIP() << "no Vulkan device";
   RefRun r{.width = 8, .classes = 10, .batch = 2, .image = 64};
   for (Session* s : {&cpu, &gpu}) {

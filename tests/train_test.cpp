@@ -12,6 +12,7 @@
 #include "mgn/models.h"
 #include "mgn/session.h"
 #include "mgn/train.h"
+#include "support/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace mgn;
@@ -204,7 +205,7 @@ TEST(Session, InputChecksAndBackendErrors) {
   EXPECT_STREQ(s.backend(), "cpu");
   Linear2 m2;
   build_linear2(m2, Mode::Infer);
-  std::string e = msg([&] { compile(m2.g, {.mode = Mode::Infer, .backend = Backend::Vulkan}); });
+  std::string e = msg([&] { compile(m2.g, {.mode = Mode::Infer, .backend = Backend::Vulkan, .device = test::device_options()}); });
   // Either a Vulkan engine is registered in this build, or the error says there is none.
   if (!e.empty()) {
     EXPECT_NE(e.find("Vulkan"), std::string::npos) << e;

@@ -38,11 +38,7 @@ namespace {
 class VulkanFusion : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    // Validation on unless MGN_VALIDATION=0 (the GPU machine has no layer package).
-    const char* v = std::getenv("MGN_VALIDATION");
-    vk::ContextOptions o;
-    o.validation = !(v && std::string(v) == "0");
-    ctx_ = std::make_unique<vk::Context>(o);
+    ctx_ = std::make_unique<vk::Context>(test::device_options());
   }
   static void TearDownTestSuite() { ctx_.reset(); }
   void TearDown() override {
@@ -192,14 +188,13 @@ TEST_F(VulkanFusion, RandomPointwiseDagsMatchCpuAndUnfused) {
     fo.cache_dir = "";
     fo.poison = true;
     vk::GraphExecutorOptions uo = fo;
-    uo.fusion = false;
+    uo.codegen.kernels.fusion = false;
     vk::GraphExecutor fused(g, *ctx_, fo), plain(g, *ctx_, uo);
-    ASSERT_NE(fused.plan(), nullptr);
-    FusionCount c = count_fusions(*fused.plan());
+    FusionCount c = count_fusions(fused.plan());
     total.fused += c.fused;
     total.multi_output += c.multi_output;
     total.nodes_in_fusions += c.nodes_in_fusions;
-    EXPECT_EQ(count_fusions(*plain.plan()).fused, 0);
+    EXPECT_EQ(count_fusions(plain.plan()).fused, 0);
     kernels_fused += fused.compile_stats().kernels;
     kernels_plain += plain.compile_stats().kernels;
     EXPECT_LE(fused.compile_stats().kernels, plain.compile_stats().kernels);
@@ -272,7 +267,7 @@ TEST_F(VulkanFusion, FusedKernelIsOneReadableShader) {
 // ---- AdamW ---------------------------------------------------------------------------------------------
 
 // A two-layer MLP with a GELU and a squared-error loss, trained with AdamW (weight decay on).
-Session make_mlp(Backend b) {
+Session make_mlp(Backend b, bool fusion = true) {
   Graph g;
   Tensor x = g.input("x", {6, 12}), target = g.input("target", {6, 5});
   Tensor w1 = g.parameter("fc1.weight", {16, 12}, Init::uniform(-0.3, 0.3, 1));
@@ -281,20 +276,22 @@ Session make_mlp(Backend b) {
   Tensor b2 = g.parameter("fc2.bias", {5}, Init::uniform(-0.1, 0.1, 4));
   Tensor y = linear(gelu(linear(x, w1, b1)), w2, b2);
   g.output("loss", mean(square(y - target)));
-  return compile(g, {.mode = Mode::Train, .optimizer = AdamW{.lr = 2e-2, .weight_decay = 0.1}, .backend = b});
+  return compile(g, {.mode = Mode::Train,
+                     .optimizer = AdamW{.lr = 2e-2, .weight_decay = 0.1},
+                     .backend = b,
+                     .kernels = {.fusion = fusion},
+                     .device = test::device_options()});
 }
 
 TEST_F(VulkanFusion, AdamWStepsMatchCpuAndUnfused) {
   Session cpu = make_mlp(Backend::Cpu), gpu = make_mlp(Backend::Vulkan);
-  setenv("MGN_FUSION", "0", 1);
-  Session plain = make_mlp(Backend::Vulkan);
-  unsetenv("MGN_FUSION");
+  Session plain = make_mlp(Backend::Vulkan, /*fusion=*/false);
   ASSERT_STRNE(gpu.backend(), "cpu");
   bool fused_kernel = false, any_fused_plain = false;
   for (const auto& [name, glsl] : gpu.kernel_sources()) fused_kernel |= name.rfind("fused", 0) == 0;
   for (const auto& [name, glsl] : plain.kernel_sources()) any_fused_plain |= name.rfind("fused", 0) == 0;
   EXPECT_TRUE(fused_kernel);
-  EXPECT_FALSE(any_fused_plain);  // MGN_FUSION=0
+  EXPECT_FALSE(any_fused_plain);  // KernelOptions::fusion = false
   EXPECT_LT(gpu.kernel_sources().size(), plain.kernel_sources().size());
   for (const std::string& n : cpu.state_names()) {
     std::vector<float> v = cpu.read(n);
@@ -358,11 +355,11 @@ TEST_F(VulkanFusion, AdamWUpdateOfOneParameterIsAtMostTwoDispatches) {
   vk::GraphExecutorOptions fo;
   fo.cache_dir = "";
   vk::GraphExecutorOptions uo = fo;
-  uo.fusion = false;
+  uo.codegen.kernels.fusion = false;
   vk::GraphExecutor fused(g, *ctx_, fo), plain(g, *ctx_, uo);
   for (const char* name : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}) {
-    std::set<int> f = update_dispatches(*fused.plan(), g, t.first_optimizer_node, name);
-    std::set<int> u = update_dispatches(*plain.plan(), g, t.first_optimizer_node, name);
+    std::set<int> f = update_dispatches(fused.plan(), g, t.first_optimizer_node, name);
+    std::set<int> u = update_dispatches(plain.plan(), g, t.first_optimizer_node, name);
     std::printf("AdamW update of %s: %zu dispatches fused, %zu unfused\n", name, f.size(), u.size());
     EXPECT_LE(f.size(), 2u) << name;
     EXPECT_GE(u.size(), 10u) << name;  // the count measures something
@@ -376,7 +373,7 @@ TEST_F(VulkanFusion, DispatchCountsOfTrainingSteps) {
     vk::GraphExecutorOptions fo;
     fo.cache_dir = "";
     vk::GraphExecutorOptions uo = fo;
-    uo.fusion = false;
+    uo.codegen.kernels.fusion = false;
     vk::GraphExecutor fused(g, *ctx_, fo), plain(g, *ctx_, uo);
     const vk::CompileStats &a = fused.compile_stats(), &b = plain.compile_stats();
     auto in_place = [](const plan::Plan& p) {
@@ -388,8 +385,8 @@ TEST_F(VulkanFusion, DispatchCountsOfTrainingSteps) {
         "%s: %zu dispatches / %zu groups unfused -> %zu dispatches / %zu groups fused; arena %llu -> %llu "
         "bytes; in-place assigns %d -> %d of %zu\n",
         what, b.kernels, b.groups, a.kernels, a.groups, (unsigned long long)b.arena_bytes,
-        (unsigned long long)a.arena_bytes, in_place(*plain.plan()), in_place(*fused.plan()),
-        fused.plan()->commits.size());
+        (unsigned long long)a.arena_bytes, in_place(plain.plan()), in_place(fused.plan()),
+        fused.plan().commits.size());
     EXPECT_LT(a.kernels, b.kernels) << what;
     EXPECT_LE(a.groups, b.groups) << what;
   };
@@ -517,9 +514,9 @@ TEST_F(VulkanFusion, FillOperandsComputeLikeUnfused) {
   fo.cache_dir = "";
   fo.poison = true;
   vk::GraphExecutorOptions uo = fo;
-  uo.fusion = false;
+  uo.codegen.kernels.fusion = false;
   vk::GraphExecutor fused(g.ir(), *ctx_, fo), plain(g.ir(), *ctx_, uo);
-  EXPECT_GT(count_fusions(*fused.plan()).fused, 0);
+  EXPECT_GT(count_fusions(fused.plan()).fused, 0);
   cpu::Executor cpu(g.ir());
   for (int step = 0; step < 2; ++step) {
     fused.run();

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "codegen/shader_compiler.h"
 #include "ir/graph.h"
 #include "mgn/graph.h"
+#include "support/test_util.h"
 
 namespace mgn {
 namespace {
@@ -39,18 +41,6 @@ using codegen::GemmShape;
 using codegen::GemmTile;
 using codegen::GemmVariant;
 using codegen::Lowering;
-
-std::string temp_dir(const char* tag) {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / (std::string("mgn_") + tag + "_XXXXXX")).string();
-  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
-
-bool want_validation() {
-  const char* v = std::getenv("MGN_VALIDATION");
-  return !(v && std::strcmp(v, "0") == 0);
-}
 
 // Nearest f16 value (ties to even), as f32.
 float round_f16(float x) {
@@ -97,10 +87,7 @@ GemmShape gemm_shape(const Shape& as, const Shape& bs, const Shape& out, bool ta
 class VulkanGemm : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    setenv("MGN_CACHE_DIR", temp_dir("vkgemm_cache").c_str(), 1);
-    vk::ContextOptions o;
-    o.validation = want_validation();
-    ctx_ = std::make_unique<vk::Context>(o);
+    ctx_ = std::make_unique<vk::Context>(test::device_options());
     alloc_ = std::make_unique<vk::Allocator>(*ctx_);
     transfer_ = std::make_unique<vk::Transfer>(*ctx_, *alloc_, 1 << 20);
     compiler_ = std::make_unique<codegen::ShaderCompiler>("");
@@ -223,7 +210,7 @@ TEST_F(VulkanGemm, SweepTileConfigsOnBoundaries) {
       "64x64x16",  "64x32x16",       "32x32x16",     "128x128x8,t8x8,s3", "64x64x8,l4x8",
   };
   for (const char* spec : tiles) {
-    const GemmTile t = codegen::parse_gemm_tile(spec, false);
+    const GemmTile t = parse_gemm_tile(spec, false);
     for (const Problem& p : boundary_problems(std::string(spec) == "128x128x8")) {
       std::string names;
       double err = check(
@@ -246,18 +233,8 @@ TEST_F(VulkanGemm, SplitK) {
     names.clear();
     err = check(
         {{2, 30, 1000}, {1000, 50}},
-        [&](const GemmShape& s) { return simt(s, codegen::parse_gemm_tile(spec, false)); }, &names);
+        [&](const GemmShape& s) { return simt(s, parse_gemm_tile(spec, false)); }, &names);
     EXPECT_LE(err, 1e-5) << spec << " via " << names;
-  }
-}
-
-TEST_F(VulkanGemm, ClassicBaseline) {
-  for (const Problem& p : boundary_problems(false)) {
-    std::string names;
-    double err = check(
-        p, [](const GemmShape& s) { return codegen::lower_gemm(s, caps_, GemmVariant::Classic); }, &names);
-    EXPECT_LE(err, 1e-5) << names;
-    EXPECT_NE(names.find("matmul_classic_"), std::string::npos);
   }
 }
 
@@ -274,7 +251,7 @@ TEST_F(VulkanGemm, LargeConfigsCompileAndValidate) {
       s.m = n, s.n = n, s.k = n;
       GemmOptions o;
       o.variant = GemmVariant::Tiled;
-      o.tile = codegen::parse_gemm_tile(spec, false);
+      o.tile = parse_gemm_tile(spec, false);
       Lowering l = codegen::lower_gemm(s, big, o);
       for (const auto& k : l.kernels) {
         codegen::ShaderOptions so;
@@ -353,7 +330,7 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
         // Every shape with the default tile; the other tiles (16x16x16 only) on a few of them.
         if (*spec && (mma.n != 16 || (i % 3 != 2 && i != 3 && i != shapes.size() - 1))) continue;
         const GemmShape& s = shapes[i];
-        Lowering l = codegen::lower_gemm_coopmat(s, nv, codegen::parse_gemm_tile(spec, true), mma);
+        Lowering l = codegen::lower_gemm_coopmat(s, nv, parse_gemm_tile(spec, true), mma);
         // Pack A, pack B (to the two scratch buffers), multiply; split K adds the partial products'
         // scratch and the kernel that sums them.
         const bool split = s.k == 2048;
@@ -370,9 +347,9 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
         }
       }
   // The benchmark's "mmaonly" and "fragonly" ablations as the sweep runs them (4096^3, some subgroup tiles).
-  for (const char* ablate : {"mmaonly", "fragonly"})
+  for (const GemmAblation ablate : {GemmAblation::MmaOnly, GemmAblation::FragOnly})
     for (const char* spec : {"", "128x128x32,w32x32", "128x128x32,w64x64", "128x128x16"}) {
-      Lowering l = codegen::lower_gemm_coopmat(shapes[2], nv, codegen::parse_gemm_tile(spec, true),
+      Lowering l = codegen::lower_gemm_coopmat(shapes[2], nv, parse_gemm_tile(spec, true),
                                                {16, 16, 16}, false, ablate);
       codegen::ShaderOptions so;
       so.name = l.kernels.at(2).name;
@@ -433,7 +410,7 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
       double err = check(
           p,
           [&](const GemmShape& s) {
-            return codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile(c.tile, true), c.mma, true);
+            return codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile(c.tile, true), c.mma, true);
           },
           &names, true);
       EXPECT_LE(err, 1e-5) << c.tile << " via " << names;
@@ -463,8 +440,9 @@ TEST_F(VulkanGemm, CoopMatAblationsRepeatTheirFirstPiece) {
   };
   for (const Ablation& ab : {Ablation{"mmaonly", 16, 6.0}, Ablation{"fragonly", 32, 3.0}}) {
     SCOPED_TRACE(ab.name);
-    const Lowering low = codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32", true),
-                                                     {16, 16, 16}, true, ab.name);
+    const GemmAblation ablation = parse_gemm_ablation(ab.name);
+    const Lowering low = codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile("64x64x32", true),
+                                                     {16, 16, 16}, true, ablation);
     EXPECT_NE(low.kernels.at(2).name.find(std::string("ABLATED_") + ab.name), std::string::npos)
         << low.kernels.at(2).name;
     const std::vector<float> got = run_gpu(low, a, b, size_t(m * n));
@@ -480,47 +458,48 @@ TEST_F(VulkanGemm, CoopMatAblationsRepeatTheirFirstPiece) {
       }
     EXPECT_LE(std::sqrt(num / den), 1e-5);
     // Operands read straight from global memory have no resident shared tiles to reuse.
-    EXPECT_THROW(codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile("64x64x32,dab", true),
-                                             {16, 16, 16}, true, ab.name),
+    EXPECT_THROW(codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile("64x64x32,dab", true),
+                                             {16, 16, 16}, true, ablation),
                  Error);
   }
 }
 
 TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
   // With a (pretend) verified cooperative-matrix device, a strict matmul stays f32 SIMT; an Accelerated
-  // one lowers to the f16 kernel, unless MGN_GEMM_F16=0.
+  // one lowers to the f16 kernel, unless KernelOptions::f16_gemm is off; a node with no precision of its own
+  // follows CompileOptions::default_precision.
   codegen::DeviceCaps nv = caps_;
   nv.cooperative_matrix_nv = true;
   nv.subgroup_size = 32;
   nv.max_shared_bytes = 49152;
   nv.max_workgroup_invocations = 1024;
-  const codegen::CoopMatStatus saved = codegen::coopmat_status();
-  codegen::CoopMatStatus ok;
-  ok.verified = true;
-  codegen::set_coopmat_status(ok);
-  auto lower = [&](Precision p) {
+  nv.coopmat_f16_verified = true;
+  auto lower = [&](std::optional<Precision> p, const codegen::CodegenOptions& o = {},
+                   const codegen::DeviceCaps* caps = nullptr) {
     mgn::Graph g;
     Tensor y = matmul(g.input("a", {64, 48}), g.input("b", {48, 80}));
-    y.set_precision(p);
+    if (p) y.set_precision(*p);
     ir::Graph& ir = g.ir();
-    return codegen::lower_matmul({ir, ir.node(y.id()), nv}).kernels.back().name;
+    return codegen::lower_matmul({ir, ir.node(y.id()), caps ? *caps : nv, o}).kernels.back().name;
   };
   EXPECT_EQ(lower(Precision::Strict).rfind("matmul_tiled_", 0), 0u);
   EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_coopmat_f16_", 0), 0u);
-  setenv("MGN_GEMM_F16", "0", 1);
-  EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_tiled_", 0), 0u);
-  unsetenv("MGN_GEMM_F16");
+  EXPECT_EQ(lower(Precision::Accelerated, {.kernels = {.f16_gemm = false}}).rfind("matmul_tiled_", 0), 0u);
+  // Unset: the default precision decides; a node's own precision wins over it.
+  EXPECT_EQ(lower(std::nullopt).rfind("matmul_tiled_", 0), 0u);
+  EXPECT_EQ(lower(std::nullopt, {.default_precision = Precision::Accelerated}).rfind("matmul_coopmat_f16_", 0), 0u);
+  EXPECT_EQ(lower(Precision::Strict, {.default_precision = Precision::Accelerated}).rfind("matmul_tiled_", 0), 0u);
   // Not verified (no self-test, or it failed): never the f16 kernel.
-  codegen::set_coopmat_status({});
-  EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_tiled_", 0), 0u);
-  codegen::set_coopmat_status(saved);
+  codegen::DeviceCaps unverified = nv;
+  unverified.coopmat_f16_verified = false;
+  EXPECT_EQ(lower(Precision::Accelerated, {}, &unverified).rfind("matmul_tiled_", 0), 0u);
 }
 
 TEST_F(VulkanGemm, SelfTestOffWithoutTheExtension) {
   if (ctx_->has(vk::Feature::CooperativeMatrixNV)) GTEST_SKIP() << "device has VK_NV_cooperative_matrix";
-  EXPECT_FALSE(vk::gemm_coopmat_self_test(*ctx_));
-  EXPECT_FALSE(codegen::coopmat_status().verified);
-  EXPECT_NE(vk::gemm_coopmat_self_test_note(*ctx_).find("lacks"), std::string::npos);
+  const vk::CoopMatVerdict v = vk::coopmat_verdict(*ctx_, {}, *compiler_);
+  EXPECT_FALSE(v.verified);
+  EXPECT_NE(v.note.find("lacks"), std::string::npos) << v.note;
 }
 
 TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
@@ -528,9 +507,9 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
   // conformance job): every tile of the sweep, both epilogues, all transposes, a broadcast batch, one and
   // two shared buffers, on f16-exact inputs against the CPU reference.
   if (!ctx_->has(vk::Feature::CooperativeMatrixNV)) GTEST_SKIP() << "device lacks VK_NV_cooperative_matrix";
-  if (!vk::gemm_coopmat_self_test(*ctx_))
-    GTEST_FAIL() << "self-test: " << vk::gemm_coopmat_self_test_note(*ctx_);
-  const codegen::CoopMatShape mma = codegen::coopmat_status().mma;
+  const vk::CoopMatVerdict verdict = vk::coopmat_verdict(*ctx_, {}, *compiler_);
+  if (!verdict.verified) GTEST_FAIL() << "self-test: " << verdict.note;
+  const codegen::CoopMatShape mma = verdict.mma;
   std::vector<Problem> problems = {{{256, 128}, {128, 256}}, {{128, 256}, {256, 128}, true, true}};
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
@@ -568,7 +547,7 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
       const double err = check(
           p,
           [&](const GemmShape& s) {
-            return codegen::lower_gemm_coopmat(s, caps_, codegen::parse_gemm_tile(tile, true), mma);
+            return codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile(tile, true), mma);
           },
           &names, true);
       EXPECT_LE(err, 1e-5) << "tile '" << tile << "' via " << names;
@@ -578,7 +557,7 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
 // ---------------------------------------------------------------------------------------------- knobs
 
 TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
-  GemmTile t = codegen::parse_gemm_tile("128x64x16,t8x4,l8x4,g4,s2", false);
+  GemmTile t = parse_gemm_tile("128x64x16,t8x4,l8x4,g4,s2", false);
   EXPECT_EQ(t.bm, 128u);
   EXPECT_EQ(t.bn, 64u);
   EXPECT_EQ(t.bk, 16u);
@@ -588,17 +567,17 @@ TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
   EXPECT_EQ(t.ly, 4u);
   EXPECT_EQ(t.group_m, 4u);
   EXPECT_EQ(t.splits, 2u);
-  EXPECT_EQ(codegen::parse_gemm_tile("128x256x32,b1", true).buffers, 1u);
-  EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,b1", false), Error);
-  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,p2", true).depth, 2u);
-  EXPECT_EQ(codegen::parse_gemm_tile("64x64x32,s4", true).splits, 4u);
-  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32", true).direct, -1);
-  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,d0", true).direct, 0);
-  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,da", true).direct, 1);
-  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,db", true).direct, 2);
-  EXPECT_EQ(codegen::parse_gemm_tile("128x128x32,dab", true).direct, 3);
-  EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,dc", true), Error);
-  EXPECT_THROW(codegen::parse_gemm_tile("128x128x32,dab", false), Error);
+  EXPECT_EQ(parse_gemm_tile("128x256x32,b1", true).buffers, 1u);
+  EXPECT_THROW(parse_gemm_tile("128x128x32,b1", false), Error);
+  EXPECT_EQ(parse_gemm_tile("128x128x32,p2", true).depth, 2u);
+  EXPECT_EQ(parse_gemm_tile("64x64x32,s4", true).splits, 4u);
+  EXPECT_EQ(parse_gemm_tile("128x128x32", true).direct, -1);
+  EXPECT_EQ(parse_gemm_tile("128x128x32,d0", true).direct, 0);
+  EXPECT_EQ(parse_gemm_tile("128x128x32,da", true).direct, 1);
+  EXPECT_EQ(parse_gemm_tile("128x128x32,db", true).direct, 2);
+  EXPECT_EQ(parse_gemm_tile("128x128x32,dab", true).direct, 3);
+  EXPECT_THROW(parse_gemm_tile("128x128x32,dc", true), Error);
+  EXPECT_THROW(parse_gemm_tile("128x128x32,dab", false), Error);
   {
     GemmShape s;
     s.m = s.n = s.k = 256;
@@ -608,39 +587,41 @@ TEST_F(VulkanGemm, KnobsParseAndReachTheLowering) {
     // noload needs shared tiles resident.
     codegen::GemmOptions o;
     o.variant = GemmVariant::CoopMatF16;
-    o.coopmat_tile = codegen::parse_gemm_tile("128x128x32,da", true);
-    o.coopmat_ablate = "noload";
+    o.coopmat_tile = parse_gemm_tile("128x128x32,da", true);
+    o.coopmat_ablate = GemmAblation::NoLoad;
     EXPECT_THROW(codegen::lower_gemm(s, nv, o), Error);
     // With both operands direct the kernel has no shared memory and no barrier in its K loop.
-    const auto l = codegen::lower_gemm_coopmat(s, nv, codegen::parse_gemm_tile("128x128x32,dab", true), {});
+    const auto l = codegen::lower_gemm_coopmat(s, nv, parse_gemm_tile("128x128x32,dab", true), {});
     EXPECT_EQ(l.kernels.at(2).glsl.find("\nshared "), std::string::npos) << l.kernels.at(2).glsl;
     EXPECT_EQ(l.kernels.at(2).glsl.find("barrier()"), std::string::npos);
   }
-  GemmTile c = codegen::parse_gemm_tile("128x256x32,w64x64,g8", true);
+  GemmTile c = parse_gemm_tile("128x256x32,w64x64,g8", true);
   EXPECT_EQ(c.bn, 256u);
   EXPECT_EQ(c.wm, 64u);
   EXPECT_EQ(c.wn, 64u);
-  EXPECT_THROW(codegen::parse_gemm_tile("128x128", false), Error);
-  EXPECT_THROW(codegen::parse_gemm_tile("128x128x8,w8x4", false), Error);
-  EXPECT_THROW(codegen::parse_gemm_variant("fast"), Error);
-  EXPECT_EQ(codegen::parse_gemm_variant("simt"), GemmVariant::Tiled);
+  EXPECT_THROW(parse_gemm_tile("128x128", false), Error);
+  EXPECT_THROW(parse_gemm_tile("128x128x8,w8x4", false), Error);
+  EXPECT_THROW(parse_gemm_kernel("fast"), Error);
+  EXPECT_THROW(parse_gemm_kernel("classic"), Error);  // the single-buffered baseline is gone
+  EXPECT_EQ(parse_gemm_kernel("simt"), GemmKernel::Tiled);
+  // The text form round-trips.
+  for (const char* spec : {"128x64x16,t8x4,l8x4,g4,s2", "32x32x16,g1", "auto"})
+    EXPECT_EQ(gemm_tile_str(parse_gemm_tile(spec, false), false), spec);
+  for (const char* spec : {"128x256x32,w64x64,g8,b1,p2,dab,s3", "64x64x32,d0"})
+    EXPECT_EQ(gemm_tile_str(parse_gemm_tile(spec, true), true), spec);
 
-  auto lowered = [&]() {
+  auto lowered = [&](const KernelOptions& k) {
     mgn::Graph g;
     Tensor y = matmul(g.input("a", {70, 40}), g.input("b", {40, 90}));
     ir::Graph& ir = g.ir();
-    return codegen::lower_matmul({ir, ir.node(y.id()), caps_});
+    const codegen::CodegenOptions o{.kernels = k};
+    return codegen::lower_matmul({ir, ir.node(y.id()), caps_, o});
   };
-  setenv("MGN_GEMM_TILE", "32x32x16,g1", 1);
-  EXPECT_EQ(lowered().kernels.at(0).name.rfind("matmul_tiled_32x32x16_4x4_l8x4_g1", 0), 0u)
-      << lowered().kernels.at(0).name;
-  setenv("MGN_GEMM_VARIANT", "classic", 1);
-  EXPECT_EQ(lowered().kernels.at(0).name.rfind("matmul_classic_", 0), 0u);
-  setenv("MGN_GEMM_TILE", "100x128x8,t8x8", 1);
-  setenv("MGN_GEMM_VARIANT", "simt", 1);
-  EXPECT_THROW(lowered(), Error);  // 100 is not a multiple of the per-thread tile: a clear error
-  unsetenv("MGN_GEMM_TILE");
-  unsetenv("MGN_GEMM_VARIANT");
+  const Lowering tiled = lowered({.gemm_tile = parse_gemm_tile("32x32x16,g1", false)});
+  EXPECT_EQ(tiled.kernels.at(0).name.rfind("matmul_tiled_32x32x16_4x4_l8x4_g1", 0), 0u) << tiled.kernels.at(0).name;
+  EXPECT_EQ(lowered({.gemm = GemmKernel::Small}).kernels.at(0).name.rfind("matmul_small_", 0), 0u);
+  // 100 is not a multiple of the per-thread tile: a clear error.
+  EXPECT_THROW(lowered({.gemm = GemmKernel::Tiled, .gemm_tile = parse_gemm_tile("100x128x8,t8x8", false)}), Error);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "codegen/shader_compiler.h"
 #include "ir/graph.h"
 #include "mgn/graph.h"
+#include "support/test_util.h"
 
 namespace mgn {
 namespace {
@@ -33,18 +34,6 @@ namespace {
 using codegen::BindingKind;
 using codegen::Lowering;
 using Lower = std::function<Lowering(const codegen::LowerContext&)>;
-
-std::string temp_dir(const char* tag) {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / (std::string("mgn_") + tag + "_XXXXXX")).string();
-  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
-
-bool want_validation() {
-  const char* v = std::getenv("MGN_VALIDATION");
-  return !(v && std::strcmp(v, "0") == 0);
-}
 
 double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
@@ -59,10 +48,7 @@ double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
 class VulkanKernels : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    setenv("MGN_CACHE_DIR", temp_dir("vkk_cache").c_str(), 1);
-    vk::ContextOptions o;
-    o.validation = want_validation();
-    ctx_ = std::make_unique<vk::Context>(o);
+    ctx_ = std::make_unique<vk::Context>(test::device_options());
     alloc_ = std::make_unique<vk::Allocator>(*ctx_);
     transfer_ = std::make_unique<vk::Transfer>(*ctx_, *alloc_, 1 << 20);
     compiler_ = std::make_unique<codegen::ShaderCompiler>("");
@@ -152,7 +138,8 @@ class VulkanKernels : public ::testing::Test {
     }
     cpu.run();
     const std::vector<double>& want = cpu.output("y").v;
-    codegen::LowerContext lc{ir, ir.node(node_id), caps_};
+    const codegen::CodegenOptions options;
+    codegen::LowerContext lc{ir, ir.node(node_id), caps_, options};
     Lowering low = lower(lc);
     std::vector<float> got = run_gpu(ir, node_id, low, values);
     EXPECT_EQ(got.size(), want.size());

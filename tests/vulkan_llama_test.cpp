@@ -52,7 +52,7 @@ std::vector<int32_t> random_ids(size_t n, int64_t vocab, uint64_t seed) {
 }
 
 Session make(Graph& g, Backend b, const std::map<std::string, std::vector<float>>& w) {
-  Session s = compile(g, {.mode = Mode::Infer, .backend = b});
+  Session s = compile(g, {.mode = Mode::Infer, .backend = b, .device = test::device_options()});
   if (b == Backend::Vulkan) {
     EXPECT_STRNE(s.backend(), "cpu");
   }

@@ -45,11 +45,6 @@ std::string case_label(const testing::TestParamInfo<std::string>& info) {
   return s;
 }
 
-bool want_validation() {
-  const char* v = std::getenv("MGN_VALIDATION");
-  return !(v && std::strcmp(v, "0") == 0);
-}
-
 // Kernel names of the executor's stream, for failure messages.
 std::string kernel_names(const vk::GraphExecutor& ex) {
   std::string s;
@@ -58,12 +53,13 @@ std::string kernel_names(const vk::GraphExecutor& ex) {
 }
 
 // Builds the case on the device, runs it twice and compares the output with PyTorch's.
-void check_case(const std::string& path, vk::Context& ctx) {
+void check_case(const std::string& path, vk::Context& ctx, const KernelOptions& kernels = {}) {
   oracle::Case c = oracle::load_case(path);
   const ir::Graph& ir = c.graph->ir();
   vk::GraphExecutorOptions opt;
   opt.cache_dir = "";  // memory only: every run compiles from scratch
   opt.poison = true;
+  opt.codegen.kernels = kernels;
   std::unique_ptr<vk::GraphExecutor> ex;
   try {
     ex = std::make_unique<vk::GraphExecutor>(ir, ctx, opt);
@@ -109,9 +105,7 @@ TEST(VulkanOps, CasesExist) {
 class VulkanDevice : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    vk::ContextOptions o;
-    o.validation = want_validation();
-    ctx_ = std::make_unique<vk::Context>(o);
+    ctx_ = std::make_unique<vk::Context>(test::device_options());
   }
   static void TearDownTestSuite() { ctx_.reset(); }
   void TearDown() override {
@@ -158,9 +152,7 @@ TEST_P(VulkanConvTiles, VulkanMatchesPyTorch) {
   const std::string path =
       std::string(dir && *dir ? dir : MGN_ORACLE_DIR) + "/" + GetParam().name + ".safetensors";
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
-  setenv("MGN_CONV_TILE", GetParam().tile.c_str(), 1);
-  check_case(path, *ctx_);
-  unsetenv("MGN_CONV_TILE");
+  check_case(path, *ctx_, {.conv_tile = parse_conv_tile(GetParam().tile)});
 }
 
 INSTANTIATE_TEST_SUITE_P(Pinned, VulkanConvTiles, testing::ValuesIn(tile_cases()),

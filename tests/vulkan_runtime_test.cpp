@@ -20,6 +20,7 @@
 #include "backend/vulkan/pipeline.h"
 #include "codegen/shader_compiler.h"
 #include "mgn/types.h"
+#include "support/test_util.h"
 
 namespace mgn::vk {
 namespace {
@@ -32,10 +33,10 @@ std::string temp_dir(const char* tag) {
   return pattern;
 }
 
-// On unless MGN_VALIDATION=0: a GPU host without vulkan-validationlayers can still run the tests.
-bool want_validation() {
-  const char* v = std::getenv("MGN_VALIDATION");
-  return !(v && std::strcmp(v, "0") == 0);
+// The disk cache of the compilers and pipeline caches that the tests below share (one per process).
+const std::string& suite_cache_dir() {
+  static const std::string dir = temp_dir("cache");
+  return dir;
 }
 
 constexpr uint32_t kLocalSize = 256;
@@ -97,10 +98,7 @@ uint32_t groups_for(uint32_t n) {
 class VulkanTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    setenv("MGN_CACHE_DIR", temp_dir("cache").c_str(), 1);
-    ContextOptions o;
-    o.validation = want_validation();
-    ctx_ = std::make_unique<Context>(o);
+    ctx_ = std::make_unique<Context>(test::device_options());
   }
   static void TearDownTestSuite() { ctx_.reset(); }
   // Not cleared in SetUp: messages from creating the shared context must fail the first test.
@@ -165,7 +163,7 @@ void vector_add(Context& ctx, bool force_staging) {
   ao.force_staging = force_staging;
   Allocator alloc(ctx, ao);
   Transfer transfer(ctx, alloc, 1 << 20);  // 1 MiB chunks: exercises the chunk loop on the staging path
-  codegen::ShaderCompiler compiler;
+  codegen::ShaderCompiler compiler{suite_cache_dir()};
   PipelineCache pipelines(ctx, compiler.cache_dir());
   const Pipeline& add = pipelines.get(make_desc(compiler, kAddGlsl, 3, 4, "add"));
 
@@ -208,7 +206,7 @@ struct AffineMirrorChain {
   };
   Allocator alloc;
   Transfer transfer;
-  codegen::ShaderCompiler compiler;
+  codegen::ShaderCompiler compiler{suite_cache_dir()};
   PipelineCache pipelines;
   std::vector<const Pipeline*> p;  // affine, mirror, accumulate
   std::vector<float> x;
@@ -371,7 +369,7 @@ TEST_F(VulkanTest, SplitStreamAcrossSubmissions) {
 TEST_F(VulkanTest, TimestampsWorkOrAreReportedMissing) {
   constexpr uint32_t n = 65536;
   Allocator alloc(ctx());
-  codegen::ShaderCompiler compiler;
+  codegen::ShaderCompiler compiler{suite_cache_dir()};
   PipelineCache pipelines(ctx(), compiler.cache_dir());
   const Pipeline& add = pipelines.get(make_desc(compiler, kAddGlsl, 3, 4, "add"));
   Buffer a = alloc.allocate(n * 4, MemoryKind::Device), b = alloc.allocate(n * 4, MemoryKind::Device),
@@ -462,15 +460,10 @@ TEST_F(VulkanTest, SubAllocatorAlignsCoalescesAndReuses) {
   EXPECT_EQ(alloc.stats().blocks[size_t(MemoryKind::Device)], 0u);
 }
 
-// Device selection builds contexts of its own, without validation, and restores MGN_DEVICE.
-class DeviceSelectionTest : public ::testing::Test {
- protected:
-  void TearDown() override { unsetenv("MGN_DEVICE"); }
-};
-
-TEST_F(DeviceSelectionTest, ByEnvSubstringIndexAndOption) {
-  ContextOptions o;
-  o.validation = want_validation();
+// Device selection builds contexts of its own (DeviceOptions::device; the MGN_DEVICE mapping onto it is
+// tested in environment_test).
+TEST(DeviceSelectionTest, BySubstringIndexAndName) {
+  DeviceOptions o = test::device_options();
   std::string name;
   {
     Context def(o);
@@ -480,25 +473,23 @@ TEST_F(DeviceSelectionTest, ByEnvSubstringIndexAndOption) {
   // Case-insensitive substring of the default device's name.
   std::string upper = name.substr(0, 4);
   for (auto& ch : upper) ch = char(std::toupper(static_cast<unsigned char>(ch)));
-  setenv("MGN_DEVICE", upper.c_str(), 1);
+  o.device = upper;
   {
-    Context by_env(o);
-    EXPECT_EQ(by_env.info().name.substr(0, 4), name.substr(0, 4));
+    Context by_substring(o);
+    EXPECT_EQ(by_substring.info().name.substr(0, 4), name.substr(0, 4));
   }
-  setenv("MGN_DEVICE", "0", 1);
+  o.device = "0";
   {
     Context by_index(o);
     EXPECT_EQ(by_index.info().index, 0u);
   }
-  // The option wins over the environment.
-  setenv("MGN_DEVICE", "definitely-not-a-gpu", 1);
   o.device = name;
-  Context by_option(o);
-  EXPECT_EQ(by_option.info().name, name);
+  Context by_name(o);
+  EXPECT_EQ(by_name.info().name, name);
 }
 
-TEST_F(DeviceSelectionTest, BadSelectorListsDevices) {
-  ContextOptions o;
+TEST(DeviceSelectionTest, BadSelectorListsDevices) {
+  DeviceOptions o;
   o.validation = false;
   o.device = "no-such-gpu-xyz";
   try {

@@ -18,7 +18,7 @@ namespace {
 
 Session make(models::FashionArch arch, Backend b, Mode mode, int64_t batch) {
   Graph g = models::fashion_mnist({.arch = arch, .batch = batch, .mode = mode, .hidden = 32, .seed = 7});
-  CompileOptions opt{.mode = mode, .backend = b};
+  CompileOptions opt{.mode = mode, .backend = b, .device = test::device_options()};
   if (mode == Mode::Train) opt.optimizer = AdamW{.lr = 3e-3, .weight_decay = 0.01};
   return compile(g, opt);
 }
@@ -123,7 +123,7 @@ TEST(VulkanSession, ChunkedSubmissionsMatchOneSubmission) {
   Dataset data = load_fashion_mnist(fashion_mnist_dir(), Split::Train, batch * 2);
   auto build = [&](int submissions, std::function<void(int)> hook) {
     Graph g = models::fashion_mnist({.arch = models::FashionArch::Cnn, .batch = batch, .hidden = 32, .seed = 7});
-    CompileOptions opt{.mode = Mode::Train, .backend = Backend::Vulkan};
+    CompileOptions opt{.mode = Mode::Train, .backend = Backend::Vulkan, .device = test::device_options()};
     opt.optimizer = AdamW{.lr = 3e-3, .weight_decay = 0.01};
     opt.submissions = submissions;
     opt.between_submissions = std::move(hook);

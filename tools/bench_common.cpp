@@ -189,7 +189,6 @@ ColdCache::ColdCache(bool on) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "mgn-bench-cache-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) throw Error("bench: cannot create a temporary cache folder from " + tmpl);
   dir_ = tmpl;
-  setenv("MGN_CACHE_DIR", tmpl.c_str(), 1);
 }
 
 ColdCache::~ColdCache() {
@@ -197,9 +196,15 @@ ColdCache::~ColdCache() {
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
 }
 
-void mark_precision(Graph& g, Precision p) {
-  for (int id = 0; id < g.ir().size(); ++id) g.ir().node_mut(id).precision = p;
-  g.set_precision(p);
+CompileOptions compile_options(const Args& a, Mode mode, const ColdCache& cold) {
+  static const Environment env = read_environment();
+  CompileOptions o;
+  env.apply(o);
+  o.mode = mode;
+  o.backend = a.backend;
+  o.default_precision = a.mode;
+  if (!cold.dir().empty()) o.cache_dir = cold.dir().string();
+  return o;
 }
 
 void add_gradient_outputs(Graph& g, const std::vector<std::string>& params, const std::string& who,

@@ -14,6 +14,7 @@
 
 #include "mgn/graph.h"
 #include "mgn/llama.h"
+#include "mgn/environment.h"
 #include "mgn/session.h"
 
 namespace mgn::bench {
@@ -84,20 +85,22 @@ class JsonLines {
   std::FILE* file_ = nullptr;
 };
 
-// --cache cold: a temporary MGN_CACHE_DIR for the lifetime of this object, removed afterwards.
+// --cache cold: a temporary cache folder for the lifetime of this object, removed afterwards.
 class ColdCache {
  public:
   explicit ColdCache(bool on);
   ~ColdCache();
   ColdCache(const ColdCache&) = delete;
   ColdCache& operator=(const ColdCache&) = delete;
+  const std::filesystem::path& dir() const { return dir_; }
 
  private:
   std::filesystem::path dir_;
 };
 
-// Every node (and the nodes backward() appends later) gets the precision policy.
-void mark_precision(Graph& g, Precision p);
+// The options every session of a benchmark compiles with: the environment's (MGN_*), the backend, the
+// precision mode for every node that leaves it unset, and the cold cache folder when there is one.
+CompileOptions compile_options(const Args& a, Mode mode, const ColdCache& cold);
 
 // Appends the backward pass of the output `loss` and outputs "grad.<name>" for every parameter named, so
 // one Infer session computes forward + loss + backward (the F+L+B phase). `who` prefixes errors.

@@ -200,8 +200,7 @@ int run_micro_bench(Args& a) {
       if (!a.has(phase)) continue;
       auto t0 = Clock::now();
       Graph g = c.graph(phase);
-      if (a.mode != Precision::Strict) mark_precision(g, a.mode);
-      Session s = compile(g, {.mode = Mode::Infer, .backend = a.backend});
+      Session s = compile(g, compile_options(a, Mode::Infer, cold));
       const double compile_ms = ms_since(t0);
       for (const std::string& name : s.input_names()) s.set_input(name, values.at(name));
       const Samples ms = time_calls(a.warmup, a.samples, [&] { s.run(); });

@@ -84,8 +84,7 @@ int run_model(const Args& a, const ModelSpec& m) {
   std::map<std::string, double> compile_ms;
   auto t0 = Clock::now();
   Graph gi = m.graph(Mode::Infer);
-  if (a.mode != Precision::Strict) mark_precision(gi, a.mode);
-  Session infer = compile(gi, {.mode = Mode::Infer, .backend = a.backend});
+  Session infer = compile(gi, compile_options(a, Mode::Infer, cold));
   compile_ms["inference"] = ms_since(t0);
   const std::vector<std::string> params = infer.state_names();
   std::vector<std::string> trainable;
@@ -97,23 +96,24 @@ int run_model(const Args& a, const ModelSpec& m) {
   if (need_min) {
     t0 = Clock::now();
     gm.emplace(m.minimal_graph());
-    if (a.mode != Precision::Strict) mark_precision(*gm, a.mode);
-    minimal.emplace(compile(*gm, {.mode = Mode::Infer, .backend = a.backend}));
+    minimal.emplace(compile(*gm, compile_options(a, Mode::Infer, cold)));
     compile_ms["minimal"] = ms_since(t0);
   }
   if (need_flb) {
     t0 = Clock::now();
     gf.emplace(m.graph(Mode::Train));
-    if (a.mode != Precision::Strict) mark_precision(*gf, a.mode);
     add_gradient_outputs(*gf, trainable, "bench " + a.workload);
-    flb.emplace(compile(*gf, {.mode = Mode::Infer, .backend = a.backend}));
+    flb.emplace(compile(*gf, compile_options(a, Mode::Infer, cold)));
     compile_ms["flb"] = ms_since(t0);
   }
   if (need_step) {
     t0 = Clock::now();
     gt.emplace(m.graph(Mode::Train));
-    if (a.mode != Precision::Strict) mark_precision(*gt, a.mode);
-    train.emplace(compile(*gt, {.mode = Mode::Train, .optimizer = AdamW{.lr = a.lr}, .backend = a.backend}));
+    train.emplace(compile(*gt, [&] {
+      CompileOptions o = compile_options(a, Mode::Train, cold);
+      o.optimizer = AdamW{.lr = a.lr};
+      return o;
+    }()));
     compile_ms["step"] = ms_since(t0);
   }
 
@@ -252,7 +252,7 @@ ModelSpec fashion_spec(Args& a) {
     return models::fashion_mnist({.arch = arch, .batch = batch, .mode = mode, .seed = seed});
   };
   // Inputs: the first `batch` training images of Fashion-MNIST, which the PyTorch script reads too.
-  const std::string dir = a.data.empty() ? fashion_mnist_dir() : a.data;
+  const std::string dir = a.data.empty() ? read_environment().fashion_mnist_dir : a.data;
   Dataset data = load_fashion_mnist(dir, Split::Train, batch);
   if (data.count < batch)
     throw Error("bench: " + dir + " holds " + std::to_string(data.count) + " training images, batch is " +

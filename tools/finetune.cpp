@@ -21,6 +21,7 @@
 #include "mgn/optim.h"
 #include "mgn/safetensors.h"
 #include "mgn/session.h"
+#include "tool_options.h"
 #include "mgn/tokenizer.h"
 #include "mgn/types.h"
 
@@ -76,9 +77,10 @@ int finetune_command(int argc, char** argv) {
                   std::to_string(cfg.vocab_size) + "): tokenizer and config do not match");
 
   Graph g = llama::loss_graph(cfg, {.batch = batch, .seq = seq, .seed = uint64_t(num("seed", 0))});
-  Session s = compile(g, {.mode = Mode::Train,
-                          .optimizer = AdamW{.lr = num("lr", 1e-4)},
-                          .backend = backend_from_name(f.count("backend") ? f["backend"] : "auto")});
+  CompileOptions copt =
+      mgn::tool::compile_options(Mode::Train, backend_from_name(f.count("backend") ? f["backend"] : "auto"));
+  copt.optimizer = AdamW{.lr = num("lr", 1e-4)};
+  Session s = compile(g, copt);
   const std::string weights = f.count("weights") ? f["weights"] : dir;
   if (weights != "random") llama::load_weights(s, llama::read_weights(cfg, weights));
   std::fprintf(stderr, "%s: %lld layers, hidden %lld; %zu tokens of text; %lld steps of %lldx%lld on %s\n",

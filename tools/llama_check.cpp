@@ -21,6 +21,7 @@
 #include "mgn/llama.h"
 #include "mgn/safetensors.h"
 #include "mgn/session.h"
+#include "tool_options.h"
 
 namespace {
 
@@ -219,7 +220,7 @@ int llama_check_command(int argc, char** argv) {
   int64_t n_params = 0;
   for (auto& [name, shape] : llama::parameter_shapes(cfg)) n_params += numel(shape);
 
-  const CompileOptions copt{.mode = Mode::Infer, .backend = a.backend};
+  const CompileOptions copt = mgn::tool::compile_options(Mode::Infer, a.backend);
   std::map<std::string, double> compile_ms;
   std::vector<Gate> gates;
   Json out;

@@ -16,10 +16,11 @@
 #include "mgn/models.h"
 #include "mgn/plan.h"
 #include "mgn/session.h"
+#include "tool_options.h"
 #include "mgn/tokenizer.h"
 #include "mgn/train.h"
 #ifdef MGN_HAVE_VULKAN
-#include "backend/vulkan/gemm_selftest.h"  // bench-gemm --f16
+#include "mgn/device.h"
 #endif
 #include "bench.h"
 #include "bench_common.h"  // bench-gemm: the warm-up and timing rule of mgn bench
@@ -149,12 +150,14 @@ int train_fashion_mnist(const std::map<std::string, std::string>& f) {
   std::string out =
       str_flag(f, "out", std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors");
   Backend backend = backend_from_name(str_flag(f, "backend", "auto"));
-  std::string dir = str_flag(f, "data", fashion_mnist_dir());
+  std::string dir = str_flag(f, "data", mgn::tool::environment().fashion_mnist_dir);
   bool progress = !f.count("no-progress");
 
   auto t0 = std::chrono::steady_clock::now();
   Graph g = models::fashion_mnist({.arch = arch, .batch = batch, .mode = Mode::Train, .seed = seed});
-  Session session = compile(g, {.mode = Mode::Train, .optimizer = AdamW{.lr = lr}, .backend = backend});
+  CompileOptions copt = mgn::tool::compile_options(Mode::Train, backend);
+  copt.optimizer = AdamW{.lr = lr};
+  Session session = compile(g, copt);
   std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s (%s)\n",
                models::fashion_arch_name(arch), (long long)batch, lr, session.backend(),
                session.device_type());
@@ -178,7 +181,7 @@ int train_fashion_mnist(const std::map<std::string, std::string>& f) {
   // The deploy path: a fresh inference graph knows nothing of the training run but the checkpoint.
   Graph gi =
       models::fashion_mnist({.arch = arch, .batch = eval_batch, .mode = Mode::Infer, .seed = seed + 1});
-  Session infer = compile(gi, {.mode = Mode::Infer, .backend = backend});
+  Session infer = compile(gi, mgn::tool::compile_options(Mode::Infer, backend));
   infer.load_checkpoint(out);
   EvalResult ev = evaluate_classifier(infer, test);
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -249,9 +252,8 @@ int bench_gemm(int argc, char** argv) {
     // The engine's own device is private to it; a second context on the same device (same selection rule)
     // runs the self-test, whose verdict is process-wide (and cached per device if the engine runs it too).
     try {
-      mgn::vk::Context ctx;
-      mgn::vk::gemm_coopmat_self_test(ctx);
-      coopmat = mgn::vk::gemm_coopmat_self_test_note(ctx);
+      const mgn::Environment& env = mgn::tool::environment();
+      coopmat = mgn::describe_device(env.device, env.kernels).f16_gemm;
     } catch (const std::exception& e) {
       coopmat = std::string("no Vulkan device: ") + e.what();
     }
@@ -280,7 +282,7 @@ int bench_gemm(int argc, char** argv) {
     if (f16) c.set_precision(mgn::Precision::Accelerated);
     g.output("c", c);
     auto t0 = std::chrono::steady_clock::now();
-    mgn::Session s = mgn::compile(g, {.mode = mgn::Mode::Infer, .backend = backend});
+    mgn::Session s = mgn::compile(g, mgn::tool::compile_options(mgn::Mode::Infer, backend));
     double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<float> av(size_t(m * k)), bv(size_t(k * n));
@@ -363,7 +365,7 @@ int generate_text(int argc, char** argv) {
 
   auto t0 = std::chrono::steady_clock::now();
   Graph g = llama::decode_graph(cfg, {.batch = 1, .seq = cache});
-  Session s = compile(g, {.mode = Mode::Infer, .backend = backend_from_name(str_flag(f, "backend", "auto"))});
+  Session s = compile(g, mgn::tool::compile_options(Mode::Infer, backend_from_name(str_flag(f, "backend", "auto"))));
   const std::string weights = str_flag(f, "weights", dir);
   if (weights != "random") llama::load_weights(s, llama::read_weights(cfg, weights));
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -412,7 +414,7 @@ int print_kernels(const std::map<std::string, std::string>& f) {
   Graph g = models::fashion_mnist({.arch = models::fashion_arch_from_name(str_flag(f, "model", "cnn")),
                                    .batch = int_flag(f, "batch", 64),
                                    .mode = m});
-  Session s = compile(g, {.mode = m, .backend = Backend::Vulkan});
+  Session s = compile(g, mgn::tool::compile_options(m, Backend::Vulkan));
   int shown = 0;
   for (const auto& [name, glsl] : s.kernel_sources()) {
     if (!filter.empty() && name.find(filter) == std::string::npos) continue;

@@ -23,6 +23,7 @@
 
 #include "mgn/onnx.h"
 #include "mgn/session.h"
+#include "tool_options.h"
 #include "mgn/types.h"
 
 namespace mgn::tool {
@@ -225,7 +226,7 @@ int run_command(int argc, char** argv) {
   for (const auto& [name, spec] : inputs)
     if (std::find(m.inputs.begin(), m.inputs.end(), name) == m.inputs.end())
       throw Error("run: the model has no input '" + name + "'");
-  Session s = compile(m.graph, {.mode = Mode::Infer, .backend = backend});
+  Session s = compile(m.graph, mgn::tool::compile_options(Mode::Infer, backend));
   std::fprintf(stderr, "%s: opset %d, %lld parameter elements, backend %s\n", path.c_str(), m.opset,
                static_cast<long long>(m.parameter_count), s.backend());
   std::mt19937_64 rng(seed);

@@ -30,7 +30,8 @@ struct Dataset {
 
 enum class Split : uint8_t { Train, Test };
 
-// Default folder: $MGN_FASHION_MNIST_DIR, else Debian's /usr/share/datasets/fashion-mnist.
+// Debian's folder of the dataset-fashion-mnist package (the tools honour MGN_FASHION_MNIST_DIR through
+// mgn::read_environment).
 std::string fashion_mnist_dir();
 // Images scaled to [0, 1], sample shape [1, 28, 28]; `limit` > 0 keeps the first `limit` samples.
 Dataset load_fashion_mnist(const std::string& dir, Split split, int64_t limit = 0);

@@ -42,9 +42,9 @@ class Tensor {
   int rank() const { return int(shape().size()); }
   int64_t dim(int axis) const;  // negative axes count from the end
   int64_t numel() const { return mgn::numel(shape()); }
-  // Per-node precision policy (overrides the graph default).
+  // Per-node precision policy (overrides the graph default). Unset: CompileOptions::default_precision.
   Tensor& set_precision(Precision p);
-  Precision precision() const;
+  std::optional<Precision> precision() const;
   // A label shown in dumps and errors.
   Tensor& set_name(const std::string& name);
 
@@ -82,7 +82,9 @@ class Graph {
   std::vector<Tensor> parameters() const;
   void freeze(const std::string& name_prefix);  // parameters whose name starts with the prefix
 
-  void set_precision(Precision p);  // default for nodes built from now on
+  // The precision nodes built from now on carry; nodes built before (or with none set) take
+  // CompileOptions::default_precision.
+  void set_precision(Precision p);
   std::string dump() const;         // readable text of every node
   void verify() const;
 

@@ -22,6 +22,7 @@
 
 #include "mgn/graph.h"
 #include "mgn/optim.h"
+#include "mgn/options.h"
 
 namespace mgn {
 
@@ -31,6 +32,10 @@ enum class Backend : uint8_t { Auto, Cpu, Vulkan };
 const char* backend_name(Backend b);
 Backend backend_from_name(const std::string& s);  // "auto", "cpu", "vulkan"
 
+// Everything compile() needs besides the graph. The compiled program is a function of the graph, these
+// options and the device (its features and limits, and the verdict of the f16 GEMM self-test on it);
+// nothing is read from the process environment (mgn/environment.h maps MGN_* variables onto these fields
+// for programs that want that).
 struct CompileOptions {
   Mode mode = Mode::Infer;
   Optimizer optimizer = AdamW{};
@@ -40,6 +45,18 @@ struct CompileOptions {
   std::string loss = "loss";  // Train: the output differentiated
   // Train: gradients already in the graph (parameter name -> gradient); empty = run mgn::backward on `loss`.
   std::map<std::string, Tensor> gradients;
+  // The precision of nodes whose own is unset (Tensor::set_precision and Graph::set_precision set it);
+  // Accelerated lets eligible matmuls round their inputs to f16 (f32 accumulation) where the device can.
+  Precision default_precision = Precision::Strict;
+  KernelOptions kernels;      // which kernels the code generator emits (options.h)
+  PlanningOptions planning;   // how the static plan shares memory
+  DeviceOptions device;       // Vulkan: which device; validation and pipeline diagnostics
+  // Vulkan: where compiled SPIR-V (by content hash) and the pipeline cache are kept across processes;
+  // empty: in memory only. (mgn::read_environment() gives the conventional place, ~/.cache/meganeura.)
+  std::string cache_dir;
+  // Per-kernel GPU time (timestamp queries, summed over the session's runs, heaviest first) and compile time
+  // per phase, printed on stderr when the session ends.
+  bool profile = false;
   // Vulkan: split every step into this many queue submissions (at barrier groups of the static plan, as
   // even in dispatches as the groups allow; fewer when the step has fewer groups), for callers that share
   // the queue with other work such as a renderer. Results are the same for any value.
@@ -54,7 +71,7 @@ struct DeviceMemoryReport {
   uint64_t allocated_bytes = 0;  // VkDeviceMemory the session's allocator reserved (device + staging)
   uint64_t device_bytes = 0;     // of which device memory (tensors, the plan's arena, scratch)
   uint64_t staging_bytes = 0;    // of which host-visible staging (uploads, readbacks)
-  uint64_t arena_bytes = 0;      // the static plan's arena (planned physical bytes); 0 without a plan
+  uint64_t arena_bytes = 0;      // the static plan's arena (planned physical bytes)
   // VK_EXT_memory_budget, device-local heaps, read when asked: process-wide usage (every session and the
   // driver's own allocations) and the budget the driver grants. Zero when budget_ext is false.
   uint64_t heap_usage_bytes = 0;

@@ -15,7 +15,7 @@
 //   attention_grad_kv (a fusion of _k and _v with the same inputs, see kernel.h): the same walk, thread t
 //       forms P_ij and dS_ij scale once, and the workgroup accumulates dk (over q) and dv (over do) from
 //       the same tile, so the scores and do_i·v_j are computed once for both.
-//   attention / attention_lse, query-tiled (`MGN_ATTENTION`, query_tiled below): one workgroup per block of
+//   attention / attention_lse, query-tiled (KernelOptions::attention, query_tiled below): one workgroup per block of
 //       WG query rows of one (b, h), one thread per row. Key and value tiles of BK rows are staged in shared
 //       memory as vec4s and read by every thread of the block (broadcast), so each key row crosses L2 once
 //       per block instead of once per query row. Each thread keeps its q and o in registers and runs the
@@ -23,7 +23,7 @@
 //       attention_grad_q has the same query-tiled form (q, do, dq in registers).
 //   attention_grad_kv, key-tiled (grad_kv_tiled): a workgroup per block of WG key rows of one kv head, a
 //       thread per key row; query tiles of every query head reading the kv head are shared by the block.
-//   MGN_ATTENTION=auto | row | tiled picks between the forms (use_tiled, use_kv_tiled); auto takes the tiled
+//   KernelOptions::attention (auto | row | tiled) picks between the forms (use_tiled, use_kv_tiled); auto takes the tiled
 //   forms for the forward kernels only (the tiled derivative kernels were measured slower, run 8). Every form
 //   sums a score's dims in the same order, so the derivatives' P = exp(s - lse) sees the forward's scores.
 // Masked scores are -inf and get probability exactly 0; a row with no visible key has m = -inf (forward:
@@ -367,16 +367,6 @@ uint64_t grad_kv_shared_bytes(const Dims& d, uint32_t wg) {
 // ------------------------------------------------------------------ attention / attention_lse, query-tiled
 constexpr uint32_t kTiledBk = 16;  // key rows per shared tile (and scores per thread in registers)
 
-// MGN_ATTENTION: auto (default) | row | tiled (a preference: shapes the tiled kernel does not take stay on
-// the row kernel; the kernel's name says which ran).
-std::string attention_knob() {
-  const char* v = std::getenv("MGN_ATTENTION");
-  const std::string k = v ? v : "";
-  if (k.empty()) return "auto";
-  if (k == "auto" || k == "row" || k == "tiled") return k;
-  throw Error("MGN_ATTENTION: expected auto, row or tiled, got '" + k + "'");
-}
-
 uint32_t tiled_workgroup(const DeviceCaps& caps) {
   return std::min<uint32_t>(std::max<uint32_t>(caps.subgroup_size, 32), 64);
 }
@@ -389,10 +379,11 @@ bool tiled_fits(const Dims& d, Kind kind) {
          d.D <= most && d.Dv <= most;
 }
 
-bool use_tiled(const Dims& d, Kind kind, const DeviceCaps& caps) {
-  const std::string k = attention_knob();
-  if (k == "row" || !tiled_fits(d, kind)) return false;
-  if (k == "tiled") return true;
+// KernelOptions::attention is a preference: shapes the tiled kernel does not take stay on the row kernel
+// (the kernel's name says which ran).
+bool use_tiled(const Dims& d, Kind kind, const DeviceCaps& caps, AttentionKernel want) {
+  if (want == AttentionKernel::Row || !tiled_fits(d, kind)) return false;
+  if (want == AttentionKernel::Tiled) return true;
   // Auto: the forward kernels (attention, attention_lse) when there are query rows enough to fill a block and
   // blocks enough to fill a large GPU (the row kernel has a workgroup per row, so it keeps the edge when
   // there are few rows). grad_q stays on the row kernel: at seq 1024 on an H100 (run 8) the tiled derivative
@@ -548,7 +539,7 @@ Kernel query_tiled(const Dims& d, Kind kind, FwdOuts outs, bool causal, const Sh
   if (shared_bytes > caps.max_shared_bytes)
     throw Error(who + ": the query-tiled kernel needs " + std::to_string(shared_bytes) +
                 " bytes of shared memory, the device allows " + std::to_string(caps.max_shared_bytes) +
-                " (MGN_ATTENTION=row avoids it)");
+                " (the row attention kernel avoids it)");
   gl::Grid grid = gl::flat_groups(d.B * d.Hq * nqb, caps, who);
   Kernel k;
   k.name = op + "_tiled_" + key + "_wg" + std::to_string(wg);
@@ -580,13 +571,12 @@ bool kv_tiled_fits(const Dims& d) {
   return d.D > 0 && d.Dv > 0 && d.D % 4 == 0 && d.Dv % 4 == 0 && d.D <= 64 && d.Dv <= 64;
 }
 
-bool use_kv_tiled(const Dims& d) {
-  const std::string k = attention_knob();
-  if (k == "row" || !kv_tiled_fits(d)) return false;
+bool use_kv_tiled(const Dims& d, AttentionKernel want) {
+  if (want == AttentionKernel::Row || !kv_tiled_fits(d)) return false;
   // Auto: the row kernel. The key-tiled one has few blocks (B x Hkv x Skv/WG, 96 at seq 1024 with 3 kv heads,
   // one warp each, every one walking REP x Sq query rows); at that shape on an H100 (run 8) the tiled
-  // derivative kernels lost to the row ones (see use_tiled). MGN_ATTENTION=tiled still selects it.
-  return k == "tiled";
+  // derivative kernels lost to the row ones (see use_tiled). AttentionKernel::Tiled still selects it.
+  return want == AttentionKernel::Tiled;
 }
 
 // `split`: the block takes one part of the work (part sp: query heads hs * HPS.. of its kv head, query rows
@@ -665,7 +655,7 @@ std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_ma
 // How the key-tiled dK+dV kernel splits its work over more blocks: each block of WG key rows of a kv head
 // walks REP x Sq query rows, and there are only B x Hkv x Skv/WG blocks (96 at seq 1024 with 3 kv heads), so
 // the query heads (hsplit parts) and the query rows (qc parts of qch rows, whole BQ tiles, at least four)
-// are spread over blocks until there are about kKvTiledBlocks of them. Only MGN_ATTENTION=tiled takes this
+// are spread over blocks until there are about kKvTiledBlocks of them. Only AttentionKernel::Tiled takes this
 // kernel (use_kv_tiled); the split is built for the next measurement, not yet measured.
 struct KvSplit {
   uint64_t hsplit = 1, qc = 1, qch = 0;
@@ -717,7 +707,7 @@ void grad_kv_tiled(Lowering& l, const Dims& d, int pk, int pv, bool causal, cons
   if (shared_bytes > caps.max_shared_bytes)
     throw Error(who + ": the key-tiled kernel needs " + std::to_string(shared_bytes) +
                 " bytes of shared memory, the device allows " + std::to_string(caps.max_shared_bytes) +
-                " (MGN_ATTENTION=row avoids it)");
+                " (the row attention kernel avoids it)");
   gl::Grid grid = gl::flat_groups(d.B * d.Hkv * nkb * sp.parts(), caps, who);
   Kernel k;
   k.name = "attention_grad_kv_tiled_" + key + "_wg" + std::to_string(wg) +
@@ -803,7 +793,8 @@ int attention_pair(const ir::Graph& g, const std::vector<int>& nodes, ir::Op fir
 
 // attention_grad_k and attention_grad_v of the same inputs (nodes: both, ascending): the D_i kernel, then
 // one workgroup per key row writing both derivatives.
-Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                                 const CodegenOptions& options) {
   const int pk = attention_pair(g, nodes, ir::Op::AttentionGradK, ir::Op::AttentionGradV, "dK+dV"),
             pv = 1 - pk;
   const ir::Node &nk = g.node(nodes[size_t(pk)]), &nv = g.node(nodes[size_t(pv)]);
@@ -822,7 +813,7 @@ Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nod
 
   Lowering l;
   add_delta_kernel(l, d, key, "attention_grad_kv", caps);
-  if (use_kv_tiled(d)) {
+  if (use_kv_tiled(d, options.kernels.attention)) {
     grad_kv_tiled(l, d, pk, pv, causal, mask, scale, key, who, caps);
     return l;
   }
@@ -885,7 +876,7 @@ Lowering lower_one(const LowerContext& ctx, Kind kind, FwdOuts outs, const std::
   const std::string key = dims_key(d, causal, mask);
 
   Lowering l;
-  if (use_tiled(d, kind, ctx.caps)) {
+  if (use_tiled(d, kind, ctx.caps, ctx.options.kernels.attention)) {
     l.kernels.push_back(query_tiled(d, kind, outs, causal, mask, scale, key, op, who, ctx.caps));
     return l;
   }
@@ -1000,14 +991,15 @@ Lowering lower_attention(const LowerContext& ctx) {
 
 // attention and attention_lse of the same inputs (nodes: both, ascending): one forward pass writes o and lse.
 // Every output element is the one the separate kernels write (lse never depended on whether o is formed).
-Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                                  const CodegenOptions& options) {
   const int po = attention_pair(g, nodes, ir::Op::Attention, ir::Op::AttentionLse, "attention + lse"),
             pl = 1 - po;
   const ir::Node &no = g.node(nodes[size_t(po)]), &nl = g.node(nodes[size_t(pl)]);
   if (gl::numel_u(no.shape) == 0 || gl::numel_u(nl.shape) == 0)
     throw Error("internal: " + g.describe(no.id) +
                 ": the attention + lse kernel needs both outputs non-empty");
-  return lower_one({g, no, caps}, Kind::ForwardLse, {po, pl}, g.describe(no.id) + " + " + g.describe(nl.id),
+  return lower_one({g, no, caps, options}, Kind::ForwardLse, {po, pl}, g.describe(no.id) + " + " + g.describe(nl.id),
                    "attention_with_lse");
 }
 

@@ -23,7 +23,7 @@
 // Implicit-GEMM tiles: 128x128x16 (8x8 per thread), 128x64x16, 64x64x32 (4x4) or 32x32x32 (64 threads),
 // the largest that still gives ~256 workgroups (grad_weight: the largest that fits the filter, split-K
 // making up the count), each edge narrowed when the channel count would leave much of it empty;
-// MGN_CONV_TILE=BPxBQxBK pins one (tests, benchmarks). Bias is not part of these ops: conv2d(..., bias)
+// KernelOptions::conv_tile pins one (tests, benchmarks). Bias is not part of these ops: conv2d(..., bias)
 // is conv2d + add in the graph.
 // docs/perf-notes.md ("Convolution as implicit GEMM") has the reasoning and the H200 expectations.
 #include <algorithm>
@@ -300,20 +300,14 @@ Tile make_tile(uint32_t bp, uint32_t bq, uint32_t bk, uint64_t k, const DeviceCa
   return t;
 }
 
-// MGN_CONV_TILE=BPxBQxBK (e.g. 128x64x16) pins the tile of every implicit-GEMM conv kernel: for tests
-// (every configuration runs on lavapipe whatever the shape) and for benchmarking tile choices.
-std::optional<Tile> forced_tile(uint64_t k, const DeviceCaps& caps) {
-  const char* env = std::getenv("MGN_CONV_TILE");
-  if (!env || !*env) return std::nullopt;
-  unsigned bp = 0, bq = 0, bk = 0;
-  char tail = 0;
-  const bool ok = std::sscanf(env, "%ux%ux%u%c", &bp, &bq, &bk, &tail) == 3 &&
-                  (bp == 32 || bp == 64 || bp == 128) && (bq == 16 || bq == 32 || bq == 64 || bq == 128) &&
-                  (bk == 8 || bk == 16 || bk == 32);
-  if (!ok)
-    throw Error(std::string("MGN_CONV_TILE='") + env +
-                "': expected BPxBQxBK with BP in {32, 64, 128}, BQ in {16, 32, 64, 128}, BK in {8, 16, 32}");
-  return make_tile(bp, bq, bk, k, caps);
+// KernelOptions::conv_tile (BPxBQxBK, e.g. 128x64x16) pins the tile of every implicit-GEMM conv kernel: for
+// tests (every configuration runs on lavapipe whatever the shape) and for benchmarking tile choices.
+std::optional<Tile> forced_tile(uint64_t k, const LowerContext& ctx) {
+  const ConvTile& t = ctx.options.kernels.conv_tile;
+  if (t.is_auto()) return std::nullopt;
+  // The text form is checked when parsed (parse_conv_tile); a tile built in code is checked here.
+  const ConvTile checked = parse_conv_tile(conv_tile_str(t), "KernelOptions::conv_tile");
+  return make_tile(checked.bp, checked.bq, checked.bk, k, ctx.caps);
 }
 
 constexpr uint64_t kWantGroups = 256;  // enough workgroups for a large GPU (the H200 has 132 SMs)
@@ -332,8 +326,9 @@ uint64_t fit_edge(uint64_t extent, uint64_t lo, uint64_t hi) {
 // The tile for a GEMM of P x Q (K deep) repeated `outer` times: the largest of 128x128, 128x64, 64x64 that
 // still gives the grid enough workgroups, else 32x32; each edge fitted to P (at least 32) and Q (at least
 // 16) by fit_edge so a small or awkward channel count does not leave much of a tile empty.
-Tile pick_tile(uint64_t P, uint64_t Q, uint64_t K, uint64_t outer, const DeviceCaps& caps) {
-  if (auto t = forced_tile(K, caps)) return *t;
+Tile pick_tile(uint64_t P, uint64_t Q, uint64_t K, uint64_t outer, const LowerContext& ctx) {
+  const DeviceCaps& caps = ctx.caps;
+  if (auto t = forced_tile(K, ctx)) return *t;
   struct Level {
     uint64_t bp, bq, min_groups;
   };
@@ -520,7 +515,7 @@ Lowering conv_forward(const LowerContext& ctx) {
   s.name = "conv2d_igemm";
   s.comment = "conv2d: P = N*OH*OW output pixels, Q = output channels per group, K = CG*KH*KW";
   s.P = d.N * d.OH * d.OW, s.Q = d.Og, s.K = d.Cg * d.KH * d.KW, s.outer = d.groups;
-  s.t = pick_tile(s.P, s.Q, s.K, s.outer, ctx.caps);
+  s.t = pick_tile(s.P, s.Q, s.K, s.outer, ctx);
   s.p_k_wise = false, s.q_k_wise = true;
   s.buffers = decls({"X", "Wt"});
   s.bindings = bind(2);
@@ -607,7 +602,7 @@ Lowering conv_grad_input(const LowerContext& ctx) {
       "conv2d_grad_input: per stride phase and group, P = pixels of the phase, Q = input channels per "
       "group, K = OG * contributing taps";
   s.P = d.N * HH * WW, s.Q = d.Cg, s.K = d.Og * ph.jmax * pw.jmax, s.outer = w.sh * w.sw * d.groups;
-  s.t = pick_tile(s.P, s.Q, s.K, s.outer, ctx.caps);
+  s.t = pick_tile(s.P, s.Q, s.K, s.outer, ctx);
   s.p_k_wise = false, s.q_k_wise = true;
   s.buffers = decls({"DY", "Wt"});
   s.bindings = bind(2);
@@ -661,7 +656,7 @@ Lowering conv_grad_weight(const LowerContext& ctx) {
   s.P = d.Cg * d.KH * d.KW, s.Q = d.Og, s.K = d.N * d.OH * d.OW;
   // The largest tile covering the filter (no count requirement: split-K supplies the workgroups).
   const uint64_t bp = fit_edge(s.P, 32, 128), bq = fit_edge(s.Q, 16, 128);
-  if (auto t = forced_tile(s.K, ctx.caps))
+  if (auto t = forced_tile(s.K, ctx))
     s.t = *t;
   else
     s.t = make_tile(uint32_t(bp), uint32_t(bq), bp * bq >= 128 * 64 ? 16 : 32, s.K, ctx.caps);

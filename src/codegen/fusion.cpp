@@ -358,12 +358,12 @@ Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& node
 }
 
 Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
-                        const DeviceCaps& caps) {
-  if (nodes.size() == 1) return lower_node({g, g.node(nodes[0]), caps});
+                        const DeviceCaps& caps, const CodegenOptions& options) {
+  if (nodes.size() == 1) return lower_node({g, g.node(nodes[0]), caps, options});
   if (nodes.size() == 2 && is_attention_grad_kv(g.node(nodes[0])) && is_attention_grad_kv(g.node(nodes[1])))
-    return lower_attention_grad_kv(g, nodes, caps);
+    return lower_attention_grad_kv(g, nodes, caps, options);
   if (nodes.size() == 2 && is_attention_forward(g.node(nodes[0])) && is_attention_forward(g.node(nodes[1])))
-    return lower_attention_with_lse(g, nodes, caps);
+    return lower_attention_with_lse(g, nodes, caps, options);
   return lower_pointwise_fusion(g, nodes, stored, caps);
 }
 

@@ -14,10 +14,17 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "mgn/options.h"
 
 namespace mgn::codegen {
 
-// What generators may specialize on.
+// Shape of one cooperative-matrix multiply (the device's VkCooperativeMatrixPropertiesNV entry).
+struct CoopMatShape {
+  uint32_t m = 16, n = 16, k = 16;
+};
+
+// What generators may specialize on: the device's limits and features, and the verdict of the f16
+// cooperative-matrix GEMM's self-test on it (vk::coopmat_verdict), computed once per device.
 struct DeviceCaps {
   uint32_t subgroup_size = 32;
   uint32_t max_shared_bytes = 32768;
@@ -26,6 +33,17 @@ struct DeviceCaps {
   uint64_t max_storage_buffer_range = 128ull << 20;
   bool cooperative_matrix_nv = false;  // GL_NV_cooperative_matrix usable (f16 x f16 -> f32)
   uint32_t max_storage_buffers = 16;   // bindings one kernel may declare (maxPerStageDescriptorStorageBuffers)
+  // The f16 cooperative-matrix GEMM passed its self-test on this device, with this multiply shape; until
+  // then no lowering picks it.
+  bool coopmat_f16_verified = false;
+  CoopMatShape coopmat_mma;
+};
+
+// The compile options that reach the generators: kernel choices, and the precision of nodes that leave
+// theirs unset.
+struct CodegenOptions {
+  KernelOptions kernels;
+  Precision default_precision = Precision::Strict;
 };
 
 enum class BindingKind : uint8_t {
@@ -58,12 +76,14 @@ struct Lowering {
   bool output_zero_filled = false;          // the backend must zero the output before kernel 0
 };
 
-// Everything a generator reads about one node.
+// Everything a generator reads about one node: a lowering is a pure function of these.
 struct LowerContext {
   const ir::Graph& graph;
   const ir::Node& node;
   const DeviceCaps& caps;
+  const CodegenOptions& options;
   const ir::Node& input(int i) const { return graph.node(node.inputs[static_cast<size_t>(i)]); }
+  Precision precision() const { return node.precision.value_or(options.default_precision); }
 };
 
 // Dispatches on the node's op (exhaustive switch in lower.cpp). Throws mgn::Error for source/state ops,
@@ -111,18 +131,20 @@ bool pointwise_fusible(const ir::Node& n);
 // nodes[k] has memory (read outside the dispatch, an output, an assign's value or pinned); a pointwise
 // fusion writes exactly those, an attention fusion writes both of its nodes.
 Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
-                        const DeviceCaps& caps);
+                        const DeviceCaps& caps, const CodegenOptions& options);
 
 // The pointwise fusion kernel (fusion.cpp), the dK+dV kernel and the attention + lse kernel (attention.cpp);
 // lower_dispatch routes.
 Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                                 const DeviceCaps& caps);
-Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                                 const CodegenOptions& options);
 // Whether the dK+dV kernel of grad_k / grad_v (same inputs) fits the device (shared memory).
 bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const DeviceCaps& caps);
 // attention and attention_lse of the same inputs and attributes (the forward and the lse autodiff recomputes
 // for the backward): one forward pass writing both (attention.cpp).
-Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                                  const CodegenOptions& options);
 
 // The GLSL expression of pointwise node `n` for one element in terms of its operands `a`, `b`, `c`
 // (pointwise.cpp; `in0` is the dtype of its first input). Throws for rope and non-pointwise ops.

@@ -19,9 +19,7 @@
 #include "codegen/matmul.h"
 
 #include <cctype>
-#include <cstdlib>
 #include <functional>
-#include <mutex>
 #include <string>
 
 #include "codegen/kernels_common.h"
@@ -92,98 +90,6 @@ std::string tile_coords(uint64_t tiles_m, uint64_t tiles_n, uint32_t group_m) {
          "  uint tile_m = group_first + in_group % group_rows, tile_n = in_group / group_rows;\n";
 }
 
-// ------------------------------------------------------------------------------------ classic (baseline)
-
-struct TileConfig {
-  uint32_t bm, bn, bk, tx, ty;  // block tile, K slice, threads (tx along N, ty along M)
-};
-
-// 128x128 blocks with 256 threads (8x8 registers each) when the product still has at least 256 such
-// blocks to spread over the device (a big GPU has ~100+ compute units); otherwise 64x64 blocks (4x4 per
-// thread), or 32x32 on devices limited to fewer than 256 invocations. The K slice doubles when shared
-// memory allows it (fewer barriers per K).
-TileConfig classic_tile(const GemmShape& s, const DeviceCaps& caps) {
-  TileConfig t{64, 64, 16, 16, 16};
-  uint64_t big_tiles = div_up(s.m, 128) * div_up(s.n, 128) * batch_count(s);
-  if (caps.max_workgroup_invocations >= 256 && big_tiles >= 256) t = {128, 128, 8, 16, 16};
-  if (caps.max_workgroup_invocations < 256) t = {32, 32, 16, 8, 8};
-  auto shared_bytes = [](const TileConfig& c) { return 4u * c.bk * (c.bm + 1 + c.bn + 1); };
-  if (t.bm <= 64 && shared_bytes({t.bm, t.bn, 32, t.tx, t.ty}) <= caps.max_shared_bytes / 2) t.bk = 32;
-  if (t.bm == 128 && shared_bytes({t.bm, t.bn, 16, t.tx, t.ty}) <= caps.max_shared_bytes / 2) t.bk = 16;
-  while (shared_bytes(t) > caps.max_shared_bytes && t.bk > 4) t.bk /= 2;
-  return t;
-}
-
-Kernel classic_kernel(const GemmShape& s, const DeviceCaps& caps) {
-  const TileConfig t = classic_tile(s, caps);
-  const uint32_t tm = t.bm / t.ty, tn = t.bn / t.tx, nt = t.tx * t.ty;
-  const uint64_t tiles_m = div_up(s.m, t.bm), tiles_n = div_up(s.n, t.bn);
-  const uint64_t total = tiles_m * tiles_n * batch_count(s);
-  detail::Grid grid = detail::flat_grid(total, caps);
-  const std::string BM = u(t.bm), BN = u(t.bn), BK = u(t.bk);
-
-  std::string g = "#version 450\n";
-  g += "// matmul classic (single-buffered SIMT) " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
-       std::to_string(t.bk) + ", " + std::to_string(tm) + "x" + std::to_string(tn) + " per thread\n";
-  g += "layout(local_size_x = " + std::to_string(t.tx) + ", local_size_y = " + std::to_string(t.ty) +
-       ") in;\n";
-  g += decls();
-  // +1 column: the loads below write along the k index, which would otherwise hit one bank.
-  g += "shared float As[" + std::to_string(t.bk) + "][" + std::to_string(t.bm + 1) + "];\n";
-  g += "shared float Bs[" + std::to_string(t.bk) + "][" + std::to_string(t.bn + 1) + "];\n";
-  g += "void main() {\n" + grid.glsl;
-  g += "  uint batch = gid / " + u(tiles_m * tiles_n) + ";\n";
-  g += "  uint tile = gid % " + u(tiles_m * tiles_n) + ";\n";
-  g += "  uint m0 = (tile / " + u(tiles_n) + ") * " + BM + ", n0 = (tile % " + u(tiles_n) + ") * " + BN +
-       ";\n";
-  g += batch_offsets(s);
-  g += "  uint coff = batch * " + u(s.m * s.n) + ";\n";
-  g += "  uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = gl_LocalInvocationIndex;\n";
-  g += "  float acc[" + std::to_string(tm) + "][" + std::to_string(tn) + "];\n";
-  g += "  for (uint i = 0u; i < " + u(tm) + "; ++i)\n    for (uint j = 0u; j < " + u(tn) +
-       "; ++j) acc[i][j] = 0.0;\n";
-  g += "  for (uint k0 = 0u; k0 < " + u(s.k) + "; k0 += " + BK + ") {\n";
-  // Consecutive threads walk the operand's contiguous axis so the global loads coalesce.
-  g += "    for (uint e = tid; e < " + u(uint64_t(t.bm) * t.bk) + "; e += " + u(nt) + ") {\n";
-  if (s.transpose_a)
-    g += "      uint kk = e / " + BM + ", mm = e % " + BM + ";\n";
-  else
-    g += "      uint mm = e / " + BK + ", kk = e % " + BK + ";\n";
-  g += "      uint m = m0 + mm, k = k0 + kk;\n";
-  g += "      As[kk][mm] = (m < " + u(s.m) + " && k < " + u(s.k) + ") ? A[aoff + " + a_index(s, "m", "k") +
-       "] : 0.0;\n    }\n";
-  g += "    for (uint e = tid; e < " + u(uint64_t(t.bn) * t.bk) + "; e += " + u(nt) + ") {\n";
-  if (s.transpose_b)
-    g += "      uint nn = e / " + BK + ", kk = e % " + BK + ";\n";
-  else
-    g += "      uint kk = e / " + BN + ", nn = e % " + BN + ";\n";
-  g += "      uint n = n0 + nn, k = k0 + kk;\n";
-  g += "      Bs[kk][nn] = (n < " + u(s.n) + " && k < " + u(s.k) + ") ? B[boff + " + b_index(s, "k", "n") +
-       "] : 0.0;\n    }\n";
-  g += "    barrier();\n";
-  g += "    for (uint kk = 0u; kk < " + BK + "; ++kk) {\n";
-  g += "      float ar[" + std::to_string(tm) + "], br[" + std::to_string(tn) + "];\n";
-  // Strided ownership (row ty + i*TY, column tx + j*TX): neighbours read neighbouring words of Bs and
-  // write neighbouring words of C.
-  g += "      for (uint i = 0u; i < " + u(tm) + "; ++i) ar[i] = As[kk][ty + i * " + u(t.ty) + "];\n";
-  g += "      for (uint j = 0u; j < " + u(tn) + "; ++j) br[j] = Bs[kk][tx + j * " + u(t.tx) + "];\n";
-  g += "      for (uint i = 0u; i < " + u(tm) + "; ++i)\n        for (uint j = 0u; j < " + u(tn) +
-       "; ++j) acc[i][j] = fma(ar[i], br[j], acc[i][j]);\n";
-  g += "    }\n    barrier();\n  }\n";
-  g += "  for (uint i = 0u; i < " + u(tm) + "; ++i) {\n    uint m = m0 + ty + i * " + u(t.ty) + ";\n";
-  g += "    if (m >= " + u(s.m) + ") break;\n";
-  g += "    for (uint j = 0u; j < " + u(tn) + "; ++j) {\n      uint n = n0 + tx + j * " + u(t.tx) + ";\n";
-  g += "      if (n < " + u(s.n) + ") C[coff + m * " + u(s.n) + " + n] = acc[i][j];\n    }\n  }\n}\n";
-
-  Kernel k;
-  k.name = "matmul_classic_" + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
-           std::to_string(t.bk) + "_t" + std::to_string(s.transpose_a) + std::to_string(s.transpose_b);
-  k.glsl = g;
-  k.bindings = gemm_bindings();
-  k.groups = grid.groups;
-  return k;
-}
-
 // ---------------------------------------------------------------------------------------------- split K
 
 // The second kernel of a split-K GEMM: C = the sum of the `splits` partial products in scratch `slot`
@@ -223,7 +129,7 @@ uint32_t simt_shared_bytes(uint32_t bm, uint32_t bn, uint32_t bk) {
 }
 
 [[noreturn]] void bad_tile(const std::string& what) {
-  throw Error("MGN_GEMM_TILE: " + what);
+  throw Error("GEMM tile: " + what);
 }
 
 // Fills what `want` leaves at 0. Auto: 128x128 blocks with 8x8 per thread (256 threads) when the product
@@ -474,7 +380,7 @@ struct CoopConfig {
   uint64_t k_chunk;  // K range of one split (a multiple of bk)
   uint64_t splits;   // > 1: partial products to scratch 2, then summed (split K)
   CoopMatShape mma;
-  // GemmOptions::coopmat_ablate (MGN_GEMM_F16_ABLATE), for the benchmark's time decomposition only (results
+  // GemmOptions::coopmat_ablate (mgn::GemmAblation), for the benchmark's time decomposition only (results
   // are wrong): "noload" keeps multiplying the first K slice (no global loads after it: the
   // multiply-and-shared-read ceiling); "nomma" drops the multiplies (global -> shared streaming alone);
   // "mmaonly" loads the first step's fragments once and only multiplies (the cooperative multiplies'
@@ -557,7 +463,7 @@ uint32_t coop_shared_bytes(const GemmShape& s, const CoopConfig& c) {
 // BK = 32, two shared buffers; 64x64 blocks of 4 subgroups (32x32 each) when the grid of 128x128 blocks
 // is small.
 CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
-                     const CoopMatShape& mma, const std::string& ablate = "") {
+                     const CoopMatShape& mma, GemmAblation ablation = GemmAblation::None) {
   CoopConfig c{};
   c.mma = mma;
   const uint64_t nb = batch_count(s);
@@ -571,15 +477,12 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   c.buffers = want.buffers ? want.buffers : 2;
   c.depth = want.depth ? want.depth : 1;
   c.direct = want.direct >= 0 ? static_cast<uint32_t>(want.direct) : 0u;
-  c.ablate = ablate;
-  if (!c.ablate.empty() && c.ablate != "noload" && c.ablate != "nomma" && c.ablate != "mmaonly" &&
-      c.ablate != "fragonly")
-    throw Error("MGN_GEMM_F16_ABLATE: expected noload, nomma, mmaonly or fragonly, got '" + c.ablate + "'");
+  c.ablate = gemm_ablation_name(ablation);
   if ((c.ablate == "noload" || c.ablate == "mmaonly" || c.ablate == "fragonly") && c.direct)
-    throw Error("MGN_GEMM_F16_ABLATE: " + c.ablate +
+    throw Error("f16 GEMM ablation " + c.ablate +
                 " keeps shared tiles resident; it does not apply to operands read straight from global "
                 "memory (the tile's d field)");
-  auto bad = [](const std::string& what) { throw Error("MGN_GEMM_F16_TILE: " + what); };
+  auto bad = [](const std::string& what) { throw Error("f16 GEMM tile: " + what); };
   if (c.direct > 3) bad("d: a, b, ab or 0");
   if (c.bm % c.wm || c.bn % c.wn || c.wm % mma.m || c.wn % mma.n || c.bk % mma.k || c.bk % 8 || c.bm % 8 ||
       c.bn % 8)
@@ -1087,139 +990,17 @@ Kernel small_kernel(const GemmShape& s, const DeviceCaps& caps) {
       outs, gemm_bindings(), caps);
 }
 
-std::mutex& coopmat_mutex() {
-  static std::mutex m;
-  return m;
-}
-CoopMatStatus& coopmat_state() {
-  static CoopMatStatus s;
-  return s;
-}
-
-// "128x64x16" -> {128, 64, 16}; "8x4" -> {8, 4}.
-std::vector<uint32_t> parse_dims(const std::string& text, size_t count, const std::string& knob) {
-  std::vector<uint32_t> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t x = text.find('x', pos);
-    std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    char* end = nullptr;
-    unsigned long v = std::strtoul(part.c_str(), &end, 10);
-    if (part.empty() || !end || *end || v == 0 || v > 4096)
-      throw Error(knob + ": expected " + std::to_string(count) + " positive numbers separated by 'x', got '" +
-                  text + "'");
-    out.push_back(uint32_t(v));
-    if (x == std::string::npos) break;
-    pos = x + 1;
-  }
-  if (out.size() != count)
-    throw Error(knob + ": expected " + std::to_string(count) + " numbers separated by 'x', got '" + text +
-                "'");
-  return out;
-}
-
 // The cooperative-matrix kernel assumes 32-lane subgroups (NVIDIA's warps).
 bool caps_allow_coopmat(const DeviceCaps& caps) {
   return caps.cooperative_matrix_nv && caps.subgroup_size == 32;
 }
 
-std::string env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
 }  // namespace
-
-GemmVariant parse_gemm_variant(const std::string& text) {
-  if (text.empty() || text == "auto") return GemmVariant::Auto;
-  if (text == "simt" || text == "tiled") return GemmVariant::Tiled;
-  if (text == "classic") return GemmVariant::Classic;
-  if (text == "small") return GemmVariant::Small;
-  throw Error("MGN_GEMM_VARIANT: expected auto, simt, classic or small, got '" + text + "'");
-}
-
-GemmTile parse_gemm_tile(const std::string& text, bool coopmat) {
-  const std::string knob = coopmat ? "MGN_GEMM_F16_TILE" : "MGN_GEMM_TILE";
-  GemmTile t;
-  if (text.empty() || text == "auto") return t;
-  size_t pos = 0;
-  bool first = true;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    std::string field = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (field.empty()) throw Error(knob + ": empty field in '" + text + "'");
-    if (first && std::isdigit(static_cast<unsigned char>(field[0]))) {
-      auto d = parse_dims(field, 3, knob);
-      t.bm = d[0], t.bn = d[1], t.bk = d[2];
-    } else {
-      const char tag = field[0];
-      const std::string rest = field.substr(1);
-      if (!coopmat && tag == 't') {
-        auto d = parse_dims(rest, 2, knob);
-        t.tm = d[0], t.tn = d[1];
-      } else if (!coopmat && tag == 'l') {
-        auto d = parse_dims(rest, 2, knob);
-        t.lx = d[0], t.ly = d[1];
-      } else if (coopmat && tag == 'p') {
-        t.depth = parse_dims(rest, 1, knob)[0];
-      } else if (coopmat && tag == 'd') {
-        if (rest == "0")
-          t.direct = 0;
-        else if (rest == "a")
-          t.direct = 1;
-        else if (rest == "b")
-          t.direct = 2;
-        else if (rest == "ab")
-          t.direct = 3;
-        else
-          throw Error(knob + ": '" + field +
-                      "': d0, da, db or dab (operands read straight from global memory)");
-      } else if (coopmat && tag == 'b') {
-        t.buffers = parse_dims(rest, 1, knob)[0];
-      } else if (coopmat && tag == 'w') {
-        auto d = parse_dims(rest, 2, knob);
-        t.wm = d[0], t.wn = d[1];
-      } else if (tag == 'g') {
-        t.group_m = parse_dims(rest, 1, knob)[0];
-      } else if (tag == 's') {
-        t.splits = parse_dims(rest, 1, knob)[0];
-      } else {
-        throw Error(knob + ": unknown field '" + field + "' in '" + text + "' (expected " +
-                    (coopmat ? "BMxBNxBK, wWMxWN, gG, bB, pP, dD, sS" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") +
-                    ")");
-      }
-    }
-    first = false;
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return t;
-}
-
-GemmOptions gemm_options_from_env() {
-  GemmOptions o;
-  o.variant = parse_gemm_variant(env_str("MGN_GEMM_VARIANT"));
-  o.tile = parse_gemm_tile(env_str("MGN_GEMM_TILE"), false);
-  o.coopmat_tile = parse_gemm_tile(env_str("MGN_GEMM_F16_TILE"), true);
-  o.coopmat_ablate = env_str("MGN_GEMM_F16_ABLATE");
-  o.mma = coopmat_status().mma;
-  return o;
-}
-
-void set_coopmat_status(const CoopMatStatus& status) {
-  std::lock_guard lock(coopmat_mutex());
-  coopmat_state() = status;
-}
-
-CoopMatStatus coopmat_status() {
-  std::lock_guard lock(coopmat_mutex());
-  return coopmat_state();
-}
 
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, GemmVariant variant) {
   GemmOptions o;
   o.variant = variant;
-  o.mma = coopmat_status().mma;
+  o.mma = caps.coopmat_mma;
   return lower_gemm(s, caps, o);
 }
 
@@ -1238,11 +1019,6 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
     case GemmVariant::Auto:
     case GemmVariant::Tiled:
       return simt_gemm(s, caps, pick_simt(s, caps, options.tile));
-    case GemmVariant::Classic: {
-      Lowering l;
-      l.kernels.push_back(classic_kernel(s, caps));
-      return l;
-    }
     case GemmVariant::Small: {
       Lowering l;
       l.kernels.push_back(small_kernel(s, caps));
@@ -1257,7 +1033,7 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
 }
 
 Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const GemmTile& tile,
-                            const CoopMatShape& mma, bool emulate, const std::string& ablate) {
+                            const CoopMatShape& mma, bool emulate, GemmAblation ablate) {
   if (s.a_stride.size() != s.batch.size() || s.b_stride.size() != s.batch.size())
     throw Error("matmul: batch strides do not match the batch rank");
   Lowering l;
@@ -1298,12 +1074,18 @@ Lowering lower_matmul(const LowerContext& ctx) {
     }
   }
   if (numel(out) == 0) return {};
-  GemmOptions o = gemm_options_from_env();
+  const KernelOptions& ko = ctx.options.kernels;
+  GemmOptions o;
+  o.variant = ko.gemm == GemmKernel::Tiled ? GemmVariant::Tiled
+              : ko.gemm == GemmKernel::Small ? GemmVariant::Small
+                                             : GemmVariant::Auto;
+  o.tile = ko.gemm_tile;
+  o.coopmat_tile = ko.f16_tile;
+  o.coopmat_ablate = ko.f16_ablation;
+  o.mma = ctx.caps.coopmat_mma;
   // f16 inputs are only for nodes that allow reduced precision, on a device whose self-test passed.
-  const CoopMatStatus coop = coopmat_status();
-  const std::string f16 = env_str("MGN_GEMM_F16");
-  if (ctx.node.precision == Precision::Accelerated && caps_allow_coopmat(ctx.caps) && coop.verified &&
-      f16 != "0" && s.m > 8 && s.n > 8)
+  if (ctx.precision() == Precision::Accelerated && ko.f16_gemm && caps_allow_coopmat(ctx.caps) &&
+      ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8)
     o.variant = GemmVariant::CoopMatF16;
   return lower_gemm(s, ctx.caps, o);
 }

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -126,13 +125,6 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed) {
   uint64_t h = seed;
   for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
   return h;
-}
-
-std::string default_cache_dir() {
-  if (const char* d = std::getenv("MGN_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/meganeura";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/meganeura";
-  return "";  // nowhere sensible: no disk cache
 }
 
 std::string number_lines(const std::string& source) {

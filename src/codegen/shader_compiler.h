@@ -24,9 +24,6 @@ struct SpirV {
   uint64_t hash = 0;  // of the words; pipelines are deduplicated by it
 };
 
-// Cache directory: $MGN_CACHE_DIR, else $XDG_CACHE_HOME/meganeura, else ~/.cache/meganeura.
-std::string default_cache_dir();
-
 // 64-bit FNV-1a; stable across runs and machines, which std::hash is not.
 uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed = 0xcbf29ce484222325ull);
 
@@ -37,7 +34,7 @@ std::string number_lines(const std::string& source);
 class ShaderCompiler {
  public:
   // An empty cache_dir disables the disk cache (the in-memory one stays).
-  explicit ShaderCompiler(std::string cache_dir = default_cache_dir());
+  explicit ShaderCompiler(std::string cache_dir);
 
   // Throws mgn::Error with the numbered source and the compiler/validator message on failure.
   SpirV compile(const std::string& glsl, const ShaderOptions& options = {});

@@ -79,10 +79,7 @@ IdxArray read_idx(const std::string& path) {
   return a;
 }
 
-std::string fashion_mnist_dir() {
-  if (const char* d = std::getenv("MGN_FASHION_MNIST_DIR"); d && *d) return d;
-  return "/usr/share/datasets/fashion-mnist";
-}
+std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
 
 Dataset load_fashion_mnist(const std::string& dir, Split split, int64_t limit) {
   std::string stem = split == Split::Train ? "train" : "t10k";

@@ -47,7 +47,8 @@ struct Node {
   Attrs attrs;
   Shape shape;
   DType dtype = DType::F32;
-  Precision precision = Precision::Strict;
+  // Unset: the compile options' default_precision decides (CompileOptions::default_precision).
+  std::optional<Precision> precision;
   std::string name;  // inputs/parameters: their unique name; others: optional label
 
   // Parameter only.
@@ -87,8 +88,9 @@ class Graph {
   std::vector<int> parameters() const;  // Parameter nodes in creation order
   std::vector<int> assigns() const;     // Assign nodes in creation order
 
-  Precision default_precision() const { return default_precision_; }
-  void set_default_precision(Precision p) { default_precision_ = p; }
+  // The precision nodes built from now on carry (unset: they leave it to the compile options).
+  std::optional<Precision> default_precision() const { return default_precision_; }
+  void set_default_precision(std::optional<Precision> p) { default_precision_ = p; }
 
   // Replaces the whole output list (used by passes).
   void set_outputs(std::vector<std::pair<std::string, int>> outs) { outputs_ = std::move(outs); }
@@ -101,7 +103,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<std::pair<std::string, int>> outputs_;
   std::map<std::string, int> named_;
-  Precision default_precision_ = Precision::Strict;
+  std::optional<Precision> default_precision_;
 };
 
 // Computes shape and dtype of `n` from its inputs (already in g); throws mgn::Error on a bad node.

@@ -55,7 +55,8 @@ std::string attr_text(const AttrValue& v) {
 
 std::string to_text(const Graph& g) {
   std::ostringstream os;
-  os << "graph (" << g.size() << " nodes, default precision " << precision_name(g.default_precision()) << ")\n";
+  os << "graph (" << g.size() << " nodes, default precision "
+     << (g.default_precision() ? precision_name(*g.default_precision()) : "unset") << ")\n";
   for (const Node& n : g.nodes()) {
     os << "  %" << n.id << " = " << op_name(n.op);
     if (n.op == Op::Input || n.op == Op::Parameter) {
@@ -77,7 +78,7 @@ std::string to_text(const Graph& g) {
       os << "}";
     }
     os << " : " << dtype_name(n.dtype) << shape_str(n.shape);
-    if (n.precision != Precision::Strict) os << " " << precision_name(n.precision);
+    if (n.precision) os << " " << precision_name(*n.precision);
     if (!n.name.empty() && n.op != Op::Input && n.op != Op::Parameter) os << "  # " << n.name;
     os << "\n";
   }

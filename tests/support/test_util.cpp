@@ -2,11 +2,26 @@
 #include "support/test_util.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <random>
 #include <stdexcept>
 
 namespace mgn::test {
+
+plan::PlanOptions separate_memory_plan() {
+  plan::PlanOptions o;
+  o.reuse = o.in_place = o.in_place_assign = o.sink = false;
+  return o;
+}
+
+DeviceOptions device_options() {
+  const char* v = std::getenv("MGN_VALIDATION");
+  DeviceOptions o;
+  o.validation = !(v && std::string(v) == "0");
+  return o;
+}
 
 double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) throw std::runtime_error("rel_l2: size mismatch");

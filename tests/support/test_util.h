@@ -6,7 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "mgn/options.h"
+#include "plan/plan.h"
+
 namespace mgn::test {
+
+// The device of every Vulkan test: the validation layer on (any message fails the test) unless the
+// environment says MGN_VALIDATION=0 (a GPU host without the layer package). Tests pass options; they never
+// set the environment.
+DeviceOptions device_options();
+
+// A static plan in which every tensor has memory of its own (no sharing, no in-place results or assigns,
+// no sinking): the reference the plan tests compare an aliasing plan with, bitwise.
+plan::PlanOptions separate_memory_plan();
 
 // ||a - b|| / ||b||; 0 when both are zero. Sizes must match.
 double rel_l2(const std::vector<double>& a, const std::vector<double>& b);

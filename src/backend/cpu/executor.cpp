@@ -1,4 +1,4 @@
-// CPU reference executor: liveness-free, op-by-op evaluation of the needed nodes in graph order.
+// CPU reference executor: op-by-op evaluation of the plan's dispatches, group by group, in an arena of doubles.
 #include "backend/cpu/executor.h"
 
 #include <cmath>
@@ -67,14 +67,12 @@ Executor::Executor(const ir::Graph& g, ExecutorOptions opt) : g_(g), opt_(opt) {
     if (!opt_.float64) round_to_dtype(b);
     state_[n.name] = std::move(b.v);
   }
-  if (opt_.plan) {
-    plan::PlanOptions po = *opt_.plan;
-    po.tensor_bytes = [](const ir::Node& n) { return uint64_t(numel(n.shape)) * sizeof(double); };
-    po.alignment = std::max<uint64_t>(po.alignment, sizeof(double));
-    if (po.segment_bytes) po.segment_bytes = (po.segment_bytes + po.alignment - 1) / po.alignment * po.alignment;
-    plan_ = plan::make_plan(g_, po);
-    arena_.assign(size_t(plan_->arena_bytes / sizeof(double)), 0.0);
-  }
+  plan::PlanOptions po = opt_.plan;
+  po.tensor_bytes = [](const ir::Node& n) { return uint64_t(numel(n.shape)) * sizeof(double); };
+  po.alignment = std::max<uint64_t>(po.alignment, sizeof(double));
+  if (po.segment_bytes) po.segment_bytes = (po.segment_bytes + po.alignment - 1) / po.alignment * po.alignment;
+  plan_ = plan::make_plan(g_, po);
+  arena_.assign(size_t(plan_.arena_bytes / sizeof(double)), 0.0);
 }
 
 void Executor::set_input(const std::string& name, std::vector<double> values) {
@@ -118,71 +116,6 @@ std::vector<std::string> Executor::state_names() const {
   return r;
 }
 
-void Executor::run() {
-  if (plan_) return run_planned();
-  int n = g_.size();
-  // Which nodes are needed: everything reachable backwards from outputs and assigns.
-  std::vector<bool> need(size_t(n), false);
-  for (auto& [name, id] : g_.outputs()) need[size_t(id)] = true;
-  for (int id : g_.assigns()) need[size_t(id)] = true;
-  for (int i = n - 1; i >= 0; --i)
-    if (need[size_t(i)])
-      for (int in : g_.node(i).inputs) need[size_t(in)] = true;
-  // Last use of each node, so intermediates can be released early unless keep_all.
-  std::vector<int> last_use(size_t(n), -1);
-  for (int i = 0; i < n; ++i)
-    if (need[size_t(i)])
-      for (int in : g_.node(i).inputs) last_use[size_t(in)] = i;
-  std::vector<bool> pinned(size_t(n), false);
-  for (auto& [name, id] : g_.outputs()) pinned[size_t(id)] = true;
-
-  values_.assign(size_t(n), Buffer{});
-  have_.assign(size_t(n), false);
-  for (int i = 0; i < n; ++i) {
-    if (!need[size_t(i)]) continue;
-    const ir::Node& node = g_.node(i);
-    Buffer& out = values_[size_t(i)];
-    out.shape = node.shape;
-    out.dtype = node.dtype;
-    if (node.op == ir::Op::Input) {
-      auto it = inputs_.find(node.name);
-      if (it == inputs_.end()) throw Error("run: input '" + node.name + "' was not set");
-      out.v = it->second;
-      if (!opt_.float64) round_to_dtype(out);
-    } else if (node.op == ir::Op::Parameter) {
-      out.v = state_.at(node.name);
-    } else {
-      Inputs ins;
-      for (int in : node.inputs) ins.push_back(&values_[size_t(in)]);
-      out.v.assign(size_t(numel(node.shape)), 0.0);
-      switch (node.op) {
-#define X(E, name, mn, mx, arch, diff, rule, attrs) \
-  case ir::Op::E: k_##E(node, ins, out); break;
-#include "ir/ops.def"
-#undef X
-      }
-      if (int64_t(out.v.size()) != numel(node.shape))
-        throw Error("internal: CPU kernel for " + g_.describe(i) + " produced the wrong number of values");
-      if (!opt_.float64) round_to_dtype(out);
-    }
-    have_[size_t(i)] = true;
-    if (!opt_.keep_all)
-      for (int in : node.inputs)
-        if (last_use[size_t(in)] == i && !pinned[size_t(in)]) {
-          values_[size_t(in)].v.clear();
-          values_[size_t(in)].v.shrink_to_fit();
-          have_[size_t(in)] = false;
-        }
-  }
-  outputs_.clear();
-  for (auto& [name, id] : g_.outputs()) outputs_[name] = values_[size_t(id)];
-  // Commit state updates after every read of the old values.
-  for (int id : g_.assigns()) {
-    const ir::Node& a = g_.node(id);
-    state_[g_.node(a.inputs[0]).name] = values_[size_t(id)].v;
-  }
-}
-
 namespace {
 
 // Any read of memory the step has not written shows up as this value in the results.
@@ -205,8 +138,8 @@ void eval_node(const ir::Graph& g, const ir::Node& node, const Inputs& ins, Buff
 
 }  // namespace
 
-void Executor::run_planned() {
-  const plan::Plan& p = *plan_;
+void Executor::run() {
+  const plan::Plan& p = plan_;
   const int n = g_.size();
   std::fill(arena_.begin(), arena_.end(), kPoison);
   auto at = [&](int storage) { return arena_.data() + p.storages[size_t(storage)].offset / sizeof(double); };
@@ -279,7 +212,6 @@ void Executor::run_planned() {
   }
   for (int id : g_.parameters())
     if (p.storage_of[size_t(id)] >= 0) state_[g_.node(id).name] = load(id).v;
-  have_.assign(size_t(n), false);
 }
 
 const Buffer& Executor::output(const std::string& name) const {
@@ -287,14 +219,6 @@ const Buffer& Executor::output(const std::string& name) const {
   if (it == outputs_.end()) throw Error("output '" + name + "' does not exist or the graph has not run");
   trace::record("cpu.output", it->second.v.data(), it->second.v.size() * sizeof(double));
   return it->second;
-}
-
-const Buffer& Executor::value(int id) const {
-  if (id < 0 || id >= int(have_.size()) || !have_[size_t(id)])
-    throw Error("value of " + g_.describe(id) + " is not available (run with keep_all)");
-  const Buffer& b = values_[size_t(id)];
-  trace::record("cpu.value", b.v.data(), b.v.size() * sizeof(double));
-  return b;
 }
 
 }  // namespace mgn::cpu

@@ -1,5 +1,6 @@
-// The CPU reference executor: runs any graph op by op in plain loops with double accumulation. It is the
-// oracle for every other backend and lets every graph run without a GPU.
+// The CPU reference executor: runs any graph op by op in plain loops with double accumulation, from the same
+// kind of static plan the Vulkan backend runs. It is the oracle for every other backend and lets every graph
+// run without a GPU.
 #pragma once
 
 #include <map>
@@ -17,14 +18,12 @@ struct ExecutorOptions {
   // float64: keep every intermediate in double (gradient checking); otherwise round each result to its
   // storage dtype (f32, f16, bf16) like a real backend.
   bool float64 = false;
-  // Keep every intermediate value after run() (for debugging and tests); otherwise only what is needed.
-  bool keep_all = false;
-  // Run through a static memory plan: one arena of doubles, every tensor at its planned offset, barrier
-  // groups executed as if their dispatches ran concurrently (all reads of a group before its writes), and
-  // the arena poisoned before each step. tensor_bytes is replaced by numel × sizeof(double) and the
-  // alignment raised to at least 8. Results equal the unplanned run exactly; an aliasing bug shows.
-  // keep_all is ignored.
-  std::optional<plan::PlanOptions> plan;
+  // The static plan the executor runs from: one arena of doubles, every tensor at its planned offset,
+  // barrier groups executed as if their dispatches ran concurrently (all reads of a group before its
+  // writes), and the arena poisoned before each step, so an aliasing bug shows. tensor_bytes is replaced by
+  // numel × sizeof(double) and the alignment raised to at least 8. With reuse and in_place off every
+  // tensor has its own memory (the plan tests compare the two bitwise).
+  plan::PlanOptions plan;
 };
 
 class Executor {
@@ -44,21 +43,16 @@ class Executor {
   void run();
 
   const Buffer& output(const std::string& name) const;
-  const Buffer& value(int node) const;  // needs keep_all, or an output/input/parameter node
   const ir::Graph& graph() const { return g_; }
-  const plan::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }  // when run through a plan
+  const plan::Plan& plan() const { return plan_; }
 
  private:
-  void run_planned();
-
   const ir::Graph& g_;
   ExecutorOptions opt_;
-  std::vector<Buffer> values_;
-  std::vector<bool> have_;
   std::map<std::string, std::vector<double>> state_;
   std::map<std::string, std::vector<double>> inputs_;
   std::map<std::string, Buffer> outputs_;
-  std::optional<plan::Plan> plan_;
+  plan::Plan plan_;
   std::vector<double> arena_;
 };
 

@@ -35,11 +35,6 @@ constexpr bool kHeadersKnowCoopMatrixKHR = false;
 #endif
 constexpr const char* kCoopMatrixKHRExtension = "VK_KHR_cooperative_matrix";
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0;
-}
-
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -161,15 +156,18 @@ VKAPI_ATTR VkBool32 VKAPI_CALL Context::on_debug_message(VkDebugUtilsMessageSeve
   return VK_FALSE;  // never abort the call: the test decides what a message means
 }
 
-Context::Context(const ContextOptions& options) {
-  const bool validation = options.validation.value_or(env_flag("MGN_VALIDATION"));
-  std::string selector = options.device;
-  if (selector.empty())
-    if (const char* env = std::getenv("MGN_DEVICE")) selector = env;
+Context::Context(const DeviceOptions& options) : options_(options) {
   try {
-    create_instance(validation);
-    choose_device(selector);
+    create_instance(options_.validation);
+    choose_device(options_.device);
     create_device();
+    caps_.subgroup_size = limits_.subgroup_size;
+    caps_.max_shared_bytes = limits_.max_shared_memory;
+    caps_.max_workgroup_invocations = limits_.max_workgroup_invocations;
+    caps_.max_workgroup_count = limits_.max_workgroup_count;
+    caps_.max_storage_buffer_range = limits_.max_storage_buffer_range;
+    caps_.cooperative_matrix_nv = has(Feature::CooperativeMatrixNV);
+    caps_.max_storage_buffers = limits_.max_storage_buffers_per_stage;
   } catch (...) {
     destroy();  // the destructor does not run when a constructor throws
     throw;
@@ -219,7 +217,8 @@ void Context::create_instance(bool validation) {
       return std::strcmp(l.layerName, kValidationLayer) == 0;
     });
     if (!found)
-      throw Error(std::string("validation was requested (MGN_VALIDATION=1) but ") + kValidationLayer +
+      throw Error(std::string("validation was requested (DeviceOptions::validation, MGN_VALIDATION=1) but ") +
+                  kValidationLayer +
                   " is not installed (Debian: apt install vulkan-validationlayers)");
     enabled_layers.push_back(kValidationLayer);
     if (!has_extension(exts, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
@@ -369,10 +368,8 @@ void Context::create_device() {
   const bool has_coop_khr_ext = has_extension(exts, kCoopMatrixKHRExtension) && kHeadersKnowCoopMatrixKHR;
   const bool has_budget_ext = has_extension(exts, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   // Driver statistics per pipeline (registers, shared memory, ...): a diagnostic, so only on request.
-  const char* want_stats = std::getenv("MGN_PIPELINE_STATS");
-  const char* want_ir = std::getenv("MGN_PIPELINE_IR");
   const bool has_stats_ext = has_extension(exts, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) &&
-                             ((want_stats && std::string(want_stats) == "1") || (want_ir && *want_ir));
+                             (options_.pipeline_statistics || !options_.pipeline_ir_dir.empty());
   auto stats_f = make<VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR);
   if (has(Feature::Vulkan12)) {
@@ -581,6 +578,13 @@ std::vector<std::string> Context::validation_messages() const {
 void Context::clear_validation_messages() {
   std::lock_guard lock(messages_mutex_);
   messages_.clear();
+}
+
+CoopMatVerdict Context::memo_verdict(const std::string& key, const std::function<CoopMatVerdict()>& compute) {
+  std::lock_guard lock(verdict_mutex_);
+  auto it = verdicts_.find(key);
+  if (it == verdicts_.end()) it = verdicts_.emplace(key, compute()).first;
+  return it->second;
 }
 
 }  // namespace mgn::vk

@@ -6,10 +6,15 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "codegen/kernel.h"
+#include "mgn/options.h"
 
 namespace mgn::vk {
 
@@ -28,7 +33,7 @@ enum class Feature : uint8_t {
   CooperativeMatrixNV,       // VK_NV_cooperative_matrix
   Timestamps,                // timestamp queries on the compute queue
   MemoryBudget,              // VK_EXT_memory_budget
-  PipelineStatistics,        // VK_KHR_pipeline_executable_properties, enabled only with MGN_PIPELINE_STATS=1
+  PipelineStatistics,        // VK_KHR_pipeline_executable_properties, enabled only when DeviceOptions ask
   kCount
 };
 
@@ -60,7 +65,7 @@ inline constexpr std::array<FeatureInfo, static_cast<size_t>(Feature::kCount)> k
     {Feature::MemoryBudget, "VK_EXT_memory_budget", false,
      "out-of-memory messages report heap sizes instead of the live budget"},
     {Feature::PipelineStatistics, "VK_KHR_pipeline_executable_properties", false,
-     "MGN_PIPELINE_STATS=1 cannot print the driver's per-pipeline statistics"},
+     "DeviceOptions::pipeline_statistics cannot print the driver's per-pipeline statistics"},
 }};
 
 constexpr bool feature_table_in_order() {
@@ -103,7 +108,7 @@ struct DeviceLimits {
 };
 
 struct DeviceInfo {
-  uint32_t index = 0;  // in vkEnumeratePhysicalDevices order, as MGN_DEVICE counts
+  uint32_t index = 0;  // in vkEnumeratePhysicalDevices order, as DeviceOptions::device counts
   std::string name;
   VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
   uint32_t api_version = 0;
@@ -115,17 +120,17 @@ struct DeviceInfo {
 
 const char* device_type_name(VkPhysicalDeviceType t);
 
-struct ContextOptions {
-  // nullopt: follow env MGN_VALIDATION=1. Validation needs the vulkan-validationlayers package.
-  std::optional<bool> validation;
-  // Index or case-insensitive name substring; empty: env MGN_DEVICE, else discrete > integrated > virtual >
-  // CPU.
-  std::string device;
+// The verdict of the f16 cooperative-matrix GEMM's self-test on a device (vk::coopmat_verdict).
+struct CoopMatVerdict {
+  bool verified = false;
+  codegen::CoopMatShape mma;
+  std::string note;  // what passed, or why the path is off
 };
 
 class Context {
  public:
-  explicit Context(const ContextOptions& options = {});
+  // Opens the device DeviceOptions::device names (see there); validation and pipeline diagnostics as asked.
+  explicit Context(const DeviceOptions& options = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -138,6 +143,13 @@ class Context {
 
   const DeviceInfo& info() const { return info_; }
   const DeviceLimits& limits() const { return limits_; }
+  const DeviceOptions& options() const { return options_; }
+  // What the code generator may specialize on (limits, features); the self-test verdict is not in it: a
+  // session that needs it asks coopmat_verdict (gemm_selftest.h) and fills it in.
+  const codegen::DeviceCaps& caps() const { return caps_; }
+  // Once-per-device results by key: `compute` runs for the first caller of a key (others wait), and its
+  // result stays with the device for the Context's lifetime.
+  CoopMatVerdict memo_verdict(const std::string& key, const std::function<CoopMatVerdict()>& compute);
   const VkPhysicalDeviceMemoryProperties& memory_properties() const { return memory_properties_; }
   // Every physical device the loader reported, selected or not.
   const std::vector<DeviceInfo>& devices() const { return devices_; }
@@ -177,8 +189,12 @@ class Context {
   bool validation_ = false;
   bool coop_matrix_khr_driver_only_ = false;
 
+  DeviceOptions options_;
   DeviceInfo info_;
   DeviceLimits limits_;
+  codegen::DeviceCaps caps_;
+  std::mutex verdict_mutex_;
+  std::map<std::string, CoopMatVerdict> verdicts_;
   VkPhysicalDeviceMemoryProperties memory_properties_{};
   std::vector<DeviceInfo> devices_;
   std::vector<VkPhysicalDevice> physical_devices_;

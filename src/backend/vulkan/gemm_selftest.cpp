@@ -1,13 +1,10 @@
 // The f16 cooperative-matrix GEMM's device self-test: the generated kernel against a CPU reference, once per
-// device and process; nothing lowers to that kernel until it passed (codegen::coopmat_status()).
+// device and tile option, kept with the Context; nothing lowers to that kernel until it passed
+// (DeviceCaps::coopmat_f16_verified).
 #include "backend/vulkan/gemm_selftest.h"
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <vector>
 
 #include "backend/vulkan/command.h"
@@ -19,27 +16,6 @@
 
 namespace mgn::vk {
 namespace {
-
-struct Cached {
-  bool usable = false;
-  codegen::CoopMatStatus status;
-};
-
-std::mutex& cache_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<std::string, Cached>& cache() {
-  static std::map<std::string, Cached> c;
-  return c;
-}
-
-std::string device_key(const Context& ctx) {
-  const DeviceInfo& d = ctx.info();
-  std::string key = d.name + "/" + std::to_string(d.index) + "/";
-  for (uint8_t b : d.pipeline_cache_uuid) key += std::to_string(b) + ".";
-  return key;
-}
 
 // Round to the nearest f16 value (ties to even), kept as f32: the reference then sees exactly what the
 // kernel's f32 -> f16 conversion produces, whatever rounding the device uses for ties.
@@ -141,15 +117,10 @@ double run_case(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCach
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-codegen::CoopMatStatus run_all(Context& ctx) {
-  codegen::CoopMatStatus st;
+CoopMatVerdict run_all(Context& ctx, const GemmTile& tile, codegen::ShaderCompiler& compiler) {
+  CoopMatVerdict st;
   if (!ctx.has(Feature::CooperativeMatrixNV)) {
     st.note = "the device lacks VK_NV_cooperative_matrix";
-    return st;
-  }
-  const char* env = std::getenv("MGN_GEMM_F16");
-  if (env && std::strcmp(env, "0") == 0) {
-    st.note = "off (MGN_GEMM_F16=0)";
     return st;
   }
   if (ctx.limits().subgroup_size != 32) {
@@ -164,30 +135,20 @@ codegen::CoopMatStatus run_all(Context& ctx) {
   if (!pick_shape(ctx, &mma, &st.note)) return st;
   st.mma = mma;
 
-  const DeviceLimits& L = ctx.limits();
-  codegen::DeviceCaps caps;
-  caps.subgroup_size = L.subgroup_size;
-  caps.max_shared_bytes = L.max_shared_memory;
-  caps.max_workgroup_invocations = L.max_workgroup_invocations;
-  caps.max_workgroup_count = L.max_workgroup_count;
-  caps.max_storage_buffer_range = L.max_storage_buffer_range;
-  caps.cooperative_matrix_nv = true;
+  const codegen::DeviceCaps& caps = ctx.caps();
 
-  // The tile a session would use (MGN_GEMM_F16_TILE or auto) on a block-aligned product, the large default
-  // tile, and an edge-staged, transposed, batched product.
-  const codegen::GemmTile env_tile = codegen::parse_gemm_tile(
-      std::getenv("MGN_GEMM_F16_TILE") ? std::getenv("MGN_GEMM_F16_TILE") : "", true);
-  codegen::GemmTile big;
+  // The tile a session would use (KernelOptions::f16_tile, or auto) on a block-aligned product, the large
+  // default tile, and an edge-staged, transposed, batched product.
+  GemmTile big;
   big.bm = big.bn = 128;
   const Case cases[] = {
-      {256, 256, 256, false, false, 1, env_tile},
+      {256, 256, 256, false, false, 1, tile},
       {256, 256, 96, false, false, 1, big},
-      {136, 200, 70, true, true, 2, env_tile},
+      {136, 200, 70, true, true, 2, tile},
   };
   Allocator alloc(ctx);
   Transfer transfer(ctx, alloc, 1 << 20);
   PipelineCache pipelines(ctx, "");
-  codegen::ShaderCompiler compiler(codegen::default_cache_dir());
   std::string passed;
   for (const Case& c : cases) {
     std::string name;
@@ -261,33 +222,21 @@ std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& t
   return out;
 }
 
-bool gemm_coopmat_self_test(Context& ctx) {
-  const std::string key = device_key(ctx);
-  std::lock_guard lock(cache_mutex());
-  auto it = cache().find(key);
-  if (it == cache().end()) {
-    Cached c;
+CoopMatVerdict coopmat_verdict(Context& ctx, const GemmTile& tile, codegen::ShaderCompiler& compiler) {
+  return ctx.memo_verdict("f16 GEMM " + gemm_tile_str(tile, true), [&] {
+    CoopMatVerdict v;
     try {
-      c.status = run_all(ctx);
+      v = run_all(ctx, tile, compiler);
     } catch (const std::exception& e) {
-      c.status = {};
-      c.status.note = std::string("the self-test failed to run: ") + e.what();
-      if (c.status.note.size() > 2000) c.status.note = c.status.note.substr(0, 2000) + " [...]";
+      v = {};
+      v.note = std::string("the self-test failed to run: ") + e.what();
+      if (v.note.size() > 2000) v.note = v.note.substr(0, 2000) + " [...]";
     }
-    c.usable = c.status.verified;
-    if (!c.usable && ctx.has(Feature::CooperativeMatrixNV))
+    if (!v.verified && ctx.has(Feature::CooperativeMatrixNV))
       std::fprintf(stderr, "mgn: f16 cooperative-matrix GEMM disabled on %s: %s\n", ctx.info().name.c_str(),
-                   c.status.note.c_str());
-    it = cache().emplace(key, c).first;
-  }
-  codegen::set_coopmat_status(it->second.status);
-  return it->second.usable;
-}
-
-std::string gemm_coopmat_self_test_note(const Context& ctx) {
-  std::lock_guard lock(cache_mutex());
-  auto it = cache().find(device_key(ctx));
-  return it == cache().end() ? std::string() : it->second.status.note;
+                   v.note.c_str());
+    return v;
+  });
 }
 
 }  // namespace mgn::vk

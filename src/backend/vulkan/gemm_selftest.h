@@ -1,5 +1,5 @@
-// Device self-test of the f16 cooperative-matrix GEMM: run once per device and process before any session
-// may lower an Accelerated matmul to it (codegen::coopmat_status() gates the path).
+// Device self-test of the f16 cooperative-matrix GEMM: run once per device (and tile option) before any
+// session may lower an Accelerated matmul to it (DeviceCaps::coopmat_f16_verified gates the path).
 #pragma once
 
 #include <string>
@@ -14,15 +14,15 @@ class ShaderCompiler;
 
 namespace mgn::vk {
 
-// Picks the device's f16 x f16 -> f32 subgroup multiply shape
+// The verdict of the f16 cooperative-matrix GEMM on this device with `tile` (KernelOptions::f16_tile; auto
+// when unset). Picks the device's f16 x f16 -> f32 subgroup multiply shape
 // (vkGetPhysicalDeviceCooperativeMatrixPropertiesNV), runs three products through the generated kernel
 // (direct and edge-staged stores, both transposes, a batch with broadcasting) and compares them with a CPU
-// reference on the same f16-rounded inputs. Sets codegen::set_coopmat_status and returns whether the path is
-// usable. The first call per device does the work (~0.1-0.5 s, mostly pipeline compilation); later calls
-// return the cached answer. A device without VK_NV_cooperative_matrix returns false silently; a failure on a
-// device that has it is reported on stderr
-// ("mgn: f16 cooperative-matrix GEMM disabled on <device>: <why>"). MGN_GEMM_F16=0 skips the test (off).
-bool gemm_coopmat_self_test(Context& ctx);
+// reference on the same f16-rounded inputs. The first call per device and tile does the work (~0.1-0.5 s,
+// mostly pipeline compilation) and the Context keeps the verdict; later calls return it. A device without
+// VK_NV_cooperative_matrix gets a negative verdict silently; a failure on a device that has it is reported
+// on stderr ("mgn: f16 cooperative-matrix GEMM disabled on <device>: <why>").
+CoopMatVerdict coopmat_verdict(Context& ctx, const GemmTile& tile, codegen::ShaderCompiler& compiler);
 
 class Allocator;
 class Transfer;
@@ -35,8 +35,5 @@ std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& t
                                      PipelineCache& pipelines, codegen::ShaderCompiler& compiler,
                                      const codegen::Lowering& low, const std::vector<float>& a,
                                      const std::vector<float>& b, size_t n_out);
-
-// The note of the last test on this device ("" before it ran): what passed, or why it is off.
-std::string gemm_coopmat_self_test_note(const Context& ctx);
 
 }  // namespace mgn::vk

@@ -1,16 +1,16 @@
 // Vulkan graph executor: lowering, compile (deduplicated, parallel), storage, one recorded stream per step.
 #include "backend/vulkan/graph_executor.h"
 
-#include "backend/vulkan/gemm_selftest.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <set>
 #include <unordered_map>
+
+#include "backend/vulkan/gemm_selftest.h"
+#include "support/numerics_trace.h"
 
 namespace mgn::vk {
 namespace {
@@ -58,124 +58,31 @@ int GraphExecutor::new_storage(uint64_t words, int owner, const std::string& wha
   return int(storages_.size()) - 1;
 }
 
-void GraphExecutor::allocate_storage() {
-  const int n = g_.size();
-  need_.assign(size_t(n), false);
-  for (auto& [name, id] : g_.outputs()) need_[size_t(id)] = true;
-  for (int id : g_.assigns()) need_[size_t(id)] = true;
-  for (int i = n - 1; i >= 0; --i)
-    if (need_[size_t(i)])
-      for (int in : g_.node(i).inputs) need_[size_t(in)] = true;
-  for (int id : g_.parameters()) need_[size_t(id)] = true;  // state is readable whether used or not
-
-  // Parameters written by an assign: views of them must not alias (they would show the new value).
-  std::set<int> assigned;
-  for (int id : g_.assigns()) assigned.insert(g_.node(id).inputs[0]);
-
-  storage_of_.assign(size_t(n), -1);
-  for (int i = 0; i < n; ++i) {
-    if (!need_[size_t(i)]) continue;
-    const ir::Node& node = g_.node(i);
-    if (node.op == ir::Op::Assign) {
-      storage_of_[size_t(i)] = storage_of_[size_t(node.inputs[1])];
-      continue;
-    }
-    if (node.op == ir::Op::Reshape) {
-      int src = storage_of_[size_t(node.inputs[0])];
-      int owner = storages_[size_t(src)].owner;
-      if (!assigned.count(owner)) {
-        storage_of_[size_t(i)] = src;
-        continue;
-      }
-    }
-    storage_of_[size_t(i)] = new_storage(uint64_t(numel(node.shape)), i, "tensor " + g_.describe(i));
-  }
+// The context's caps; where an Accelerated matmul could take the f16 cooperative-matrix GEMM, with the
+// device's self-test verdict for this tile option (computed once per device, kept by the Context).
+codegen::DeviceCaps GraphExecutor::device_caps() {
+  codegen::DeviceCaps caps = ctx_.caps();
+  const codegen::CodegenOptions& co = opt_.codegen;
+  if (!caps.cooperative_matrix_nv || !co.kernels.f16_gemm) return caps;
+  bool accelerated_matmul = false;
+  for (const ir::Node& n : g_.nodes())
+    accelerated_matmul |= n.op == ir::Op::MatMul && n.precision.value_or(co.default_precision) == Precision::Accelerated;
+  if (!accelerated_matmul) return caps;
+  const CoopMatVerdict v = coopmat_verdict(ctx_, co.kernels.f16_tile, *compiler_);
+  caps.coopmat_f16_verified = v.verified;
+  caps.coopmat_mma = v.mma;
+  return caps;
 }
 
 void GraphExecutor::build() {
-  const DeviceLimits& L = ctx_.limits();
-  codegen::DeviceCaps caps;
-  caps.subgroup_size = L.subgroup_size;
-  caps.max_shared_bytes = L.max_shared_memory;
-  caps.max_workgroup_invocations = L.max_workgroup_invocations;
-  caps.max_workgroup_count = L.max_workgroup_count;
-  caps.max_storage_buffer_range = L.max_storage_buffer_range;
-  caps.cooperative_matrix_nv = ctx_.has(Feature::CooperativeMatrixNV);
-  // The f16 cooperative-matrix GEMM serves Accelerated matmuls only after its device self-test passed
-  // (run once per device and process; a wrong result turns the path off with a note on stderr).
-  if (caps.cooperative_matrix_nv) {
-    bool accelerated_matmul = false;
-    for (int i = 0; i < g_.size(); ++i)
-      accelerated_matmul |= g_.node(i).op == ir::Op::MatMul && g_.node(i).precision == Precision::Accelerated;
-    if (accelerated_matmul) gemm_coopmat_self_test(ctx_);
-  }
-  caps.max_storage_buffers = L.max_storage_buffers_per_stage;
-  const char* env = std::getenv("MGN_PLAN");
-  const bool planned = opt_.use_plan && !(env && std::string(env) == "0");
-  const int n = g_.size();
-  std::set<int> assigned;
-  for (int id : g_.assigns()) assigned.insert(g_.node(id).inputs[0]);
+  lower(device_caps());
+  compile_kernels();
+  record();
+}
+
+// GLSL -> SPIR-V, identical sources once, in parallel; then their pipelines.
+void GraphExecutor::compile_kernels() {
   auto t0 = std::chrono::steady_clock::now();
-  if (planned) {
-    lower_planned(caps);
-  } else {
-  allocate_storage();
-
-  upload_sources();
-  stats_.record_ms += ms_since(t0);
-
-  // Lowering.
-  t0 = std::chrono::steady_clock::now();
-  int zero_storage = -1;
-  for (int i = 0; i < n; ++i) {
-    if (!need_[size_t(i)]) continue;
-    const ir::Node& node = g_.node(i);
-    ir::Archetype arch = ir::op_info(node.op).archetype;
-    if (arch == ir::Archetype::Source || arch == ir::Archetype::State) continue;
-    if (node.op == ir::Op::Reshape && storage_of_[size_t(i)] == storage_of_[size_t(node.inputs[0])]) continue;
-    codegen::Lowering low = codegen::lower_node({g_, node, caps});
-    std::vector<int> scratch;
-    for (size_t s = 0; s < low.scratch_words.size(); ++s)
-      scratch.push_back(new_storage(low.scratch_words[s], i, "scratch " + std::to_string(s) + " of " + g_.describe(i)));
-    if (low.output_zero_filled) {
-      uint64_t words = storages_[size_t(storage_of_[size_t(i)])].words;
-      if (zero_storage < 0 || storages_[size_t(zero_storage)].words < words) {
-        zero_storage = new_storage(words, -1, "zero fill source");
-        transfer_->fill_zero(storages_[size_t(zero_storage)].buffer);
-      }
-      Step z;
-      z.copy_src = zero_storage;
-      z.copy_dst = storage_of_[size_t(i)];
-      z.node_start = true;
-      steps_.push_back(z);
-    }
-    for (size_t k = 0; k < low.kernels.size(); ++k) {
-      codegen::Kernel& kern = low.kernels[k];
-      check_grid(i, kern);
-      Step st;
-      st.kernel = kernels_.size();
-      st.node_start = k == 0 && !low.output_zero_filled;
-      for (const codegen::Binding& b : kern.bindings) {
-        int sid = -1;
-        switch (b.kind) {
-          case codegen::BindingKind::Input: sid = storage_of_[size_t(node.inputs.at(size_t(b.index)))]; break;
-          case codegen::BindingKind::Output: sid = storage_of_[size_t(i)]; break;
-          case codegen::BindingKind::Scratch: sid = scratch.at(size_t(b.index)); break;
-        }
-        st.storages.push_back(sid);
-        st.writes.push_back(b.written);
-      }
-      kern.name += " %" + std::to_string(i);
-      kernels_.push_back(std::move(kern));
-      steps_.push_back(std::move(st));
-    }
-    poison_.push_back(storage_of_[size_t(i)]);
-  }
-  stats_.lowering_ms = ms_since(t0);
-  }  // one buffer per tensor
-
-  // GLSL -> SPIR-V, identical sources once, in parallel.
-  t0 = std::chrono::steady_clock::now();
   std::unordered_map<std::string, size_t> unique;
   std::vector<size_t> first_of;
   for (size_t k = 0; k < kernels_.size(); ++k)
@@ -190,6 +97,8 @@ void GraphExecutor::build() {
   }
   std::vector<codegen::SpirV> spirv;
   for (auto& f : futures) spirv.push_back(f.get());
+  // In kernel order (the compiles above run in any order): a change to the code generator shows here.
+  for (const codegen::SpirV& s : spirv) trace::record("vk.spirv", s.words.data(), s.words.size() * 4);
   stats_.shaderc_ms = ms_since(t0);
   stats_.unique_kernels = first_of.size();
 
@@ -208,74 +117,6 @@ void GraphExecutor::build() {
   for (Step& st : steps_)
     if (st.copy_src < 0) st.pipeline = pipes[unique.at(kernels_[st.kernel].glsl)];
   stats_.pipeline_ms = ms_since(t0);
-
-  if (planned) {
-    record_planned();
-    return;
-  }
-  // Record: a barrier where a step touches what the current group wrote, or writes what it read, and
-  // always between the kernels of one node.
-  t0 = std::chrono::steady_clock::now();
-  std::set<int> written, read;
-  auto fence = [&] {
-    stream_->barrier();
-    written.clear();
-    read.clear();
-  };
-  for (const Step& st : steps_) {
-    std::vector<int> rs, ws;
-    if (st.pipeline) {
-      for (size_t b = 0; b < st.storages.size(); ++b) (st.writes[b] ? ws : rs).push_back(st.storages[b]);
-    } else {
-      rs = {st.copy_src};
-      ws = {st.copy_dst};
-    }
-    bool conflict = !st.node_start;
-    for (int s : rs) conflict |= written.count(s) > 0;
-    for (int s : ws) conflict |= written.count(s) > 0 || read.count(s) > 0;
-    if (conflict) fence();
-    if (st.pipeline) {
-      std::vector<Buffer> bufs;
-      for (int s : st.storages) bufs.push_back(storages_[size_t(s)].buffer);
-      const codegen::Kernel& kern = kernels_[st.kernel];
-      if (kern.groups[0] && kern.groups[1] && kern.groups[2])
-        stream_->dispatch(*st.pipeline, bufs, kern.groups, nullptr, 0, kern.name);
-    } else {
-      stream_->copy(storages_[size_t(st.copy_src)].buffer, storages_[size_t(st.copy_dst)].buffer,
-                    storages_[size_t(st.copy_dst)].words * 4);
-    }
-    read.insert(rs.begin(), rs.end());
-    written.insert(ws.begin(), ws.end());
-  }
-  // Commit: outputs that view an assigned parameter keep the pre-commit value; assign values that live in
-  // a parameter's storage go through a temporary so every commit reads old values.
-  fence();
-  for (auto& [name, id] : g_.outputs()) {
-    int sid = storage_of_[size_t(id)];
-    if (!assigned.count(storages_[size_t(sid)].owner) || output_copy_.count(id)) continue;
-    int copy = new_storage(storages_[size_t(sid)].words, id, "output '" + name + "'");
-    stream_->copy(storages_[size_t(sid)].buffer, storages_[size_t(copy)].buffer);
-    output_copy_[id] = copy;
-  }
-  std::vector<std::pair<int, int>> commits;  // (src storage, param storage)
-  for (int a : g_.assigns()) {
-    const ir::Node& an = g_.node(a);
-    int src = storage_of_[size_t(an.inputs[1])], dst = storage_of_[size_t(an.inputs[0])];
-    if (src == dst) continue;
-    if (g_.node(storages_[size_t(src)].owner).op == ir::Op::Parameter) {
-      int tmp = new_storage(storages_[size_t(src)].words, a, "commit temporary of " + g_.describe(a));
-      stream_->copy(storages_[size_t(src)].buffer, storages_[size_t(tmp)].buffer);
-      src = tmp;
-    }
-    commits.push_back({src, dst});
-  }
-  fence();
-  for (auto [src, dst] : commits) stream_->copy(storages_[size_t(src)].buffer, storages_[size_t(dst)].buffer);
-  for (auto& [id, s] : output_copy_) poison_.push_back(s);
-  stream_->record();
-  stats_.kernels = stream_->dispatch_count();
-  stats_.barriers = stream_->barrier_count();
-  stats_.record_ms += ms_since(t0);
 }
 
 int GraphExecutor::arena_view(uint64_t offset, uint64_t bytes, int owner) {
@@ -294,17 +135,11 @@ int GraphExecutor::arena_view(uint64_t offset, uint64_t bytes, int owner) {
   return int(storages_.size()) - 1;
 }
 
-// Whether fusion is on: the option, unless MGN_FUSION=0 in the environment.
-bool GraphExecutor::fusion_enabled() const {
-  const char* env = std::getenv("MGN_FUSION");
-  return opt_.fusion && !(env && std::string(env) == "0");
-}
-
-// The planned path: choose the fusions, lower every dispatch whose kernels do not depend on the plan
-// (scratch sizes feed it), plan, back the arena with a few allocations, and give every tensor a view at
-// its planned offset; pointwise fusions are lowered once the plan says which of their nodes have memory.
-// Steps follow the plan's dispatch order.
-void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
+// Choose the fusions, lower every dispatch whose kernels do not depend on the plan (scratch sizes feed it),
+// plan, back the arena with a few allocations, and give every tensor a view at its planned offset; pointwise
+// fusions are lowered once the plan says which of their nodes have memory. Steps follow the plan's dispatch
+// order.
+void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   auto t0 = std::chrono::steady_clock::now();
   const int n = g_.size();
   const DeviceLimits& L = ctx_.limits();
@@ -325,7 +160,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   };
   // Dispatches in node order: a fusion where its first node is, everything else alone.
   std::vector<std::vector<int>> fusions;
-  if (fusion_enabled()) fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps);
+  if (opt_.codegen.kernels.fusion) fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps);
   std::vector<int> fusion_of(size_t(n), -1);
   for (size_t f = 0; f < fusions.size(); ++f)
     for (int id : fusions[f]) fusion_of[size_t(id)] = int(f);
@@ -343,7 +178,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   std::map<int, codegen::Lowering> lows;
   for (const plan::Dispatch& d : dispatches)
     if (!pointwise_fusion(d))
-      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, std::vector<bool>(d.nodes.size(), true), caps));
+      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, std::vector<bool>(d.nodes.size(), true), caps, opt_.codegen));
   stats_.lowering_ms = ms_since(t0);
 
   auto t1 = std::chrono::steady_clock::now();
@@ -380,7 +215,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
     if (pointwise_fusion(d)) {
       std::vector<bool> stored;
       for (int id : d.nodes) stored.push_back(p.storage_of[size_t(id)] >= 0);
-      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, stored, caps));
+      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, stored, caps, opt_.codegen));
     }
   stats_.lowering_ms += ms_since(tl);
 
@@ -483,7 +318,7 @@ void GraphExecutor::lower_planned(const codegen::DeviceCaps& caps) {
   stats_.record_ms += ms_since(t1);
 }
 
-void GraphExecutor::record_planned() {
+void GraphExecutor::record() {
   auto t0 = std::chrono::steady_clock::now();
   const plan::Plan& p = *plan_;
   // Submission chunking: a new command buffer at the first step of every group that starts a submission.

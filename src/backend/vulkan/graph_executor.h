@@ -1,5 +1,8 @@
-// Runs an ir::Graph on a Vulkan device: lowers every node to kernels, compiles and deduplicates them,
-// allocates tensor storage, records one command stream at build time and resubmits it on every run().
+// Runs an ir::Graph on a Vulkan device from its static plan (src/plan): lowers every dispatch to kernels,
+// compiles and deduplicates them, backs the plan's arena (in segments of at most one binding's range) with
+// every tensor at its planned offset, records one command stream at build time (barriers only between the
+// plan's groups) and resubmits it on every run(). The program is a function of the graph, the options and
+// the device's caps (with the self-test verdict), nothing else.
 // Semantics follow the CPU executor: inputs, parameters/state from their initializers, constants, full,
 // and assigns committed at the end of the step (reads in the step see the old values).
 #pragma once
@@ -25,25 +28,20 @@
 namespace mgn::vk {
 
 struct GraphExecutorOptions {
-  std::string cache_dir = codegen::default_cache_dir();  // SPIR-V + pipeline cache; empty: memory only
-  bool timestamps = false;                               // per-kernel GPU timings (where supported)
+  std::string cache_dir;   // SPIR-V + pipeline cache on disk; empty: memory only
+  bool timestamps = false;  // per-kernel GPU timings (where supported)
   // Fill every computed tensor with NaN before each run (tests: an unwritten element shows up).
   bool poison = false;
   AllocatorOptions allocator;
-  // Execute from the static plan (src/plan): one arena (in segments of at most one binding's range) with
-  // every tensor at its planned offset, in-place pointwise ops and assigns, barriers only between groups.
-  // false: the older one-buffer-per-tensor path, kept for comparison. MGN_PLAN=0 in the environment
-  // forces the older path.
-  bool use_plan = true;
   // Parameters receive their initializer's values only when first needed (run, read_state), and not at
   // all if write_state gave them values first: a session that loads a checkpoint right after compiling
   // never computes (and uploads) random initial weights. Results are the same either way.
   bool lazy_parameters = false;
-  // Planned path: connected pointwise nodes of one shape run as one kernel (values in registers, written
-  // only where read outside the fusion), attention_grad_k + attention_grad_v of one attention as one
-  // kernel, and attention + attention_lse as one (codegen::find_fusions). MGN_FUSION=0 in the environment
-  // turns it off.
-  bool fusion = true;
+  // Kernel choices and the precision of nodes that leave it unset. With codegen.kernels.fusion, connected
+  // pointwise nodes of one shape run as one kernel (values in registers, written only where read outside
+  // the fusion), attention_grad_k + attention_grad_v of one attention as one kernel, and attention +
+  // attention_lse as one (codegen::find_fusions).
+  codegen::CodegenOptions codegen;
   plan::PlanOptions plan;  // tuning (in_place, reuse, submissions...); sizes, alignment and limits from the device
   // Called after submission i of a step is queued, before submission i + 1 (plan.submissions > 1).
   std::function<void(int)> between_submissions;
@@ -53,7 +51,7 @@ struct GraphExecutorOptions {
 struct SessionMemory {
   uint64_t device_bytes = 0;   // device-kind blocks (tensors, arena, scratch)
   uint64_t staging_bytes = 0;  // upload + readback staging blocks
-  uint64_t arena_bytes = 0;    // the plan's arena (0 without a plan)
+  uint64_t arena_bytes = 0;    // the plan's arena
   int submissions = 1;         // vkQueueSubmit calls per step
 };
 
@@ -62,13 +60,13 @@ struct CompileStats {
   double shaderc_ms = 0;   // GLSL -> validated SPIR-V (wall time, parallel)
   double pipeline_ms = 0;  // pipeline creation (wall time, parallel)
   double record_ms = 0;    // allocation, uploads of parameters/constants, command recording
-  double plan_ms = 0;      // of record_ms: the static plan (planned path)
+  double plan_ms = 0;      // of record_ms: the static plan
   double upload_ms = 0;    // of record_ms: initial parameter/constant values (host init + upload)
   size_t kernels = 0;      // dispatches in the stream
   size_t unique_kernels = 0;
   size_t barriers = 0;
-  size_t groups = 0;        // barrier groups of the plan (0 without one)
-  uint64_t arena_bytes = 0; // device memory of the plan's arena (0 without one)
+  size_t groups = 0;         // barrier groups of the plan
+  uint64_t arena_bytes = 0;  // device memory of the plan's arena
 };
 
 class GraphExecutor {
@@ -92,8 +90,8 @@ class GraphExecutor {
   // (kernel name, GLSL) of every dispatched kernel, in dispatch order.
   std::vector<std::pair<std::string, std::string>> kernel_sources() const;
   const CompileStats& compile_stats() const { return stats_; }
-  // The static plan the stream was recorded from; null on the one-buffer-per-tensor path.
-  const plan::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }
+  // The static plan the stream was recorded from.
+  const plan::Plan& plan() const { return *plan_; }
   // Per-dispatch GPU times of the last run; throws mgn::Error if timestamps are off or unsupported.
   std::vector<DispatchTiming> timings() const;
   SessionMemory memory() const;
@@ -111,17 +109,16 @@ class GraphExecutor {
     std::vector<int> storages;                 // binding i -> storage id
     std::vector<bool> writes;                  // binding i is written
     int copy_src = -1, copy_dst = -1;          // copy step when pipeline is null
-    bool node_start = false;                   // first kernel of a node: barrier only on dependence
-    bool barrier_before = false;               // planned path: a barrier precedes this step
-    int group = -1;                            // planned path: the plan's barrier group
+    bool barrier_before = false;               // a barrier precedes this step
+    int group = -1;                            // the plan's barrier group
   };
   void build();
-  void allocate_storage();  // one buffer per tensor for now; the memory planner will replace this
+  codegen::DeviceCaps device_caps();  // the context's caps, with the f16 GEMM verdict where the graph needs it
   int new_storage(uint64_t words, int owner, const std::string& what);
-  void lower_planned(const codegen::DeviceCaps& caps);  // fusions, plan, arena, steps in plan order
-  bool fusion_enabled() const;
+  void lower(const codegen::DeviceCaps& caps);  // fusions, plan, arena, steps in plan order
   int arena_view(uint64_t offset, uint64_t bytes, int owner);
-  void record_planned();
+  void compile_kernels();
+  void record();
   void upload_words(int storage, const std::vector<uint32_t>& words);
   void upload_sources();                                        // parameters, constants, fills
   void check_grid(int node, const codegen::Kernel& kern) const;  // workgroup counts within the device
@@ -150,7 +147,6 @@ class GraphExecutor {
   std::vector<int> poison_;               // storages poisoned before each run
   std::vector<codegen::Kernel> kernels_;  // in dispatch order
   std::vector<Step> steps_;
-  std::vector<std::pair<int, int>> zero_fills_;  // (zero source storage, dst) recorded before a node
   CompileStats stats_;
   std::optional<plan::Plan> plan_;
   std::vector<Buffer> arena_;              // the plan's arena segments

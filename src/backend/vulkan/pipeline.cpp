@@ -205,8 +205,8 @@ void PipelineCache::build(Entry& e) {
     ci.stage.module = module;
     ci.stage.pName = "main";
     ci.layout = e.pipeline.layout;
-    const char* ir_dir = std::getenv("MGN_PIPELINE_IR");
-    const bool want_ir = ctx_.has(Feature::PipelineStatistics) && ir_dir && *ir_dir;
+    const std::string& ir_dir = ctx_.options().pipeline_ir_dir;
+    const bool want_ir = ctx_.has(Feature::PipelineStatistics) && !ir_dir.empty();
     if (ctx_.has(Feature::PipelineStatistics)) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     if (want_ir) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
     // The VkPipelineCache is internally synchronized, so workers share it.

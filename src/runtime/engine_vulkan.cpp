@@ -1,32 +1,34 @@
-// The Vulkan engine: vk::GraphExecutor behind the Session interface. One process-wide Context (device
-// choice: MGN_DEVICE, else discrete > integrated > CPU) is shared by every session.
+// The Vulkan engine: vk::GraphExecutor behind the Session interface. Sessions with equal DeviceOptions share
+// one Context (the device, its caps and its self-test verdicts) for the life of the process.
 //
-// MGN_PROFILE=1 turns on per-dispatch GPU timestamps; when the session ends the engine prints, to stderr,
-// the GPU time of every kernel summed over all runs (heaviest first) and the compile time per phase.
+// CompileOptions::profile turns on per-dispatch GPU timestamps; when the session ends the engine prints, to
+// stderr, the GPU time of every kernel summed over all runs (heaviest first) and the compile time per phase.
 #ifdef MGN_HAVE_VULKAN
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 
-#include "api/engine.h"
 #include "backend/vulkan/graph_executor.h"
+#include "runtime/engine.h"
 
 namespace mgn::detail {
 
-namespace {
-
-// Deliberately never destroyed: tearing the device down from a static destructor runs after the NVIDIA
-// driver's own exit handlers and crashes at process exit (seen on the H200); sessions own everything else.
-vk::Context& shared_context() {
+// One Context per distinct DeviceOptions. Deliberately never destroyed: tearing the device down from a static
+// destructor runs after the NVIDIA driver's own exit handlers and crashes at process exit (seen on the H200);
+// sessions own everything else.
+vk::Context& shared_context(const DeviceOptions& o) {
   static std::mutex m;
-  static vk::Context* ctx = nullptr;
+  static std::map<std::string, vk::Context*> contexts;
+  const std::string key = o.device + '\n' + std::to_string(o.validation) + std::to_string(o.pipeline_statistics) +
+                          '\n' + o.pipeline_ir_dir;
   std::lock_guard<std::mutex> lock(m);
-  if (!ctx) ctx = new vk::Context();
+  vk::Context*& ctx = contexts[key];
+  if (!ctx) ctx = new vk::Context(o);
   return *ctx;
 }
+
+namespace {
 
 // Fails the step if the validation layer (when on) reported anything: a silent layer is part of the contract.
 void check_validation(vk::Context& ctx, const char* where) {
@@ -37,25 +39,24 @@ void check_validation(vk::Context& ctx, const char* where) {
   throw Error(std::string("vulkan engine: validation layer reported during ") + where + ":" + all);
 }
 
-bool profiling() {
-  const char* v = std::getenv("MGN_PROFILE");
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-
-vk::GraphExecutorOptions executor_options(const EngineOptions& eo) {
+vk::GraphExecutorOptions executor_options(const CompileOptions& co) {
   vk::GraphExecutorOptions o;
-  o.plan.submissions = eo.submissions;
-  o.between_submissions = eo.between_submissions;
-  o.timestamps = profiling();
+  o.cache_dir = co.cache_dir;
+  o.codegen.kernels = co.kernels;
+  o.codegen.default_precision = co.default_precision;
+  o.plan = plan_options(co.planning);
+  o.plan.submissions = co.submissions;
+  o.between_submissions = co.between_submissions;
+  o.timestamps = co.profile;
   o.lazy_parameters = true;  // load_checkpoint right after compile skips the random initial weights
   return o;
 }
 
 class VulkanEngine final : public Engine {
  public:
-  VulkanEngine(std::shared_ptr<const ir::Graph> g, const EngineOptions& eo)
-      : graph_(std::move(g)), ctx_(shared_context()), exec_(*graph_, ctx_, executor_options(eo)),
-        profile_(profiling()) {
+  VulkanEngine(std::shared_ptr<const ir::Graph> g, const CompileOptions& co)
+      : graph_(std::move(g)), ctx_(shared_context(co.device)), exec_(*graph_, ctx_, executor_options(co)),
+        profile_(co.profile) {
     check_validation(ctx_, "compile");
     name_ = "vulkan (" + ctx_.info().name + ")";
   }
@@ -137,7 +138,7 @@ class VulkanEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph, const EngineOptions& options) {
+std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph, const CompileOptions& options) {
   return std::make_unique<VulkanEngine>(std::move(graph), options);
 }
 

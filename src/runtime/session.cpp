@@ -5,17 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <set>
 
-#include "api/engine.h"
+#include "runtime/engine.h"
 #include "ir/graph.h"
 #include "mgn/checkpoint.h"
 
-#if __has_include("mgn/autodiff.h")
 #include "mgn/autodiff.h"
-#define MGN_SESSION_HAS_AUTODIFF 1
-#endif
 
 namespace mgn {
 
@@ -234,35 +230,31 @@ std::map<std::string, Tensor> gradients_for(Graph& g, const CompileOptions& opt)
   auto loss_id = g.ir().find_output(opt.loss);
   if (!loss_id)
     throw Error("compile (train): the graph has no output named '" + opt.loss + "' to differentiate");
-#ifdef MGN_SESSION_HAS_AUTODIFF
   Gradients grads = backward(g, Tensor(&g.ir(), *loss_id));
   return grads.params;
-#else
-  throw Error("compile (train): automatic differentiation is not built in yet; pass CompileOptions::gradients");
-#endif
 }
 
-std::unique_ptr<detail::Engine> make_engine(Backend b, std::shared_ptr<const ir::Graph> graph,
-                                            const detail::EngineOptions& eo) {
-  const detail::EngineFactory* vk = detail::vulkan_engine_factory();
-  switch (b) {
+std::unique_ptr<detail::Engine> make_engine(std::shared_ptr<const ir::Graph> graph, const CompileOptions& opt) {
+  switch (opt.backend) {
     case Backend::Cpu:
-      return detail::make_cpu_engine(std::move(graph));
+      return detail::make_cpu_engine(std::move(graph), opt);
     case Backend::Vulkan:
-      if (!vk)
-        throw Error("Backend::Vulkan: no Vulkan engine is available in this build (use Backend::Cpu or Auto)");
-      return (*vk)(std::move(graph), eo);
+#ifdef MGN_HAVE_VULKAN
+      return detail::make_vulkan_engine(std::move(graph), opt);
+#else
+      throw Error("Backend::Vulkan: this build has no Vulkan backend (use Backend::Cpu or Auto)");
+#endif
     case Backend::Auto:
-      if (vk) {
-        try {
-          return (*vk)(graph, eo);
-        } catch (const Error& e) {
-          // No usable device (or the graph cannot run there): the CPU reference runs every graph. Said
-          // once per session, so a slow fallback is never silent.
-          std::fprintf(stderr, "mgn: Vulkan engine unavailable, using the CPU reference executor: %s\n", e.what());
-        }
+#ifdef MGN_HAVE_VULKAN
+      try {
+        return detail::make_vulkan_engine(graph, opt);
+      } catch (const Error& e) {
+        // No usable device (or the graph cannot run there): the CPU reference runs every graph. Said once per
+        // session, so a slow fallback is never silent.
+        std::fprintf(stderr, "mgn: Vulkan engine unavailable, using the CPU reference executor: %s\n", e.what());
       }
-      return detail::make_cpu_engine(std::move(graph));
+#endif
+      return detail::make_cpu_engine(std::move(graph), opt);
   }
   throw Error("compile: unknown backend");
 }
@@ -286,10 +278,9 @@ Session compile(Graph& g, const CompileOptions& opt) {
   const auto t1 = std::chrono::steady_clock::now();
   if (opt.submissions < 1)
     throw Error("compile: submissions must be >= 1, got " + std::to_string(opt.submissions));
-  impl->engine = make_engine(opt.backend, impl->graph, {opt.submissions, opt.between_submissions});
-  // MGN_PROFILE: the graph passes' share of compile time (the Vulkan engine prints its own phases).
-  const char* prof = std::getenv("MGN_PROFILE");
-  if (prof && *prof && std::string(prof) != "0") {
+  impl->engine = make_engine(impl->graph, opt);
+  // Profiling: the graph passes' share of compile time (the Vulkan engine prints its own phases).
+  if (opt.profile) {
     const auto t2 = std::chrono::steady_clock::now();
     auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
     std::fprintf(stderr, "mgn profile: compile %s graph (%d nodes): graph passes %.1f ms (autodiff, optimizer, "

@@ -65,7 +65,7 @@ Tensor& Tensor::set_precision(Precision p) {
   g_->node_mut(id_).precision = p;
   return *this;
 }
-Precision Tensor::precision() const { return g_->node(id_).precision; }
+std::optional<Precision> Tensor::precision() const { return g_->node(id_).precision; }
 Tensor& Tensor::set_name(const std::string& name) {
   ir::Node& n = g_->node_mut(id_);
   if (n.op == Op::Input || n.op == Op::Parameter) throw Error("cannot rename input/parameter '" + n.name + "'");

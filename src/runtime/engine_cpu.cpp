@@ -1,26 +1,26 @@
 // The CPU engine: the reference executor behind the Session interface, rounding like a real f32 backend,
-// running from the static plan (one arena, tensors at their planned offsets, as the Vulkan engine does),
-// so a session's memory on the CPU is the planned figure too. MGN_PLAN=0 runs it unplanned.
-#include <cstdlib>
+// running from the static plan (one arena, tensors at their planned offsets, as the Vulkan engine does), so a
+// session's memory on the CPU is the planned figure too.
 #include <string>
 
-#include "api/engine.h"
 #include "backend/cpu/executor.h"
+#include "runtime/engine.h"
 
 namespace mgn::detail {
 
-namespace {
-
-cpu::ExecutorOptions options() {
-  cpu::ExecutorOptions o;
-  const char* env = std::getenv("MGN_PLAN");
-  if (!(env && std::string(env) == "0")) o.plan = plan::PlanOptions{};
-  return o;
+plan::PlanOptions plan_options(const PlanningOptions& planning) {
+  plan::PlanOptions po;
+  po.reuse = planning.reuse;
+  po.in_place = po.in_place_assign = planning.in_place;
+  return po;
 }
+
+namespace {
 
 class CpuEngine final : public Engine {
  public:
-  explicit CpuEngine(std::shared_ptr<const ir::Graph> g) : graph_(std::move(g)), exec_(*graph_, options()) {}
+  CpuEngine(std::shared_ptr<const ir::Graph> g, const CompileOptions& options)
+      : graph_(std::move(g)), exec_(*graph_, {.plan = plan_options(options.planning)}) {}
 
   const char* name() const override { return "cpu"; }
   void set_input(const std::string& name, const std::vector<float>& values) override { exec_.set_input(name, values); }
@@ -42,7 +42,7 @@ class CpuEngine final : public Engine {
   std::vector<std::string> state_names() const override { return exec_.state_names(); }
   DeviceMemoryReport device_memory() const override {
     DeviceMemoryReport r;
-    if (const plan::Plan* p = exec_.plan()) r.arena_bytes = p->arena_bytes;
+    r.arena_bytes = exec_.plan().arena_bytes;
     return r;
   }
 
@@ -51,23 +51,10 @@ class CpuEngine final : public Engine {
   cpu::Executor exec_;
 };
 
-EngineFactory& vulkan_slot() {
-#ifdef MGN_HAVE_VULKAN
-  static EngineFactory f = make_vulkan_engine;
-#else
-  static EngineFactory f;
-#endif
-  return f;
-}
-
 }  // namespace
 
-std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ir::Graph> graph) {
-  return std::make_unique<CpuEngine>(std::move(graph));
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ir::Graph> graph, const CompileOptions& options) {
+  return std::make_unique<CpuEngine>(std::move(graph), options);
 }
-
-void register_vulkan_engine(EngineFactory factory) { vulkan_slot() = std::move(factory); }
-
-const EngineFactory* vulkan_engine_factory() { return vulkan_slot() ? &vulkan_slot() : nullptr; }
 
 }  // namespace mgn::detail

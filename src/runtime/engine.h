@@ -1,23 +1,24 @@
 // The backend seam of a Session: an Engine runs one compiled graph (inputs in, outputs and named state out).
-// The CPU engine wraps cpu::Executor; a GPU engine wraps vk::GraphExecutor, which has the same shape.
+// The CPU engine wraps cpu::Executor; the Vulkan engine wraps vk::GraphExecutor, which has the same shape.
+// Both run the graph from its static plan.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ir/graph.h"
+#include "plan/plan.h"
 #include "mgn/session.h"
 
-namespace mgn::detail {
+#ifdef MGN_HAVE_VULKAN
+namespace mgn::vk {
+class Context;
+}
+#endif
 
-// What CompileOptions passes to an engine besides the graph.
-struct EngineOptions {
-  int submissions = 1;
-  std::function<void(int)> between_submissions;
-};
+namespace mgn::detail {
 
 class Engine {
  public:
@@ -41,19 +42,18 @@ class Engine {
   virtual DeviceMemoryReport device_memory() const { return {}; }
 };
 
-// Takes ownership of the graph (engines keep references into it).
-std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ir::Graph> graph);
-
+// Both take ownership of the graph (engines keep references into it) and read only the options.
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ir::Graph> graph, const CompileOptions& options);
 #ifdef MGN_HAVE_VULKAN
-// The built-in Vulkan engine (src/api/engine_vulkan.cpp); it is the default factory below.
-std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph, const EngineOptions& options);
+std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph, const CompileOptions& options);
 #endif
 
-// A GPU backend plugs in here (e.g. from a static initializer in its own engine file, referenced by the
-// tool); without one, Backend::Vulkan is a clear error and Backend::Auto picks the CPU.
-using EngineFactory =
-    std::function<std::unique_ptr<Engine>(std::shared_ptr<const ir::Graph>, const EngineOptions&)>;
-void register_vulkan_engine(EngineFactory factory);
-const EngineFactory* vulkan_engine_factory();  // nullptr when none is registered
+#ifdef MGN_HAVE_VULKAN
+// The process's device for `options`: sessions (and describe_device) with equal DeviceOptions share one.
+vk::Context& shared_context(const DeviceOptions& options);
+#endif
+
+// The static plan's memory options as CompileOptions::planning asks.
+plan::PlanOptions plan_options(const PlanningOptions& planning);
 
 }  // namespace mgn::detail

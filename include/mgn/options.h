@@ -1,0 +1,119 @@
+// Typed configuration. Every choice that changes a compiled program is a field of KernelOptions or
+// PlanningOptions (inside mgn::CompileOptions, session.h); where the program runs is DeviceOptions. The
+// library never reads the process environment: compiling one graph with the same options on the same device
+// gives the same program whatever the environment. The command-line tools map the MGN_* variables onto
+// these types with mgn::read_environment() (mgn/environment.h), the one place that reads them.
+//
+// The defaults are what the project measures and tests; the other values exist for benchmarks and for
+// working around a driver (docs/perf-notes.md says why each kept variant stays).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mgn {
+
+// The f32 (strict) GEMM kernel family. Tiled: the double-buffered register-tiled SIMT kernel (split K for
+// small grids). Small: GEMV-like kernels for products with M or N of at most a few rows. Auto picks per shape.
+enum class GemmKernel : uint8_t { Auto, Tiled, Small };
+
+// The attention kernels: Auto takes the query-tiled forward kernels at long sequences and keeps the row
+// kernels for the derivatives (measured: docs/architecture.md); Row / Tiled force one form wherever the head
+// dims allow it.
+enum class AttentionKernel : uint8_t { Auto, Row, Tiled };
+
+// Benchmarks only, wrong results on purpose: parts of the f16 cooperative-matrix GEMM removed so that its
+// time can be split (docs/perf-notes.md). NoLoad drops the later global loads, NoMma the multiplies; MmaOnly
+// keeps only the multiplies (fragments loaded once, no barriers); FragOnly the shared-memory fragment loads
+// and the multiplies (no barriers).
+enum class GemmAblation : uint8_t { None, NoLoad, NoMma, MmaOnly, FragOnly };
+
+// A GEMM tile; 0 (or -1 for `direct`) in a field means "let the heuristic choose". Text form, parsed by
+// parse_gemm_tile: f32 SIMT "BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]"; f16 cooperative matrix
+// "BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,dD][,sS]" (D is 0, a, b or ab).
+struct GemmTile {
+  uint32_t bm = 0, bn = 0, bk = 0;  // block tile and K slice
+  uint32_t tm = 0, tn = 0;          // simt: per-thread tile (multiples of 4)
+  uint32_t lx = 0, ly = 0;          // simt: a subgroup's lanes laid out lx (along N) x ly (along M)
+  uint32_t wm = 0, wn = 0;          // coopmat: one subgroup's tile
+  uint32_t group_m = 0;             // tile rows walked together (L2 reuse); 1 = plain row-major order
+  uint32_t splits = 0;              // K split into this many partial products, then summed
+  uint32_t buffers = 0;             // coopmat: shared-memory buffers per operand (1 or 2)
+  uint32_t depth = 0;               // coopmat: K slices in flight in registers (1 or 2)
+  // coopmat: operands whose fragments each subgroup loads straight from global memory (their f16 copies),
+  // with no shared-memory tile: bit 0 A, bit 1 B; -1 = auto (both through shared memory).
+  int direct = -1;
+
+  bool operator==(const GemmTile&) const = default;
+  bool is_auto() const { return *this == GemmTile{}; }
+};
+
+// The block tile of the implicit-GEMM convolution kernels: BP output pixels x BQ output channels x a BK-deep
+// slice of the reduction. All zero: chosen per shape. Text form "BPxBQxBK", e.g. "128x64x16".
+struct ConvTile {
+  uint32_t bp = 0, bq = 0, bk = 0;
+
+  bool operator==(const ConvTile&) const = default;
+  bool is_auto() const { return *this == ConvTile{}; }
+};
+
+// Which kernels the code generator emits.
+struct KernelOptions {
+  // Connected pointwise nodes of one shape as one kernel; attention_grad_k + attention_grad_v of one
+  // attention as one; attention + attention_lse of the same inputs as one. Results are bitwise the same
+  // either way, except dK/dV with AttentionKernel::Tiled (the key-tiled kernel exists only fused).
+  bool fusion = true;
+  AttentionKernel attention = AttentionKernel::Auto;
+  GemmKernel gemm = GemmKernel::Auto;
+  GemmTile gemm_tile;  // the f32 SIMT tile
+  // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
+  bool f16_gemm = true;
+  GemmTile f16_tile;  // the f16 cooperative-matrix tile
+  GemmAblation f16_ablation = GemmAblation::None;
+  ConvTile conv_tile;
+
+  bool operator==(const KernelOptions&) const = default;
+};
+
+// How the static plan lays out memory. Turning these off gives every step-local tensor its own memory,
+// for comparison when an aliasing bug is suspected; results are bitwise the same.
+struct PlanningOptions {
+  bool reuse = true;     // step-local tensors with disjoint lifetimes share memory
+  bool in_place = true;  // pointwise ops (and assigns) write over an input that dies there
+
+  bool operator==(const PlanningOptions&) const = default;
+};
+
+// Which Vulkan device, and the diagnostics that must be chosen when it is opened. Sessions with equal
+// DeviceOptions share one device per process.
+struct DeviceOptions {
+  // A device index (vkEnumeratePhysicalDevices order) or a case-insensitive part of its name; empty: the
+  // first device of Vulkan >= 1.2, discrete before integrated before virtual before CPU. An index out of
+  // range or a name no device has is an error that lists the devices.
+  std::string device;
+  // Load the Khronos validation layer and turn any message into an error of the step that caused it
+  // (needs the vulkan-validationlayers package).
+  bool validation = false;
+  // One stderr line per new pipeline with the driver's statistics (registers, shared memory, binary size),
+  // where VK_KHR_pipeline_executable_properties exists.
+  bool pipeline_statistics = false;
+  // Also write every internal representation the driver offers of each new pipeline to this folder.
+  std::string pipeline_ir_dir;
+
+  bool operator==(const DeviceOptions&) const = default;
+};
+
+// Text forms (the MGN_* variables and the command line use them). Each throws mgn::Error naming `who` and
+// the accepted values when the text is malformed; "" and "auto" give the default.
+GemmKernel parse_gemm_kernel(const std::string& text, const std::string& who = "gemm kernel");
+AttentionKernel parse_attention_kernel(const std::string& text, const std::string& who = "attention kernel");
+GemmAblation parse_gemm_ablation(const std::string& text, const std::string& who = "f16 GEMM ablation");
+GemmTile parse_gemm_tile(const std::string& text, bool coopmat, const std::string& who = "GEMM tile");
+ConvTile parse_conv_tile(const std::string& text, const std::string& who = "conv tile");
+const char* gemm_kernel_name(GemmKernel k);            // "auto", "simt", "small"
+const char* attention_kernel_name(AttentionKernel k);  // "auto", "row", "tiled"
+const char* gemm_ablation_name(GemmAblation a);        // "", "noload", "nomma", "mmaonly", "fragonly"
+std::string gemm_tile_str(const GemmTile& t, bool coopmat);  // "auto" when every field is unset
+std::string conv_tile_str(const ConvTile& t);                // "auto" when every field is unset
+
+}  // namespace mgn
