@@ -1,5 +1,6 @@
-// Static plan tests: the CPU executor run through the memory plan equals the unplanned run bit for bit on
-// random DAGs and on Fashion-MNIST training steps; an independent brute-force checker proves that no two
+// Static plan tests: the CPU executor run through an aliasing memory plan equals the same graph run through a
+// plan in which every tensor has memory of its own, bit for bit, on random DAGs and on Fashion-MNIST training
+// steps; an independent brute-force checker proves that no two
 // values overlap in memory while both are live and that no barrier group has a hazard; planning time and
 // memory ratios are printed.
 #include <gtest/gtest.h>
@@ -378,7 +379,7 @@ void feed(cpu::Executor& e, const RandomDag& r, uint64_t seed) {
 
 }  // namespace
 
-TEST(Plan, RandomDagsPlannedEqualsUnplannedOnCpu) {
+TEST(Plan, RandomDagsAliasedEqualsSeparateMemoryOnCpu) {
   int in_place = 0, in_place_assigns = 0, snapshots = 0, fused = 0;
   for (uint64_t seed = 1; seed <= 50; ++seed) {
     RandomDag r = random_dag(seed, 12 + int(seed % 40));
@@ -511,7 +512,7 @@ void print_ratio(const char* what, const plan::Plan& p) {
 
 }  // namespace
 
-TEST(Plan, FashionMnistTrainingStepsPlannedEqualsUnplanned) {
+TEST(Plan, FashionMnistTrainingStepsAliasedEqualsSeparateMemory) {
   struct Case {
     models::FashionArch arch;
     int64_t batch;
@@ -596,15 +597,15 @@ TEST(Plan, PlanningTimeOf5000NodeGraphs) {
 #ifdef MGN_HAVE_VULKAN
 // The Vulkan executor from the plan (one arena, in place, barriers only between groups) against its
 // one-buffer-per-tensor path: the same kernels on the same inputs, so results must be bitwise equal.
-TEST(PlanVulkan, RandomDagsPlannedEqualsUnplanned) {
+TEST(PlanVulkan, RandomDagsAliasedEqualsSeparateMemory) {
   std::unique_ptr<vk::Context> ctx;
   try {
     ctx = std::make_unique<vk::Context>(test::device_options());
   } catch (const Error& e) {
     GTEST_SKIP() << "no Vulkan device: " << e.what();
   }
-  size_t barriers_planned = 0, barriers_unplanned = 0;
-  uint64_t arena = 0, unplanned_bytes = 0;
+  size_t barriers_planned = 0, barriers_separate = 0;
+  uint64_t arena = 0, separate_bytes = 0;
   int in_place = 0, in_place_assigns = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
     RandomDag r = random_dag(seed + 1000, 10 + int(seed % 20));
@@ -639,11 +640,11 @@ TEST(PlanVulkan, RandomDagsPlannedEqualsUnplanned) {
         EXPECT_TRUE(same(planned.read_state(s), plain.read_state(s))) << "step " << step << " state " << s;
     }
     barriers_planned += planned.compile_stats().barriers;
-    barriers_unplanned += plain.compile_stats().barriers;
+    barriers_separate += plain.compile_stats().barriers;
     arena += planned.compile_stats().arena_bytes;
     for (int i = 0; i < g.size(); ++i) {
       if (planned.plan().storage_of[size_t(i)] >= 0 && planned.plan().dispatch_of[size_t(i)] >= 0)
-        unplanned_bytes += uint64_t(numel(g.node(i).shape)) * 4;
+        separate_bytes += uint64_t(numel(g.node(i).shape)) * 4;
       in_place += planned.plan().in_place_of[size_t(i)];
     }
     for (const plan::Commit& c : planned.plan().commits) in_place_assigns += c.in_place;
@@ -652,13 +653,13 @@ TEST(PlanVulkan, RandomDagsPlannedEqualsUnplanned) {
     ctx->clear_validation_messages();
     if (HasFailure()) break;
   }
-  std::printf("vulkan random DAGs: %zu barriers planned vs %zu unplanned; %d in-place results, %d in-place "
+  std::printf("vulkan random DAGs: %zu barriers aliased vs %zu with separate memory; %d in-place results, %d in-place "
               "assigns; arenas %llu bytes in all (computed tensors alone %llu bytes)\n",
-              barriers_planned, barriers_unplanned, in_place, in_place_assigns, (unsigned long long)arena,
-              (unsigned long long)unplanned_bytes);
+              barriers_planned, barriers_separate, in_place, in_place_assigns, (unsigned long long)arena,
+              (unsigned long long)separate_bytes);
 }
 
-TEST(PlanVulkan, FashionTrainingStepsPlannedEqualsUnplanned) {
+TEST(PlanVulkan, FashionTrainingStepsAliasedEqualsSeparateMemory) {
   std::unique_ptr<vk::Context> ctx;
   try {
     ctx = std::make_unique<vk::Context>(test::device_options());
@@ -693,7 +694,7 @@ TEST(PlanVulkan, FashionTrainingStepsPlannedEqualsUnplanned) {
     EXPECT_EQ(ctx->validation_message_count(), 0u);
     for (const auto& m : ctx->validation_messages()) ADD_FAILURE() << m;
     ctx->clear_validation_messages();
-    std::printf("vulkan %s training step: %zu barriers planned (%zu groups) vs %zu unplanned; arena %llu bytes\n",
+    std::printf("vulkan %s training step: %zu barriers aliased (%zu groups) vs %zu with separate memory; arena %llu bytes\n",
                 models::fashion_arch_name(arch), planned.compile_stats().barriers, planned.compile_stats().groups,
                 plain.compile_stats().barriers, (unsigned long long)planned.compile_stats().arena_bytes);
   }

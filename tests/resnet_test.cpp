@@ -232,9 +232,9 @@ INSTANTIATE_TEST_SUITE_P(Depths, ResNetNarrow, ::testing::Values(50, 18));
 
 // The static plan on a whole ResNet training step (narrow ResNet-50, AdamW, train-mode BN): the CPU executor
 // run through the plan (arena poisoned every step, a group's reads before its writes) must equal the
-// unplanned run bitwise over two steps, outputs and every state tensor, including the optimizer's
+// run with separate memory per tensor bitwise over two steps, outputs and every state tensor, including the optimizer's
 // intermediates that the plan writes into their parameter's or moment's memory.
-TEST(ResNet, PlannedTrainingStepsEqualUnplanned) {
+TEST(ResNet, PlannedTrainingStepsEqualSeparateMemory) {
   Graph g = models::resnet({.depth = 50, .batch = 2, .image_size = 32, .num_classes = 10, .width = 8,
                             .mode = Mode::Train, .seed = 9});
   Gradients grads = backward(g, Tensor(&g.ir(), *g.ir().find_output("loss")));

@@ -71,13 +71,12 @@ Analysis analyze(const ir::Graph& g, const PlanOptions& opt) {
   a.assign_target.assign(size_t(n), false);
   for (int i = 0; i < n; ++i) {
     const ir::Node& node = g.node(i);
-    switch (node.op) {
-      case ir::Op::Parameter: a.cls[size_t(i)] = node.trainable ? MemClass::Parameter : MemClass::State; break;
-      case ir::Op::Input: a.cls[size_t(i)] = MemClass::Input; break;
-      case ir::Op::Constant:
-      case ir::Op::Full: a.cls[size_t(i)] = MemClass::Constant; break;
-      default: break;
-    }
+    // Sources own their memory by kind; every computed value starts step-local.
+    if (node.op == ir::Op::Parameter) a.cls[size_t(i)] = node.trainable ? MemClass::Parameter : MemClass::State;
+    if (node.op == ir::Op::Input) a.cls[size_t(i)] = MemClass::Input;
+    if (node.op == ir::Op::Constant || node.op == ir::Op::Full) a.cls[size_t(i)] = MemClass::Constant;
+    if (ir::op_info(node.op).archetype == ir::Archetype::Source && a.cls[size_t(i)] == MemClass::StepLocal)
+      throw Error(std::string("internal: plan: no memory class for the source op ") + ir::op_name(node.op));
     if (node.op == ir::Op::Assign) a.assign_target[size_t(node.inputs[0])] = true;
   }
   std::set<int> grads;

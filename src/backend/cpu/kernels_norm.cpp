@@ -70,20 +70,13 @@ struct NormIndex {
   }
 };
 
+// Only norm ops come here (the executor routes by op); anything else is a routing bug, not a batch norm.
 Kind kind_of(ir::Op op) {
-  switch (op) {
-    case ir::Op::LayerNorm:
-    case ir::Op::LayerNormGrad:
-      return Kind::Layer;
-    case ir::Op::RmsNorm:
-    case ir::Op::RmsNormGrad:
-      return Kind::Rms;
-    case ir::Op::GroupNorm:
-    case ir::Op::GroupNormGrad:
-      return Kind::Group;
-    default:
-      return Kind::Batch;
-  }
+  if (op == ir::Op::LayerNorm || op == ir::Op::LayerNormGrad) return Kind::Layer;
+  if (op == ir::Op::RmsNorm || op == ir::Op::RmsNormGrad) return Kind::Rms;
+  if (op == ir::Op::GroupNorm || op == ir::Op::GroupNormGrad) return Kind::Group;
+  if (op == ir::Op::BatchNorm || op == ir::Op::BatchNormGrad) return Kind::Batch;
+  throw Error(std::string("internal: the CPU norm kernels got ") + ir::op_name(op));
 }
 
 NormIndex index_for(const ir::Node& n, const Shape& x) {
