@@ -115,6 +115,16 @@ const std::map<Op, CaseFn>& cases() {
          Tensor y2 = conv2d(x, slice(slice(w, 0, 0, 4), 1, 0, 1), {.stride = {1, 1}, .padding = {0, 0}, .dilation = {2, 2}, .groups = 4});
          return concat({flat(y1), flat(y2)}, 0);
        }},
+      // The transposed convolution (conv_transpose2d is conv2d_grad_input): asymmetric padding, output padding,
+      // groups and dilation.
+      {Op::Conv2dGradInput,
+       [](Case& c) {
+         Tensor x = c.in({2, 4, 3, 3}), w = c.in({4, 2, 3, 2});
+         Tensor y1 = conv_transpose2d(x, w, {.stride = {2, 1}, .padding = {1, 0, 0, 1}, .output_padding = {1, 0},
+                                             .dilation = {1, 2}, .groups = 2});
+         Tensor y2 = conv_transpose2d(slice(x, 1, 0, 2), slice(w, 0, 0, 2), {.stride = {1, 2}});
+         return concat({flat(y1), flat(y2)}, 0);
+       }},
       {Op::MaxPool2d, [](Case& c) { return max_pool2d(c.in({1, 2, 5, 5}), {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}}); }},
       {Op::AvgPool2d,
        [](Case& c) {
@@ -143,6 +153,22 @@ const std::map<Op, CaseFn>& cases() {
          Tensor rows = gather(t, c.ints({2, 2}, {4, 1, 1, 0}), 0);  // repeated index: contributions add
          Tensor cols = gather(t, c.ints({3}, {2, 2, 0}), 1);
          return concat({flat(rows), flat(cols)}, 0);
+       }},
+      {Op::GatherElements,
+       [](Case& c) {
+         Tensor t = c.in({3, 4});
+         // Repeated indices (their contributions add) and a negative one (counts from the end).
+         Tensor rows = gather_elements(t, c.ints({2, 4}, {2, 0, 1, 2, 2, -1, 0, 0}), 0);
+         Tensor cols = gather_elements(t, c.ints({3, 2}, {3, 3, 0, 1, 2, 0}), 1);
+         return concat({flat(rows), flat(cols)}, 0);
+       }},
+      {Op::ScatterElements,
+       [](Case& c) {
+         Tensor d = c.in({3, 4}), u = c.in({2, 4}), v = c.in({3, 2});
+         // none: distinct indices per column; add: repeated ones.
+         Tensor none = scatter_elements(d, c.ints({2, 4}, {2, 0, 1, 2, 0, 1, 0, 1}), u, 0);
+         Tensor add = scatter_elements(d, c.ints({3, 2}, {3, 3, 0, 1, 2, 2}), v, 1, ScatterReduction::Add);
+         return concat({flat(none), flat(add)}, 0);
        }},
       {Op::CrossEntropy,
        [](Case& c) {

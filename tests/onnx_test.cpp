@@ -182,6 +182,8 @@ TEST(Onnx, LlamaBlockDynamicSequenceRangeAndMaskFromShapeMatchesPyTorch) {
   check_model("llama_dyn", 15);
 }
 
+TEST(Onnx, DecoderConvTransposeGatherScatterElementsMatchesPyTorch) { check_model("decoder", 17); }
+
 TEST(Onnx, DynamicAxesMustBeBoundToValidInputs) {
   std::string path = model_dir() + "/mlp_dyn.onnx";
   std::string unbound = error_of([&] { onnx::import_file(path); });
@@ -358,7 +360,8 @@ TEST(Onnx, SupportedOpsAreSortedAndCoverTheExports) {
   std::vector<std::string> ops = onnx::supported_ops();
   EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
   for (const char* op :
-       {"Gemm", "Conv", "BatchNormalization", "LayerNormalization", "Softmax", "Where", "Trilu"})
+       {"Gemm", "Conv", "ConvTranspose", "GatherElements", "ScatterElements", "BatchNormalization",
+        "LayerNormalization", "Softmax", "Where", "Trilu"})
     EXPECT_TRUE(std::find(ops.begin(), ops.end(), op) != ops.end()) << op;
   EXPECT_TRUE(std::find(ops.begin(), ops.end(), "Hardmax") == ops.end());
 }

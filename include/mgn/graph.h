@@ -180,6 +180,18 @@ struct Conv2dOptions {
   int64_t groups = 1;
 };
 Tensor conv2d(Tensor x, Tensor weight, const Conv2dOptions& opt = {}, std::optional<Tensor> bias = std::nullopt);
+struct ConvTranspose2dOptions {
+  std::vector<int64_t> stride = {1, 1};
+  std::vector<int64_t> padding = {0, 0};         // {ph, pw} or {top, left, bottom, right}, removed from the output
+  std::vector<int64_t> output_padding = {0, 0};  // added at the bottom/right; each below its stride or dilation
+  std::vector<int64_t> dilation = {1, 1};
+  int64_t groups = 1;
+};
+// The transposed convolution (PyTorch's conv_transpose2d, ONNX ConvTranspose): x [N, Cin, H, W], weight
+// [Cin, Cout/groups, kh, kw] -> [N, Cout, (H-1)*s - pad + d*(k-1) + output_padding + 1, ...]. It is the input
+// gradient of conv2d with that weight, and differentiable in x and the weight.
+Tensor conv_transpose2d(Tensor x, Tensor weight, const ConvTranspose2dOptions& opt = {},
+                        std::optional<Tensor> bias = std::nullopt);
 struct Conv1dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
 };
@@ -221,6 +233,17 @@ std::vector<Tensor> split(Tensor x, const std::vector<int64_t>& sizes, int64_t a
 Tensor pad(Tensor x, const std::vector<int64_t>& pads, double value = 0);
 Tensor expand(Tensor x, const Shape& shape);
 Tensor gather(Tensor table, Tensor indices, int64_t axis = 0);
+// Elementwise indexing along `axis` (torch.gather / ONNX GatherElements): indices (i32) have data's rank and
+// are no longer than data along the other axes; out[..., j, ...] = data[..., indices[..., j, ...], ...] has the
+// shape of indices. Negative indices count from the end; an index out of range is an error on the CPU.
+Tensor gather_elements(Tensor data, Tensor indices, int64_t axis);
+// How scatter_elements combines an update with what is there (ONNX ScatterElements' reduction).
+enum class ScatterReduction : uint8_t { None, Add, Mul, Max, Min };
+// A copy of data with updates (the shape of indices) written at data[..., indices[..., j, ...], ...]
+// (torch.scatter / ONNX ScatterElements). Duplicate indices apply in index order: None keeps the last update,
+// the others combine them all. Differentiable for None and Add.
+Tensor scatter_elements(Tensor data, Tensor indices, Tensor updates, int64_t axis,
+                        ScatterReduction reduction = ScatterReduction::None);
 Tensor index_select(Tensor x, int64_t axis, Tensor indices);  // indices rank 1
 Tensor embedding(Tensor table, Tensor ids);                    // table [V, D], ids i32 [...]
 Tensor one_hot(Tensor indices, int64_t depth);

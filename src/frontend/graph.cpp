@@ -46,6 +46,15 @@ std::vector<int64_t> pad4(const std::vector<int64_t>& p, const char* what) {
   throw Error(std::string(what) + ": padding needs 2 ({ph, pw}) or 4 ({top, left, bottom, right}) values");
 }
 
+// y [N, C, ...] + bias [C] broadcast over the trailing axes.
+Tensor add_channel_bias(Tensor y, Tensor bias, const char* who) {
+  if (bias.shape() != Shape{y.dim(1)})
+    throw Error(std::string(who) + ": bias must be [" + std::to_string(y.dim(1)) + "], got " + shape_str(bias.shape()));
+  Shape bs(size_t(y.rank()) - 1, 1);
+  bs[0] = y.dim(1);
+  return y + reshape(bias, bs);
+}
+
 }  // namespace
 
 // ---- Tensor
@@ -268,12 +277,38 @@ Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o, std::optional<Tensor> 
                       .set("padding", pad4(o.padding, "conv2d"))
                       .set("dilation", o.dilation)
                       .set("groups", o.groups));
-  if (bias) {
-    if (bias->shape() != Shape{w.dim(0)})
-      throw Error("conv2d: bias must be [" + std::to_string(w.dim(0)) + "], got " + shape_str(bias->shape()));
-    y = y + reshape(*bias, {w.dim(0), 1, 1});
+  return bias ? add_channel_bias(y, *bias, "conv2d") : y;
+}
+
+Tensor conv_transpose2d(Tensor x, Tensor w, const ConvTranspose2dOptions& o, std::optional<Tensor> bias) {
+  const char* who = "conv_transpose2d";
+  if (x.rank() != 4 || w.rank() != 4)
+    throw Error(std::string(who) + ": x must be [N, C, H, W] and weight [Cin, Cout/groups, kh, kw], got " +
+                shape_str(x.shape()) + " and " + shape_str(w.shape()));
+  if (o.stride.size() != 2 || o.dilation.size() != 2 || o.output_padding.size() != 2)
+    throw Error(std::string(who) + ": stride, dilation and output_padding need 2 values each");
+  if (o.groups < 1 || w.dim(0) != x.dim(1) || x.dim(1) % o.groups != 0)
+    throw Error(std::string(who) + ": weight " + shape_str(w.shape()) + " does not take " + std::to_string(x.dim(1)) +
+                " input channels in " + std::to_string(o.groups) + " groups (weight dim 0 is Cin)");
+  const std::vector<int64_t> p = pad4(o.padding, who);
+  Shape out = {x.dim(0), w.dim(1) * o.groups, 0, 0};
+  for (int a = 0; a < 2; ++a) {
+    const int64_t s = o.stride[size_t(a)], d = o.dilation[size_t(a)], op = o.output_padding[size_t(a)];
+    if (op < 0 || (op >= s && op >= d))
+      throw Error(std::string(who) + ": output_padding " + std::to_string(op) +
+                  " must be below the stride or the dilation of its axis");
+    out[size_t(2 + a)] = (x.dim(2 + a) - 1) * s - p[size_t(a)] - p[size_t(a + 2)] + d * (w.dim(2 + a) - 1) + op + 1;
+    if (out[size_t(2 + a)] <= 0)
+      throw Error(std::string(who) + ": the padding leaves no output along axis " + std::to_string(2 + a));
   }
-  return y;
+  Tensor y = node(Op::Conv2dGradInput, {x, w},
+                  Attrs()
+                      .set("stride", o.stride)
+                      .set("padding", p)
+                      .set("dilation", o.dilation)
+                      .set("groups", o.groups)
+                      .set("input_shape", out));
+  return bias ? add_channel_bias(y, *bias, who) : y;
 }
 Tensor conv1d(Tensor x, Tensor w, const Conv1dOptions& o, std::optional<Tensor> bias) {
   if (x.rank() != 3) throw Error("conv1d: input must be [N, C, L], got " + shape_str(x.shape()));
@@ -283,12 +318,7 @@ Tensor conv1d(Tensor x, Tensor w, const Conv1dOptions& o, std::optional<Tensor> 
   Tensor y = conv2d(x4, w4,
                     {.stride = {1, o.stride}, .padding = {0, o.padding}, .dilation = {1, o.dilation}, .groups = o.groups});
   y = reshape(y, {y.dim(0), y.dim(1), y.dim(3)});
-  if (bias) {
-    if (bias->shape() != Shape{w.dim(0)})
-      throw Error("conv1d: bias must be [" + std::to_string(w.dim(0)) + "], got " + shape_str(bias->shape()));
-    y = y + reshape(*bias, {w.dim(0), 1});
-  }
-  return y;
+  return bias ? add_channel_bias(y, *bias, "conv1d") : y;
 }
 Tensor max_pool2d(Tensor x, const Pool2dOptions& o) {
   return node(Op::MaxPool2d, {x},
@@ -390,6 +420,14 @@ Tensor pad(Tensor x, const std::vector<int64_t>& pads, double value) {
 }
 Tensor expand(Tensor x, const Shape& shape) { return node(Op::Expand, {x}, Attrs().set("shape", shape)); }
 Tensor gather(Tensor t, Tensor idx, int64_t axis) { return node(Op::Gather, {t, idx}, Attrs().set("axis", axis)); }
+Tensor gather_elements(Tensor data, Tensor idx, int64_t axis) {
+  return node(Op::GatherElements, {data, idx}, Attrs().set("axis", axis));
+}
+Tensor scatter_elements(Tensor data, Tensor idx, Tensor updates, int64_t axis, ScatterReduction reduction) {
+  static const char* kNames[] = {"none", "add", "mul", "max", "min"};
+  return node(Op::ScatterElements, {data, idx, updates},
+              Attrs().set("axis", axis).set("reduction", std::string(kNames[size_t(reduction)])));
+}
 Tensor index_select(Tensor x, int64_t axis, Tensor idx) {
   if (idx.rank() != 1) throw Error("index_select: indices must be rank 1, got " + shape_str(idx.shape()));
   return gather(x, idx, axis);

@@ -537,6 +537,37 @@ void rule_gather_g(Ctx& c) {
   c.n.dtype = c.dtype(0);
 }
 
+// indices have data's rank and are no longer than data along every axis but `axis`.
+int check_elements_index(Ctx& c, const Shape& data, const Shape& idx) {
+  c.require(c.dtype(1) == DType::I32, std::string("indices must be i32, got ") + dtype_name(c.dtype(1)));
+  c.require(!data.empty(), "data must have rank >= 1");
+  c.require(idx.size() == data.size(), "indices " + shape_str(idx) + " must have the rank of data " + shape_str(data));
+  int axis = normalize_axis(c.n.attrs.i("axis"), int(data.size()), c.who());
+  c.n.attrs.set("axis", int64_t(axis));
+  for (size_t d = 0; d < data.size(); ++d)
+    c.require(int(d) == axis || idx[d] <= data[d], "indices " + shape_str(idx) + " exceed data " + shape_str(data) +
+                                                       " along axis " + std::to_string(d));
+  return axis;
+}
+
+void rule_gather_el(Ctx& c) {
+  check_elements_index(c, c.shape(0), c.shape(1));
+  c.n.shape = c.shape(1);
+  c.n.dtype = c.dtype(0);
+}
+
+void rule_scatter_el(Ctx& c) {
+  check_elements_index(c, c.shape(0), c.shape(1));
+  c.require(c.shape(2) == c.shape(1), "updates " + shape_str(c.shape(2)) + " must have the shape of indices " +
+                                          shape_str(c.shape(1)));
+  c.require_same_dtype(0, 2);
+  const std::string& r = c.n.attrs.s("reduction");
+  c.require(r == "none" || r == "add" || r == "mul" || r == "max" || r == "min",
+            "reduction must be none, add, mul, max or min, got '" + r + "'");
+  c.n.shape = c.shape(0);
+  c.n.dtype = c.dtype(0);
+}
+
 void rule_one_hot(Ctx& c) {
   c.require(c.dtype(0) == DType::I32, "indices must be i32");
   int64_t d = c.n.attrs.i("depth");

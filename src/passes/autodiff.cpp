@@ -263,6 +263,14 @@ RULE(Conv2d) {
   if (c.wants(1))
     c.give(1, c.op(Op::Conv2dGradWeight, {c.x(0), c.dy}, Attrs(geo).set("weight_shape", c.in_shape(1))));
 }
+// conv2d_grad_input(y, w) is the transposed convolution z of y: dy = conv2d(dz, w) (the forward it is the
+// derivative of), dw = conv2d_grad_weight(dz, y) (z sums w[o, c] y[o] over o, as conv2d's input gradient).
+RULE(Conv2dGradInput) {
+  Attrs geo = pick(c.n.attrs, {"stride", "padding", "dilation", "groups"});
+  if (c.wants(0)) c.give(0, c.op(Op::Conv2d, {c.dy, c.x(1)}, geo));
+  if (c.wants(1))
+    c.give(1, c.op(Op::Conv2dGradWeight, {c.dy, c.x(0)}, Attrs(geo).set("weight_shape", c.in_shape(1))));
+}
 RULE(MaxPool2d) { c.give(0, c.op(Op::MaxPool2dGrad, {c.x(0), c.dy}, c.n.attrs)); }
 RULE(AvgPool2d) { c.give(0, c.op(Op::AvgPool2dGrad, {c.dy}, Attrs(c.n.attrs).set("input_shape", c.in_shape(0)))); }
 RULE(Upsample2d) { c.give(0, c.op(Op::Upsample2dGrad, {c.dy}, c.n.attrs)); }
@@ -328,6 +336,29 @@ RULE(Pad) {
 RULE(Expand) { c.give(0, c.dy); }  // give() sums over the expanded axes
 RULE(Gather) {
   c.give(0, c.op(Op::GatherGrad, {c.dy, c.x(1)}, Attrs(c.n.attrs).set("table_shape", c.in_shape(0))));
+}
+// Every read position gets its cotangent back, summed where positions repeat.
+RULE(GatherElements) {
+  Tensor zero = Tensor(&c.g, c.g.add_full(c.in_shape(0), c.dy.dtype(), 0.0));
+  c.give(0, c.op(Op::ScatterElements, {zero, c.x(1), c.dy}, Attrs(c.n.attrs).set("reduction", std::string("add"))));
+}
+// As torch's scatter: data's cotangent is dy except where an update overwrote it (reduction none); each update
+// gets dy at its destination. mul/max/min have no rule.
+RULE(ScatterElements) {
+  const std::string r = c.n.attrs.s("reduction");
+  if (r != "none" && r != "add")
+    throw Error("backward: " + c.g.describe(c.n.id) + ": scatter_elements with reduction '" + r +
+                "' has no gradient rule (none and add do)");
+  const Attrs axis = pick(c.n.attrs, {"axis"});
+  if (c.wants(0)) {
+    if (r == "add") {
+      c.give(0, c.dy);
+    } else {
+      Tensor zero = Tensor(&c.g, c.g.add_full(c.in_shape(2), c.dy.dtype(), 0.0));
+      c.give(0, c.op(Op::ScatterElements, {c.dy, c.x(1), zero}, Attrs(axis).set("reduction", std::string("none"))));
+    }
+  }
+  if (c.wants(2)) c.give(2, c.op(Op::GatherElements, {c.dy, c.x(1)}, axis));
 }
 
 // ---- losses

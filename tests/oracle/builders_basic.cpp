@@ -88,6 +88,16 @@ MGN_ORACLE_BUILDER(split_take1) { return split(c.in[0], c.ints("sizes"), c.i("ax
 MGN_ORACLE_BUILDER(pad) { return pad(c.in[0], c.ints("pads"), c.f("value")); }
 MGN_ORACLE_BUILDER(expand) { return expand(c.in[0], c.ints("shape")); }
 MGN_ORACLE_BUILDER(gather) { return gather(c.in[0], c.in[1], c.i("axis")); }
+MGN_ORACLE_BUILDER(gather_elements) { return gather_elements(c.in[0], c.in[1], c.i("axis")); }
+MGN_ORACLE_BUILDER(scatter_elements) {
+  const std::string r = c.attrs.at("reduction").get<std::string>();
+  const ScatterReduction red = r == "add"   ? ScatterReduction::Add
+                               : r == "mul" ? ScatterReduction::Mul
+                               : r == "max" ? ScatterReduction::Max
+                               : r == "min" ? ScatterReduction::Min
+                                            : ScatterReduction::None;
+  return scatter_elements(c.in[0], c.in[1], c.in[2], c.i("axis"), red);
+}
 MGN_ORACLE_BUILDER(index_select) { return index_select(c.in[0], c.i("axis"), c.in[1]); }
 MGN_ORACLE_BUILDER(embedding) { return embedding(c.in[0], c.in[1]); }
 MGN_ORACLE_BUILDER(one_hot) { return one_hot(c.in[0], c.i("depth")); }

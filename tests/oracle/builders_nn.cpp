@@ -82,6 +82,12 @@ MGN_ORACLE_BUILDER(conv2d) { return conv2d(c.in[0], c.in[1], conv_options(c)); }
 MGN_ORACLE_BUILDER(conv2d_bias) { return conv2d(c.in[0], c.in[1], conv_options(c), c.in[2]); }
 MGN_ORACLE_BUILDER(conv1d) { return conv1d(c.in[0], c.in[1], conv1d_options(c)); }
 MGN_ORACLE_BUILDER(conv1d_bias) { return conv1d(c.in[0], c.in[1], conv1d_options(c), c.in[2]); }
+MGN_ORACLE_BUILDER(conv_transpose2d) {
+  return conv_transpose2d(c.in[0], c.in[1],
+                          {.stride = c.ints("stride"), .padding = c.ints("padding"),
+                           .output_padding = c.ints("output_padding"), .dilation = c.ints("dilation"),
+                           .groups = c.i("groups")});
+}
 MGN_ORACLE_BUILDER(conv2d_grad_input) { return raw_node(c, ir::Op::Conv2dGradInput, c.in, attrs_of(c)); }
 MGN_ORACLE_BUILDER(conv2d_grad_weight) { return raw_node(c, ir::Op::Conv2dGradWeight, c.in, attrs_of(c)); }
 

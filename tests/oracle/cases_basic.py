@@ -166,6 +166,35 @@ add(Case("reshape", "reshape", [In((2, 3, 4))], lambda x: x.reshape(4, 6), attrs
     Case("squeeze_unsqueeze", "squeeze_unsqueeze", [In((3, 1, 4))], lambda x: x.squeeze(1).unsqueeze(0)))
 
 
+# ---- elementwise indexing along an axis (repeated indices: the gather's gradient is a scatter-add)
+def scatter_case(name, reduce, axis, data, idx, grad, distinct=False):
+    torch_reduce = {"mul": "prod", "max": "amax", "min": "amin"}.get(reduce)
+
+    def f(d, i, u):
+        if reduce == "none":
+            return d.scatter(axis, i, u)
+        if reduce == "add":
+            return d.scatter_add(axis, i, u)
+        return d.scatter_reduce(axis, i, u, reduce=torch_reduce, include_self=True)
+    kind = "distinct" if distinct else "normal"
+    return Case(name, "scatter_elements",
+                [In(data), In(idx, "i32", kind=kind, lo=0, hi=data[axis], axis=axis), In(idx)], f,
+                attrs={"axis": axis, "reduction": reduce}, grad=grad)
+
+
+add(Case("gather_elements_axis1", "gather_elements", [In((3, 6, 4)), In((3, 5, 2), "i32", lo=0, hi=6)],
+         lambda d, i: torch.gather(d, 1, i), attrs={"axis": 1}),
+    Case("gather_elements_rank1", "gather_elements", [In((7,)), In((9,), "i32", lo=0, hi=7)],
+         lambda d, i: torch.gather(d, 0, i), attrs={"axis": 0}),
+    Case("gather_elements_last", "gather_elements", [In((2, 3, 5)), In((2, 2, 8), "i32", lo=0, hi=5)],
+         lambda d, i: torch.gather(d, 2, i), attrs={"axis": -1}),
+    scatter_case("scatter_elements_none_axis1", "none", 1, (3, 6, 4), (3, 4, 4), True, distinct=True),
+    scatter_case("scatter_elements_add_axis0", "add", 0, (5, 3), (7, 3), True),
+    scatter_case("scatter_elements_mul", "mul", 0, (4, 3), (6, 2), False),
+    scatter_case("scatter_elements_max", "max", 1, (3, 5), (2, 7), False),
+    scatter_case("scatter_elements_min", "min", 1, (3, 5), (3, 6), False))
+
+
 def slice_grad(dy):
     z = torch.zeros(4, 9, 3, dtype=torch.float64)
     z[1:4, 0:9:4, :] = dy

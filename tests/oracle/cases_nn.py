@@ -110,6 +110,28 @@ def conv_attrs(stride, padding, dilation, groups):
     return {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": groups}
 
 
+# The transposed convolution: torch's full output (no padding) with the padding cropped away, so asymmetric
+# padding can be checked too; output_padding adds rows/columns at the end.
+def conv_transpose_ref(stride, padding, output_padding, dilation, groups):
+    t, l, b, r = padding
+
+    def f(x, w):
+        y = F.conv_transpose2d(x, w, stride=stride, output_padding=output_padding, dilation=dilation,
+                               groups=groups)
+        return y[:, :, t:y.shape[2] - b, l:y.shape[3] - r]
+    return f
+
+
+for name, xs, ws, st, pd, op, dl, gr in [
+        ("conv_transpose2d_s2", (2, 3, 5, 4), (3, 4, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (1, 1), 1),
+        ("conv_transpose2d_asym", (1, 2, 4, 5), (2, 3, 3, 2), (2, 1), (0, 1, 2, 0), (1, 0), (1, 1), 1),
+        ("conv_transpose2d_groups_dil", (2, 4, 3, 3), (4, 3, 3, 3), (1, 2), (1, 0, 1, 0), (0, 1), (2, 1), 2),
+        ("conv_transpose2d_1x1", (1, 6, 3, 2), (6, 5, 1, 1), (1, 1), (0, 0, 0, 0), (0, 0), (1, 1), 1)]:
+    add(Case(name, "conv_transpose2d", [In(xs), In(ws)], conv_transpose_ref(st, pd, op, dl, gr),
+             attrs={"stride": list(st), "padding": list(pd), "output_padding": list(op), "dilation": list(dl),
+                    "groups": gr}))
+
+
 CONVS = [  # name, x shape, w shape, stride, padding [t, l, b, r], dilation, groups
     ("conv2d_basic", (2, 3, 7, 6), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     ("conv2d_stride_asym_pad", (1, 3, 9, 8), (5, 3, 3, 2), (2, 3), (1, 0, 2, 1), (1, 1), 1),

@@ -32,10 +32,19 @@ def write_safetensors(path, tensors, metadata):
 class In:
     """An input spec: dtype 'f32' | 'i32' | 'bool', shape, and how to draw values."""
 
-    def __init__(self, shape, dtype="f32", kind="normal", lo=None, hi=None, grad=True):
+    def __init__(self, shape, dtype="f32", kind="normal", lo=None, hi=None, grad=True, axis=None):
         self.shape, self.dtype, self.kind, self.lo, self.hi, self.grad = tuple(shape), dtype, kind, lo, hi, grad
+        self.axis = axis
 
     def draw(self, rng):
+        if self.dtype == "i32" and self.kind == "distinct":
+            # Indices with no repeats along `axis` (each line a random choice from [lo, hi) without
+            # replacement): scatters whose result does not depend on the order of duplicate writes.
+            moved = np.moveaxis(np.empty(self.shape, dtype=np.int32), self.axis, -1)
+            flat = moved.reshape(-1, moved.shape[-1])
+            for row in flat:
+                row[:] = rng.permutation(np.arange(self.lo, self.hi))[: len(row)]
+            return np.ascontiguousarray(np.moveaxis(flat.reshape(moved.shape), -1, self.axis))
         if self.dtype == "i32":
             return rng.integers(self.lo, self.hi, size=self.shape, dtype=np.int64).astype(np.int32)
         if self.dtype == "bool":

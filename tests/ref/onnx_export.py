@@ -43,6 +43,25 @@ def export(name, model, x, opset, fold=True, dynamic=None, run_x=None, keep_bn=F
     save(name, {"x": x, "y": y})
 
 
+class Decoder(nn.Module):
+    """ConvTranspose (stride, padding, output padding, dilation), GatherElements (repeated indices) and
+    ScatterElements (indices distinct along the axis) as torch.onnx.export writes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1)
+        self.up2 = nn.ConvTranspose2d(3, 2, (2, 3), stride=(1, 2), padding=(0, 1), dilation=(2, 1), bias=False)
+        g = torch.Generator().manual_seed(3)
+        self.register_buffer("take", torch.randint(0, 15, (2, 2, 10, 6), generator=g))
+        self.register_buffer("put", torch.stack([torch.randperm(15, generator=g)[:6] for _ in range(40)])
+                             .reshape(2, 2, 10, 6))
+
+    def forward(self, x):
+        h = self.up2(torch.relu(self.up(x)))          # [2, 2, 10, 15]
+        t = torch.gather(h, 3, self.take)             # GatherElements, [2, 2, 10, 6]
+        return h.scatter(3, self.put, t * 2.0 - 1.0)  # ScatterElements, [2, 2, 10, 15]
+
+
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
@@ -372,6 +391,8 @@ def main():
     export("llama", LlamaBlock(), torch.randn(1, 7, 16), 17)
     torch.manual_seed(24)
     export("llama_nofold", LlamaBlock(), torch.randn(2, 5, 16), 14, fold=False)  # RoPE/mask as subgraphs
+    torch.manual_seed(26)
+    export("decoder", Decoder(), torch.randn(2, 4, 4, 4), 17)
     torch.manual_seed(25)  # symbolic sequence: positions (Range) and the mask are computed from Shape
     export("llama_dyn", LlamaBlock(), torch.randn(1, 6, 16), 15, dynamic={1: "seq"}, run_x=torch.randn(1, 9, 16))
 

@@ -1,4 +1,5 @@
 // CPU reference: data movement (reshape, permute, slice, concat, pad, expand, gather, one-hot) and losses.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/kernels.h"
@@ -128,6 +129,49 @@ void k_OneHot(const ir::Node& n, const Inputs& in, Buffer& out) {
     int64_t k = int64_t(in[0]->v[size_t(j)]);
     if (k >= 0 && k < d) out.v[size_t(j * d + k)] = 1.0;  // out-of-range rows stay zero, like ONNX OneHot
   }
+}
+
+// ---- elementwise indexing along one axis: index position p (row-major over indices) reads or writes data at
+// p with p[axis] replaced by the index there (negative counts from the end).
+namespace {
+template <class F>
+void for_each_element_index(const ir::Node& n, const Shape& data, const Buffer& idx, F f) {
+  const int axis = int(n.attrs.i("axis"));
+  const std::vector<int64_t> ds = strides_of(data);
+  std::vector<int64_t> coord(idx.shape.size(), 0);
+  for (int64_t p = 0; p < idx.size(); ++p) {
+    int64_t off = 0;
+    for (size_t d = 0; d < coord.size(); ++d)
+      off += (int(d) == axis ? checked_index(n, idx.v[size_t(p)], data[d]) : coord[d]) * ds[d];
+    f(p, off);
+    for (size_t d = coord.size(); d-- > 0;) {  // next row-major coordinate
+      if (++coord[d] < idx.shape[d]) break;
+      coord[d] = 0;
+    }
+  }
+}
+}  // namespace
+
+void k_GatherElements(const ir::Node& n, const Inputs& in, Buffer& out) {
+  const Buffer& data = *in[0];
+  for_each_element_index(n, data.shape, *in[1], [&](int64_t p, int64_t off) { out.v[size_t(p)] = data.v[size_t(off)]; });
+}
+
+// Writes in index order, so with duplicate indices reduction "none" keeps the last update and the others combine
+// in that order (the GPU kernel walks each output's candidates in the same order).
+void k_ScatterElements(const ir::Node& n, const Inputs& in, Buffer& out) {
+  out.v = in[0]->v;
+  const std::string& r = n.attrs.s("reduction");
+  const std::vector<double>& upd = in[2]->v;
+  for_each_element_index(n, out.shape, *in[1], [&](int64_t p, int64_t off) {
+    double& o = out.v[size_t(off)];
+    const double u = upd[size_t(p)];
+    if (r == "add") o += u;
+    else if (r == "mul") o *= u;
+    else if (r == "max") o = std::isnan(o) || std::isnan(u) ? NAN : std::max(o, u);
+    else if (r == "min") o = std::isnan(o) || std::isnan(u) ? NAN : std::min(o, u);
+    else o = u;
+  });
 }
 
 // ---- cross-entropy over the last axis with PyTorch's ignore_index and label_smoothing semantics.

@@ -415,6 +415,28 @@ Outs op_gather(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(gather(L.tensor(x), L.tensor(ix, DType::I32), axis))};
 }
 
+// GatherElements / ScatterElements: indices of any integer type become i32 (negative ones count from the end,
+// as the IR's ops do).
+Outs op_gather_elements(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  int axis = norm_axis(n, attr_i(n, "axis", 0), int64_t(x.shape().size()));
+  return {tensor_value(gather_elements(L.tensor(x), L.tensor(req_in(n, in, 1), DType::I32), axis))};
+}
+
+Outs op_scatter_elements(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  int axis = norm_axis(n, attr_i(n, "axis", 0), int64_t(x.shape().size()));
+  const std::string r = attr_s(n, "reduction", "none");
+  const ScatterReduction red = r == "none"  ? ScatterReduction::None
+                               : r == "add" ? ScatterReduction::Add
+                               : r == "mul" ? ScatterReduction::Mul
+                               : r == "max" ? ScatterReduction::Max
+                               : r == "min" ? ScatterReduction::Min
+                                            : throw Error(node_label(n) + ": unknown reduction '" + r + "'");
+  return {tensor_value(scatter_elements(L.tensor(x), L.tensor(req_in(n, in, 1), DType::I32),
+                                        L.tensor(req_in(n, in, 2)), axis, red))};
+}
+
 Outs op_expand(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& x = req_in(n, in, 0);
   Shape target = broadcast(n, x.shape(), ints_of(host_of(n, in, 1, "shape")));
@@ -778,6 +800,60 @@ Outs op_conv(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(y)};
 }
 
+// ConvTranspose (1-D and 2-D): the IR's transposed convolution; pads from `pads`, or from `output_shape` /
+// auto_pad SAME_* as the ONNX spec derives them.
+Outs op_conv_transpose(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0)), w = L.tensor(req_in(n, in, 1));
+  std::optional<Tensor> bias;
+  if (const Value* b = opt_in(in, 2)) bias = L.tensor(*b);
+  const bool is1d = x.rank() == 3;
+  if (!is1d && x.rank() != 4) throw Error(node_label(n) + ": only 1-D and 2-D transposed convolutions are supported");
+  if (w.rank() != x.rank()) throw Error(node_label(n) + ": weight rank differs from input rank");
+  const size_t r = size_t(x.rank()) - 2;
+  std::vector<int64_t> k(w.shape().begin() + 2, w.shape().end());
+  if (attr_ints(n, "kernel_shape", k) != k)
+    throw Error(node_label(n) + ": kernel_shape disagrees with the weight " + shape_str(w.shape()));
+  std::vector<int64_t> stride = attr_ints(n, "strides", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> dil = attr_ints(n, "dilations", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> outpad = attr_ints(n, "output_padding", std::vector<int64_t>(r, 0));
+  if (stride.size() != r || dil.size() != r || outpad.size() != r)
+    throw Error(node_label(n) + ": strides/dilations/output_padding have the wrong length");
+  const std::string ap = attr_s(n, "auto_pad", "NOTSET");
+  std::vector<int64_t> want = attr_ints(n, "output_shape", {});
+  if (!want.empty() && want.size() != r) want.erase(want.begin(), want.end() - std::ptrdiff_t(r));  // [N, C, ...] given
+  std::vector<int64_t> p(2 * r, 0);
+  if (want.empty() && (ap == "SAME_UPPER" || ap == "SAME_LOWER"))
+    for (size_t i = 0; i < r; ++i) want.push_back(x.dim(int(2 + i)) * stride[i]);
+  if (!want.empty()) {
+    for (size_t i = 0; i < r; ++i) {
+      const int64_t full = stride[i] * (x.dim(int(2 + i)) - 1) + outpad[i] + (k[i] - 1) * dil[i] + 1;
+      const int64_t total = full - want[i];
+      if (total < 0) throw Error(node_label(n) + ": output_shape larger than the transposed convolution gives");
+      const bool lower = ap == "SAME_LOWER";
+      p[i] = lower ? total - total / 2 : total / 2;
+      p[i + r] = total - p[i];
+    }
+  } else if (ap == "NOTSET") {
+    p = attr_ints(n, "pads", p);
+    if (p.size() != 2 * r) throw Error(node_label(n) + ": pads must have " + std::to_string(2 * r) + " values");
+  } else if (ap != "VALID") {
+    throw Error(node_label(n) + ": unknown auto_pad '" + ap + "'");
+  }
+  const int64_t groups = attr_i(n, "group", 1);
+  if (is1d) {  // [N, C, L] as [N, C, 1, L]
+    x = unsqueeze(x, 2);
+    w = unsqueeze(w, 2);
+    stride.insert(stride.begin(), 1);
+    dil.insert(dil.begin(), 1);
+    outpad.insert(outpad.begin(), 0);
+    p = {0, p[0], 0, p[1]};
+  }
+  Tensor y = conv_transpose2d(
+      x, w, {.stride = stride, .padding = p, .output_padding = outpad, .dilation = dil, .groups = groups}, bias);
+  if (is1d) y = squeeze(y, 2);
+  return {tensor_value(y)};
+}
+
 Rule pool(bool is_max) {
   return [is_max](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
     Tensor x = L.tensor(req_in(n, in, 0));
@@ -925,6 +1001,7 @@ const std::map<std::string, Rule>& op_table() {
       {"MatMul", op_matmul},
       {"Gemm", op_gemm},
       {"Conv", op_conv},
+      {"ConvTranspose", op_conv_transpose},
       {"MaxPool", pool(true)},
       {"AveragePool", pool(false)},
       {"GlobalAveragePool", op_global_avg_pool},
@@ -943,6 +1020,8 @@ const std::map<std::string, Rule>& op_table() {
       {"Split", op_split},
       {"Slice", op_slice},
       {"Gather", op_gather},
+      {"GatherElements", op_gather_elements},
+      {"ScatterElements", op_scatter_elements},
       {"Expand", op_expand},
       {"Where", op_where},
       {"Not", op_not},
