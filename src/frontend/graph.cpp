@@ -106,6 +106,11 @@ std::optional<Tensor> Graph::find(const std::string& name) const {
   if (!id) return std::nullopt;
   return Tensor(g_.get(), *id);
 }
+std::optional<Tensor> Graph::find_output(const std::string& name) const {
+  auto id = g_->find_output(name);
+  if (!id) return std::nullopt;
+  return Tensor(g_.get(), *id);
+}
 Tensor Graph::get(const std::string& name) const {
   auto t = find(name);
   if (!t) throw Error("the graph has no input or parameter named '" + name + "'");
@@ -274,6 +279,21 @@ Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o, std::optional<Tensor> 
     y = y + reshape(*bias, {w.dim(0), 1, 1});
   }
   return y;
+}
+// The attributes of conv2d's derivative ops are the forward's geometry plus the shape they produce.
+static Attrs conv2d_grad_attrs(const Conv2dOptions& o, const char* shape_attr, const Shape& shape) {
+  return Attrs()
+      .set("stride", o.stride)
+      .set("padding", pad4(o.padding, "conv2d"))
+      .set("dilation", o.dilation)
+      .set("groups", o.groups)
+      .set(shape_attr, shape);
+}
+Tensor conv2d_grad_input(Tensor dy, Tensor w, const Shape& input_shape, const Conv2dOptions& o) {
+  return node(Op::Conv2dGradInput, {dy, w}, conv2d_grad_attrs(o, "input_shape", input_shape));
+}
+Tensor conv2d_grad_weight(Tensor x, Tensor dy, const Shape& weight_shape, const Conv2dOptions& o) {
+  return node(Op::Conv2dGradWeight, {x, dy}, conv2d_grad_attrs(o, "weight_shape", weight_shape));
 }
 Tensor conv1d(Tensor x, Tensor w, const Conv1dOptions& o, std::optional<Tensor> bias) {
   if (x.rank() != 3) throw Error("conv1d: input must be [N, C, L], got " + shape_str(x.shape()));
