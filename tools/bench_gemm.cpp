@@ -138,7 +138,8 @@ Run declare_bench_gemm(CLI::App& app) {
   auto a = std::make_shared<GemmArgs>();
   app.add_option("SHAPES", a->shapes, "MxNxK, one session each (default 1024x1024x1024)")
       ->check(shape_text("shape"))
-      ->type_name("MxNxK...");
+      ->type_name("MxNxK")
+      ->default_str("");
   app.add_flag("--f16", a->f16, "mark the matmul Accelerated (the f16 cooperative-matrix kernel where the self-test passed)");
   app.add_flag("--no-check", a->no_check, "skip the sampled check against a double-precision reference");
   app.add_option("--warmup", a->warmup, "untimed calls before the timed ones, at least")->check(at_least(0));

@@ -97,7 +97,7 @@ CLI::Validator shape_text(const std::string& what) {
         }
         return "";
       },
-      "AxBx...");
+      "");
 }
 
 void add_compile_flags(CLI::App& app, CompileFlags& f, unsigned which, const std::string& precision_names) {

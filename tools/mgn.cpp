@@ -111,7 +111,7 @@ Run declare_help(CLI::App& app) {
   app.add_option("TOPIC", a->topic, "a command, or `environment` for the MGN_* variables");
   app.add_flag("--markdown", a->markdown, "with `environment`: the tables of docs/environment.md, verbatim");
   return [a](const Context& c) {
-    if (a->markdown && a->topic != "environment") throw UsageError("--markdown goes with `mgn help environment`");
+    if (a->markdown && a->topic != "environment") throw UsageError("--markdown goes with the topic environment");
     if (a->topic.empty()) {
       std::fputs(c.app.get_formatter()->make_help(&c.app, "mgn", CLI::AppFormatMode::Normal).c_str(), stdout);
     } else if (a->topic == "environment") {
@@ -181,11 +181,12 @@ int main(int argc, char** argv) {
   // One command per call: its arguments are never taken for another command's name (`mgn help bench`).
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "mgn " MGN_VERSION);
+  std::vector<std::pair<const Command*, Run>> runs;
+  for (const Command& c : commands()) runs.emplace_back(&c, c.declare(*app.add_subcommand(c.name, c.summary)));
+  // After the subcommands, which would inherit it.
   app.footer(
       "mgn CMD --help (or mgn help CMD) describes a command; mgn help environment lists the MGN_* variables.\n"
       "Exit status: 0 ok, 1 runtime error, 2 usage error.");
-  std::vector<std::pair<const Command*, Run>> runs;
-  for (const Command& c : commands()) runs.emplace_back(&c, c.declare(*app.add_subcommand(c.name, c.summary)));
 
   if (argc < 2) {
     std::fputs(app.help().c_str(), stderr);

@@ -266,7 +266,7 @@ Run declare_inspect(CLI::App& app) {
     bool supported_ops = false;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("MODEL", a->model, "an .onnx file")->check(CLI::ExistingFile)->type_name("FILE");
+  app.add_option("MODEL", a->model, "an .onnx file")->check(CLI::ExistingFile);
   app.add_flag("--supported-ops", a->supported_ops, "list the importable operators instead (the README's list)");
   app.footer("Prints the opset, inputs and outputs with shapes, the op histogram (unsupported ops marked),\n"
              "and the initializer and parameter counts.");
@@ -284,14 +284,16 @@ Run declare_inspect(CLI::App& app) {
 
 Run declare_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  app.add_option("MODEL", a->model, "an .onnx file")->required()->check(CLI::ExistingFile)->type_name("FILE");
+  app.add_option("MODEL", a->model, "an .onnx file")->required()->check(CLI::ExistingFile);
   app.add_option("--input", a->inputs,
                  "NAME=random|zeros|FILE.npy|1x3x224x224 (a shape: random values of it, binding dynamic axes); "
                  "repeatable; inputs not named get random values")
       ->type_name("NAME=SPEC")
+      ->default_str("")
       ->allow_extra_args(false);
   app.add_option("--shape", a->shapes, "NAME=1x3x224x224: binds the input's dynamic axes; repeatable")
       ->type_name("NAME=DIMS")
+      ->default_str("")
       ->allow_extra_args(false);
   app.add_option("--seed", a->seed, "seed of the random inputs")->check(at_least(0));
   app.add_option("--save-outputs", a->save_dir, "write every output as DIR/<name>.npy (float32)")->type_name("DIR");
