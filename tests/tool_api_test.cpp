@@ -17,7 +17,9 @@ using namespace mgn;
 
 namespace {
 
-std::vector<float> to_f32(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> to_f32(const std::vector<double>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 
 double dot(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());

@@ -60,7 +60,8 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
     g.output("c", tc);
     auto t0 = std::chrono::steady_clock::now();
     Session s = compile(g, opt);
-    double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<float> av(size_t(m * k)), bv(size_t(k * n));
     for (size_t i = 0; i < av.size(); ++i) av[i] = float((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     for (size_t i = 0; i < bv.size(); ++i) bv[i] = float((i * 40503u) % 1000) / 1000.0f - 0.5f;
@@ -78,7 +79,8 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
       check_err = 0;
       const int64_t count = std::min<int64_t>(m * n, 512);
       for (int64_t q = 0; q < count; ++q) {
-        const int64_t idx = count == m * n ? q : int64_t((uint64_t(q) * 2654435761ull + 12345) % uint64_t(m * n));
+        const int64_t idx =
+            count == m * n ? q : int64_t((uint64_t(q) * 2654435761ull + 12345) % uint64_t(m * n));
         const int64_t i = idx / n, j = idx % n;
         double ref = 0, mag = 0;
         for (int64_t l = 0; l < k; ++l) {
@@ -140,15 +142,18 @@ Run declare_bench_gemm(CLI::App& app) {
       ->check(shape_text("shape"))
       ->type_name("MxNxK")
       ->default_str("");
-  app.add_flag("--f16", a->f16, "mark the matmul Accelerated (the f16 cooperative-matrix kernel where the self-test passed)");
+  app.add_flag("--f16", a->f16,
+               "mark the matmul Accelerated (the f16 cooperative-matrix kernel where the self-test passed)");
   app.add_flag("--no-check", a->no_check, "skip the sampled check against a double-precision reference");
   app.add_option("--warmup", a->warmup, "untimed calls before the timed ones, at least")->check(at_least(0));
-  app.add_option("--warmup-ms", a->warmup_ms, "wall time of the untimed calls, at least")->check(number_at_least(0));
+  app.add_option("--warmup-ms", a->warmup_ms, "wall time of the untimed calls, at least")
+      ->check(number_at_least(0));
   app.add_option("--samples", a->samples, "timed calls per shape")->check(at_least(1));
   app.add_option("--tag", a->tag, "copied into every JSON line (e.g. the variant's name in a sweep)");
   app.add_option("--variant", a->variant, "the f32 GEMM kernel family; overrides MGN_GEMM_VARIANT")
       ->check(CLI::IsMember({"auto", "simt", "small"}));
-  app.add_option("--tile", a->tile, "the f32 SIMT tile, BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]; overrides MGN_GEMM_TILE")
+  app.add_option("--tile", a->tile,
+                 "the f32 SIMT tile, BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]; overrides MGN_GEMM_TILE")
       ->check(tile_text(false));
   app.add_option("--f16-tile", a->f16_tile,
                  "the f16 tile, BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,dD][,sS]; overrides MGN_GEMM_F16_TILE")

@@ -219,8 +219,7 @@ int run_micro_bench(Args& a) {
       for (const std::string& name : s.output_names()) {
         std::vector<float> v = s.read(name);
         if (!std::isfinite(l2_norm(v)))
-          throw Error(a.workload + " " + c.name + " " + phase + ": output '" + name +
-                      "' is not finite");
+          throw Error(a.workload + " " + c.name + " " + phase + ": output '" + name + "' is not finite");
         out.push_back(StoredTensor::from_f32(c.name + "." + phase + "." + name, s.shape_of(name), v));
       }
       lines.emit(r);

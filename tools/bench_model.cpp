@@ -255,7 +255,8 @@ ModelSpec fashion_spec(Args& a) {
   // Inputs: the first `batch` training images of Fashion-MNIST, which the PyTorch script reads too.
   const std::string dir = a.data.empty() ? a.fashion_mnist_dir : a.data;
   if (!std::filesystem::is_directory(dir))
-    throw tool::UsageError("the Fashion-MNIST folder " + dir + " does not exist (give --data DIR or MGN_FASHION_MNIST_DIR)");
+    throw tool::UsageError("the Fashion-MNIST folder " + dir +
+                           " does not exist (give --data DIR or MGN_FASHION_MNIST_DIR)");
   Dataset data = load_fashion_mnist(dir, Split::Train, batch);
   if (data.count < batch)
     throw Error(dir + " holds " + std::to_string(data.count) + " training images, batch is " +
@@ -319,7 +320,8 @@ ModelSpec llama_spec(Args& a) {
   const int64_t B = a.batch ? a.batch : 1, S = a.seq ? a.seq : 128, V = cfg.vocab_size;
   if (S + 1 > cfg.max_position_embeddings)
     throw tool::UsageError(a.workload + ": --seq " + std::to_string(S) +
-                " + 1 exceeds max_position_embeddings " + std::to_string(cfg.max_position_embeddings));
+                           " + 1 exceeds max_position_embeddings " +
+                           std::to_string(cfg.max_position_embeddings));
   m.batch = B;
   m.extra = {{"seq", S}};
   const uint64_t seed = a.seed;

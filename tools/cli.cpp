@@ -78,8 +78,8 @@ std::vector<int64_t> parse_dims(const std::string& text, const std::string& what
     if (q == std::string::npos) q = text.size();
     const std::string part = text.substr(p, q - p);
     int64_t v = 0;
-    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || !parse_integer(part, v) ||
-        v < 1)
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos ||
+        !parse_integer(part, v) || v < 1)
       throw UsageError(what + ": '" + text + "' is not a shape like 1x3x224x224 (every dimension >= 1)");
     out.push_back(v);
     p = q + 1;
@@ -102,16 +102,18 @@ CLI::Validator shape_text(const std::string& what) {
 
 void add_compile_flags(CLI::App& app, CompileFlags& f, unsigned which, const std::string& precision_names) {
   if (which & kBackendFlag)
-    app.add_option("--backend", f.backend, "where sessions run; auto: Vulkan when a device works, else the CPU")
+    app.add_option("--backend", f.backend,
+                   "where sessions run; auto: Vulkan when a device works, else the CPU")
         ->check(CLI::IsMember({"auto", "cpu", "vulkan"}));
   if (which & kDeviceFlag)
     app.add_option("--device", f.device,
                    "the Vulkan device: an index or part of its name (`mgn devices`); overrides MGN_DEVICE")
         ->type_name("INDEX|NAME");
   if (which & kPrecisionFlag)
-    app.add_option(precision_names, f.precision,
-                   "precision of nodes that leave theirs unset; accelerated lets matmuls round their inputs to "
-                   "f16 where the device's self-test passed; overrides MGN_PRECISION (default strict)")
+    app.add_option(
+           precision_names, f.precision,
+           "precision of nodes that leave theirs unset; accelerated lets matmuls round their inputs to "
+           "f16 where the device's self-test passed; overrides MGN_PRECISION (default strict)")
         ->check(CLI::IsMember({"strict", "accelerated"}));
 }
 

@@ -40,10 +40,10 @@ struct Command {
 };
 
 // ---- validators with readable messages (the value as given, and what is expected)
-CLI::Validator at_least(int64_t min);                 // an integer >= min
-CLI::Validator number_at_least(double min);           // a number >= min
-CLI::Validator positive_number();                     // a number > 0
-CLI::Validator shape_text(const std::string& what);   // "MxNxK"-like dimensions, each >= 1
+CLI::Validator at_least(int64_t min);                // an integer >= min
+CLI::Validator number_at_least(double min);          // a number >= min
+CLI::Validator positive_number();                    // a number > 0
+CLI::Validator shape_text(const std::string& what);  // "MxNxK"-like dimensions, each >= 1
 
 // Dimensions written "1x3x224x224"; throws UsageError naming `what`.
 std::vector<int64_t> parse_dims(const std::string& text, const std::string& what);

@@ -51,7 +51,7 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   if (seq > cfg.max_position_embeddings)
     throw UsageError("--seq " + std::to_string(seq) + " exceeds max_position_embeddings " +
-                std::to_string(cfg.max_position_embeddings));
+                     std::to_string(cfg.max_position_embeddings));
   std::vector<int32_t> tokens = tok.encode(read_text(a.text));
   if (int64_t(tokens.size()) < seq)
     throw Error("the text encodes to " + std::to_string(tokens.size()) + " tokens, fewer than --seq " +
@@ -79,8 +79,8 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       if (cursor + size_t(seq) > tokens.size()) cursor = 0;
-      std::copy(tokens.begin() + std::ptrdiff_t(cursor), tokens.begin() + std::ptrdiff_t(cursor + size_t(seq)),
-                ids.begin() + std::ptrdiff_t(b * seq));
+      std::copy(tokens.begin() + std::ptrdiff_t(cursor),
+                tokens.begin() + std::ptrdiff_t(cursor + size_t(seq)), ids.begin() + std::ptrdiff_t(b * seq));
       cursor += size_t(seq);
     }
     s.set_input("ids", ids);
@@ -90,9 +90,9 @@ int finetune(const FinetuneArgs& a, const Context& c) {
     if (step == 0) first = last;
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int width = 30, done = int(width * (step + 1) / steps);
-    std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.1f steps/s", (long long)(step + 1), (long long)steps,
-                 std::string(size_t(done), '=').c_str(), std::string(size_t(width - done), ' ').c_str(), last,
-                 double(step + 1) / el);
+    std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.1f steps/s", (long long)(step + 1),
+                 (long long)steps, std::string(size_t(done), '=').c_str(),
+                 std::string(size_t(width - done), ' ').c_str(), last, double(step + 1) / el);
   }
   std::fprintf(stderr, "\n");
 
@@ -109,7 +109,8 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   write_safetensors(out + "/model.safetensors", tensors,
                     {{"format", "pt"}, {"mgn.finetune_steps", std::to_string(steps)}});
   std::printf("loss: first step %.4f, last step %.4f\n", first, last);
-  std::printf("saved: %s/model.safetensors (%zu tensors), config.json, tokenizer.json\n", out.c_str(), tensors.size());
+  std::printf("saved: %s/model.safetensors (%zu tensors), config.json, tokenizer.json\n", out.c_str(),
+              tensors.size());
   return 0;
 }
 
@@ -117,7 +118,8 @@ int finetune(const FinetuneArgs& a, const Context& c) {
 
 Run declare_finetune(CLI::App& app) {
   auto a = std::make_shared<FinetuneArgs>();
-  app.add_option("MODEL_DIR", a->dir, "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
+  app.add_option("MODEL_DIR", a->dir,
+                 "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
       ->required()
       ->check(CLI::ExistingDirectory);
   app.add_option("--text", a->text, "the training text (UTF-8)")->required()->check(CLI::ExistingFile);

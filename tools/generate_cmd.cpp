@@ -41,7 +41,8 @@ int generate_text(const GenerateArgs& a, const Context& c) {
   const std::string weights = a.weights.empty() ? a.dir : a.weights;
   if (weights != "random") llama::load_weights(s, llama::read_weights(cfg, weights));
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "%s: %lld layers, hidden %lld, vocab %lld; backend %s; prompt %zu tokens; loaded in %.1f s\n",
+  std::fprintf(stderr,
+               "%s: %lld layers, hidden %lld, vocab %lld; backend %s; prompt %zu tokens; loaded in %.1f s\n",
                a.dir.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
                (long long)cfg.vocab_size, s.backend(), prompt.size(), load_s);
 
@@ -77,7 +78,8 @@ int generate_text(const GenerateArgs& a, const Context& c) {
 
 Run declare_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  app.add_option("MODEL_DIR", a->dir, "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
+  app.add_option("MODEL_DIR", a->dir,
+                 "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
       ->required()
       ->check(CLI::ExistingDirectory);
   app.add_option("--prompt", a->prompt, "the text to continue")->required();
@@ -86,8 +88,9 @@ Run declare_generate(CLI::App& app) {
       ->check(number_at_least(0));
   app.add_option("--top-k", a->top_k, "sample among the k likeliest tokens (0: all)")->check(at_least(0));
   app.add_option("--seed", a->seed, "sampling seed")->check(at_least(0));
-  app.add_option("--weights", a->weights,
-                 "weights file or folder (default MODEL_DIR); random keeps the random initialization (timing)")
+  app.add_option(
+         "--weights", a->weights,
+         "weights file or folder (default MODEL_DIR); random keeps the random initialization (timing)")
       ->type_name("PATH|random");
   add_compile_flags(app, a->compile);
   app.footer(

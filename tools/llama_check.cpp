@@ -47,8 +47,8 @@ struct Diff {
 // ||got - want|| / ||want|| in double (||got - want|| when want is zero) and the largest element difference.
 Diff compare(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   if (got.size() != want.size())
-    throw mgn::Error(what + " has " + std::to_string(got.size()) +
-                     " values, the reference " + std::to_string(want.size()));
+    throw mgn::Error(what + " has " + std::to_string(got.size()) + " values, the reference " +
+                     std::to_string(want.size()));
   double num = 0, den = 0, mx = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     double d = double(got[i]) - double(want[i]);
@@ -150,7 +150,7 @@ int llama_check(const Args& a, const Context& c) {
   check_tokens(want_greedy, "ref.greedy");
   if (a.tokens > int64_t(want_greedy.size()))
     throw UsageError("--tokens " + std::to_string(a.tokens) + ": the reference has only " +
-                std::to_string(want_greedy.size()) + " greedy tokens");
+                     std::to_string(want_greedy.size()) + " greedy tokens");
   const int64_t N = a.tokens ? a.tokens : int64_t(want_greedy.size()), P = int64_t(prompt.size());
   want_greedy.resize(size_t(N));
   const int64_t T = a.seq ? a.seq : S;  // timing length
@@ -203,8 +203,7 @@ int llama_check(const Args& a, const Context& c) {
   pre.run();
   {
     const StoredTensor& rl = ref.get("ref.logits");
-    if (rl.shape != Shape{B, S, V})
-      throw Error("" + ref_path + ": ref.logits is not [batch, seq, vocab]");
+    if (rl.shape != Shape{B, S, V}) throw Error("" + ref_path + ": ref.logits is not [batch, seq, vocab]");
     std::vector<float> got = pre.read("logits"), want = rl.to_f32();
     Diff d = compare(got, want, "logits");
     int64_t agree = 0;
@@ -239,8 +238,7 @@ int llama_check(const Args& a, const Context& c) {
     int64_t over = 0, n = 0;
     for (auto& [name, shape] : llama::parameter_shapes(cfg)) {
       const StoredTensor& rg = ref.get("grad." + name);
-      if (rg.shape != shape)
-        throw Error("" + ref_path + ": grad." + name + " has the wrong shape");
+      if (rg.shape != shape) throw Error("" + ref_path + ": grad." + name + " has the wrong shape");
       Diff d = compare(flb.read("grad." + name), rg.to_f32(), "grad." + name);
       per[name] = {{"rel_l2", d.rel_l2}, {"max_abs", d.max_abs}};
       over += !(d.rel_l2 < a.tol_grad);
@@ -256,8 +254,7 @@ int llama_check(const Args& a, const Context& c) {
   }
 
   // ---- greedy decoding: KV cache (llama::generate) vs prefill only vs the reference
-  if (P + N - 1 > cfg.max_position_embeddings)
-    throw Error("prompt + tokens exceed max_position_embeddings");
+  if (P + N - 1 > cfg.max_position_embeddings) throw Error("prompt + tokens exceed max_position_embeddings");
   t0 = Clock::now();
   Graph gd = llama::decode_graph(cfg, {.batch = 1, .seq = P + N});
   Session dec = compile(gd, copt);
@@ -417,18 +414,22 @@ Run declare_llama_check(CLI::App& app) {
   app.add_option("DIR", a->dir, "a directory written by bench/pytorch/llama_ref.py")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--seq", a->seq, "timing length of prefill and F+L+B (default: the reference's)")->check(at_least(2));
-  app.add_option("--tokens", a->tokens, "greedy tokens compared (default: all the reference has)")->check(at_least(1));
+  app.add_option("--seq", a->seq, "timing length of prefill and F+L+B (default: the reference's)")
+      ->check(at_least(2));
+  app.add_option("--tokens", a->tokens, "greedy tokens compared (default: all the reference has)")
+      ->check(at_least(1));
   app.add_option("--json", a->json, "write the gates, errors and timings there")->type_name("FILE");
   app.add_option("--warmup", a->warmup, "untimed calls before each timed phase")->check(at_least(0));
   app.add_option("--samples", a->samples, "timed calls per phase")->check(at_least(1));
   app.add_flag("--no-time", a->no_time, "the gates only");
-  app.add_option("--tol-logits", a->tol_logits, "gate: prefill logits, relative L2")->check(positive_number());
+  app.add_option("--tol-logits", a->tol_logits, "gate: prefill logits, relative L2")
+      ->check(positive_number());
   app.add_option("--tol-loss", a->tol_loss, "gate: loss, relative error")->check(positive_number());
   app.add_option("--tol-grad", a->tol_grad, "gate: every gradient, relative L2")->check(positive_number());
   add_compile_flags(app, a->compile);
   app.footer(
-      "Checks the prefill logits, the loss, every gradient and greedy KV-cache decoding against the reference\n"
+      "Checks the prefill logits, the loss, every gradient and greedy KV-cache decoding against the "
+      "reference\n"
       "(transformers' LlamaForCausalLM, strict f32) and times prefill, one decode token and F+L+B, next to\n"
       "PyTorch eager when DIR/torch_times.json is there. Exit status 1 when a gate fails.");
   return [a](const Context& c) { return llama_check(*a, c); };

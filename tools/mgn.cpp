@@ -32,10 +32,12 @@ const std::vector<Command>& commands() {
       {"inspect", "describe an ONNX model: opset, inputs and outputs, ops, parameters", declare_inspect},
       {"run", "import an ONNX model, run it once, print or save its outputs", declare_run},
       {"generate", "continue a prompt with a Hugging Face Llama-family model", declare_generate},
-      {"finetune", "train a Llama-family model on a text file, save it as a model directory", declare_finetune},
+      {"finetune", "train a Llama-family model on a text file, save it as a model directory",
+       declare_finetune},
       {"llama-check", "gate and time a Llama-family model against a PyTorch reference directory",
        declare_llama_check},
-      {"bench", "time a workload phase by phase and write the tensors of the correctness gates", declare_bench},
+      {"bench", "time a workload phase by phase and write the tensors of the correctness gates",
+       declare_bench},
       {"bench-gemm", "time one-matmul sessions per MxNxK shape (one JSON line each)", declare_bench_gemm},
       {"devices", "list the Vulkan devices (--verbose: features, f16 GEMM self-test)", declare_devices},
       {"help", "help on a command (mgn help CMD) or the MGN_* variables (mgn help environment)", declare_help,
@@ -81,7 +83,8 @@ void print_environment() {
       {"compiler", "Compiler and kernel choices (for benchmarking and for working around a driver)"},
       {"tests", "Tests only (read by the test programs, never by the library)"}};
   std::printf(
-      "The MGN_* environment variables (docs/environment.md). None is needed; a malformed value is an error,\n"
+      "The MGN_* environment variables (docs/environment.md). None is needed; a malformed value is an "
+      "error,\n"
       "an unknown MGN_* name a warning. Command-line flags (--device, --precision) override them.\n");
   for (const auto& [key, title] : kSections) {
     std::printf("\n%s:\n", title);
@@ -111,7 +114,8 @@ Run declare_help(CLI::App& app) {
   app.add_option("TOPIC", a->topic, "a command, or `environment` for the MGN_* variables");
   app.add_flag("--markdown", a->markdown, "with `environment`: the tables of docs/environment.md, verbatim");
   return [a](const Context& c) {
-    if (a->markdown && a->topic != "environment") throw UsageError("--markdown goes with the topic environment");
+    if (a->markdown && a->topic != "environment")
+      throw UsageError("--markdown goes with the topic environment");
     if (a->topic.empty()) {
       std::fputs(c.app.get_formatter()->make_help(&c.app, "mgn", CLI::AppFormatMode::Normal).c_str(), stdout);
     } else if (a->topic == "environment") {
@@ -135,8 +139,9 @@ Run declare_devices(CLI::App& app) {
   auto a = std::make_shared<Args>();
   app.add_flag("--verbose,-v", a->verbose,
                "also open each device: the features meganeura uses and the f16 GEMM self-test verdict");
-  app.footer("Sessions open the device MGN_DEVICE or --device names, else the first of Vulkan >= 1.2,\n"
-             "discrete before integrated before virtual before CPU.");
+  app.footer(
+      "Sessions open the device MGN_DEVICE or --device names, else the first of Vulkan >= 1.2,\n"
+      "discrete before integrated before virtual before CPU.");
   return [a](const Context& c) {
     const std::vector<DeviceDescription> list = list_devices();
     if (list.empty()) {
@@ -145,8 +150,8 @@ Run declare_devices(CLI::App& app) {
     }
     for (const DeviceDescription& d : list) {
       if (!a->verbose) {
-        std::printf("%u: %s (%s), Vulkan %s, %s\n", d.index, d.name.c_str(), d.type.c_str(), d.api_version.c_str(),
-                    d.driver.c_str());
+        std::printf("%u: %s (%s), Vulkan %s, %s\n", d.index, d.name.c_str(), d.type.c_str(),
+                    d.api_version.c_str(), d.driver.c_str());
         continue;
       }
       DeviceOptions o = c.env.device;
@@ -182,10 +187,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "mgn " MGN_VERSION);
   std::vector<std::pair<const Command*, Run>> runs;
-  for (const Command& c : commands()) runs.emplace_back(&c, c.declare(*app.add_subcommand(c.name, c.summary)));
+  for (const Command& c : commands())
+    runs.emplace_back(&c, c.declare(*app.add_subcommand(c.name, c.summary)));
   // After the subcommands, which would inherit it.
   app.footer(
-      "mgn CMD --help (or mgn help CMD) describes a command; mgn help environment lists the MGN_* variables.\n"
+      "mgn CMD --help (or mgn help CMD) describes a command; mgn help environment lists the MGN_* "
+      "variables.\n"
       "Exit status: 0 ok, 1 runtime error, 2 usage error.");
 
   if (argc < 2) {
@@ -233,7 +240,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mgn: warning: %s\n", e.what());
   }
   for (const std::string& v : env.unknown)
-    std::fprintf(stderr, "mgn: warning: %s is set but is no meganeura variable (mgn help environment lists them)\n",
+    std::fprintf(stderr,
+                 "mgn: warning: %s is set but is no meganeura variable (mgn help environment lists them)\n",
                  v.c_str());
 
   try {

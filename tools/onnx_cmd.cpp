@@ -2,7 +2,8 @@
 //
 //   mgn inspect model.onnx
 //   mgn run model.onnx [--input NAME=random|zeros|FILE.npy|1x3x224x224]... [--shape NAME=1x3x224x224]...
-//                      [--backend auto|cpu|vulkan] [--device D] [--precision P] [--seed S] [--save-outputs DIR]
+//                      [--backend auto|cpu|vulkan] [--device D] [--precision P] [--seed S] [--save-outputs
+//                      DIR]
 //
 // `run` imports the model (dynamic axes bound by --shape, by --input NAME=SHAPE (random values of that
 // shape), or by the shape of an .npy input), compiles an
@@ -69,7 +70,8 @@ Npy read_npy(const std::string& path) {
   if (q0 == std::string::npos || q1 == std::string::npos) throw bad("malformed descr");
   descr = descr.substr(q0 + 1, q1 - q0 - 1);
   std::string fo = field("fortran_order");
-  if (fo.find("True") < fo.find(',')) throw bad("Fortran-order arrays are not supported (save a C-order copy)");
+  if (fo.find("True") < fo.find(','))
+    throw bad("Fortran-order arrays are not supported (save a C-order copy)");
   std::string sh = field("shape");
   size_t p0 = sh.find('('), p1 = sh.find(')');
   if (p0 == std::string::npos || p1 == std::string::npos) throw bad("malformed shape");
@@ -88,7 +90,8 @@ Npy read_npy(const std::string& path) {
   const char* data = bytes.data() + hstart + hlen;
   const size_t avail = bytes.size() - hstart - hlen;
   auto need = [&](size_t w) {
-    if (avail < n * w) throw bad("data holds " + std::to_string(avail) + " bytes, the shape needs " + std::to_string(n * w));
+    if (avail < n * w)
+      throw bad("data holds " + std::to_string(avail) + " bytes, the shape needs " + std::to_string(n * w));
   };
   if (descr == "<f4" || descr == "<f8") {
     const size_t w = descr == "<f4" ? 4 : 8;
@@ -131,8 +134,10 @@ Npy read_npy(const std::string& path) {
 void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& v) {
   std::string dims;
   for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  if (shape.size() == 1) dims = std::to_string(shape[0]) + ",";
-  else if (!dims.empty()) dims.resize(dims.size() - 2);
+  if (shape.size() == 1)
+    dims = std::to_string(shape[0]) + ",";
+  else if (!dims.empty())
+    dims.resize(dims.size() - 2);
   std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   while ((10 + h.size() + 1) % 64 != 0) h += ' ';
   h += '\n';
@@ -147,7 +152,8 @@ void write_npy(const std::string& path, const Shape& shape, const std::vector<fl
 
 std::pair<std::string, std::string> split_eq(const std::string& s, const char* flag) {
   size_t e = s.find('=');
-  if (e == std::string::npos || e == 0) throw UsageError(std::string("--") + flag + " takes NAME=VALUE, got '" + s + "'");
+  if (e == std::string::npos || e == 0)
+    throw UsageError(std::string("--") + flag + " takes NAME=VALUE, got '" + s + "'");
   return {s.substr(0, e), s.substr(e + 1)};
 }
 
@@ -174,8 +180,8 @@ RunPlan plan_run(const RunArgs& a) {
       p.shapes[name] = parse_dims(spec, "--input " + name);
       spec = "random";
     } else if (spec != "random" && spec != "zeros" && !std::filesystem::is_regular_file(spec)) {
-      throw UsageError("--input " + name + "=" + spec + ": expected random, zeros, a shape like 1x3x224x224 or an " +
-                       "existing .npy file");
+      throw UsageError("--input " + name + "=" + spec +
+                       ": expected random, zeros, a shape like 1x3x224x224 or an " + "existing .npy file");
     }
     p.inputs[name] = spec;
   }
@@ -217,19 +223,22 @@ int run_model(const RunArgs& a, const Context& c) {
       if (is_int) {
         std::vector<int32_t> v(n, 0);
         std::uniform_int_distribution<int32_t> d(0, t.dtype() == DType::Bool ? 1 : 9);
-        if (spec == "random") for (int32_t& e : v) e = d(rng);
+        if (spec == "random")
+          for (int32_t& e : v) e = d(rng);
         s.set_input(name, v);
       } else {
         std::vector<float> v(n, 0.0f);
         std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-        if (spec == "random") for (float& e : v) e = d(rng);
+        if (spec == "random")
+          for (float& e : v) e = d(rng);
         s.set_input(name, v);
       }
       continue;
     }
     const Npy& arr = arrays.at(name);
     if (size_t(numel(arr.shape)) != n)
-      throw Error(spec + " has shape " + shape_str(arr.shape) + ", input '" + name + "' is " + shape_str(t.shape()));
+      throw Error(spec + " has shape " + shape_str(arr.shape) + ", input '" + name + "' is " +
+                  shape_str(t.shape()));
     if (is_int) {
       if (!arr.is_int) throw Error("input '" + name + "' is an integer tensor; " + spec + " holds floats");
       s.set_input(name, arr.i);
@@ -267,9 +276,11 @@ Run declare_inspect(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   app.add_option("MODEL", a->model, "an .onnx file")->check(CLI::ExistingFile);
-  app.add_flag("--supported-ops", a->supported_ops, "list the importable operators instead (the README's list)");
-  app.footer("Prints the opset, inputs and outputs with shapes, the op histogram (unsupported ops marked),\n"
-             "and the initializer and parameter counts.");
+  app.add_flag("--supported-ops", a->supported_ops,
+               "list the importable operators instead (the README's list)");
+  app.footer(
+      "Prints the opset, inputs and outputs with shapes, the op histogram (unsupported ops marked),\n"
+      "and the initializer and parameter counts.");
   return [a](const Context&) {
     if (a->supported_ops) {
       if (!a->model.empty()) throw UsageError("--supported-ops takes no model");
@@ -285,9 +296,10 @@ Run declare_inspect(CLI::App& app) {
 Run declare_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("MODEL", a->model, "an .onnx file")->required()->check(CLI::ExistingFile);
-  app.add_option("--input", a->inputs,
-                 "NAME=random|zeros|FILE.npy|1x3x224x224 (a shape: random values of it, binding dynamic axes); "
-                 "repeatable; inputs not named get random values")
+  app.add_option(
+         "--input", a->inputs,
+         "NAME=random|zeros|FILE.npy|1x3x224x224 (a shape: random values of it, binding dynamic axes); "
+         "repeatable; inputs not named get random values")
       ->type_name("NAME=SPEC")
       ->default_str("")
       ->allow_extra_args(false);
@@ -296,7 +308,8 @@ Run declare_run(CLI::App& app) {
       ->default_str("")
       ->allow_extra_args(false);
   app.add_option("--seed", a->seed, "seed of the random inputs")->check(at_least(0));
-  app.add_option("--save-outputs", a->save_dir, "write every output as DIR/<name>.npy (float32)")->type_name("DIR");
+  app.add_option("--save-outputs", a->save_dir, "write every output as DIR/<name>.npy (float32)")
+      ->type_name("DIR");
   add_compile_flags(app, a->compile);
   app.footer("Imports the model, runs it once and prints every output (shape, min/max/mean, first values).");
   return [a](const Context& c) { return run_model(*a, c); };

@@ -24,7 +24,8 @@ struct KernelsArgs {
 
 int print_kernels(const KernelsArgs& a, const Context& c) {
   const Mode m = a.mode == "train" ? Mode::Train : Mode::Infer;
-  Graph g = models::fashion_mnist({.arch = models::fashion_arch_from_name(a.model), .batch = a.batch, .mode = m});
+  Graph g =
+      models::fashion_mnist({.arch = models::fashion_arch_from_name(a.model), .batch = a.batch, .mode = m});
   Session s = compile(g, compile_options(c, a.compile, m));
   int shown = 0;
   for (const auto& [name, glsl] : s.kernel_sources()) {
@@ -45,7 +46,9 @@ struct PlanArgs {
   int64_t seq = 128, image = 224;
 };
 
-bool is_resnet(const std::string& m) { return m == "resnet18" || m == "resnet50"; }
+bool is_resnet(const std::string& m) {
+  return m == "resnet18" || m == "resnet50";
+}
 
 int print_plan(const PlanArgs& a) {
   // Checked before any graph is built: a Llama config file is read below.
@@ -59,8 +62,8 @@ int print_plan(const PlanArgs& a) {
                         .mode = a.mode == "train" ? Mode::Train : Mode::Infer});
   } else if (a.model == "smollm2-135m" || a.model.rfind("llama:", 0) == 0) {
     // A Llama-family training step: next-token loss over [batch, seq] tokens.
-    llama::Config cfg =
-        a.model == "smollm2-135m" ? llama::Config::smollm2_135m() : llama::Config::from_file(a.model.substr(6));
+    llama::Config cfg = a.model == "smollm2-135m" ? llama::Config::smollm2_135m()
+                                                  : llama::Config::from_file(a.model.substr(6));
     g = llama::loss_graph(cfg, {.batch = a.batch.value_or(1), .seq = a.seq});
   } else {
     g = models::fashion_mnist({.arch = models::fashion_arch_from_name(a.model),
@@ -68,8 +71,9 @@ int print_plan(const PlanArgs& a) {
                                .mode = Mode::Train});
   }
   PlanDescribeOptions po{.dump = a.show == "all", .reuse = a.reuse == "on"};
-  std::fputs((a.mode == "infer" ? describe_plan(g, po) : describe_training_plan(g, "loss", AdamW{}, po)).c_str(),
-             stdout);
+  std::fputs(
+      (a.mode == "infer" ? describe_plan(g, po) : describe_training_plan(g, "loss", AdamW{}, po)).c_str(),
+      stdout);
   return 0;
 }
 
@@ -90,18 +94,22 @@ Run declare_kernels(CLI::App& app) {
 
 Run declare_plan(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
-  app.add_option("--model", a->model,
-                 "cnn, mlp (Fashion-MNIST), smollm2-135m, llama:CONFIG.json (a Hugging Face config), resnet18, "
-                 "resnet50")
+  app.add_option(
+         "--model", a->model,
+         "cnn, mlp (Fashion-MNIST), smollm2-135m, llama:CONFIG.json (a Hugging Face config), resnet18, "
+         "resnet50")
       ->check(CLI::Validator(
           [](std::string& m) -> std::string {
             if (m == "cnn" || m == "mlp" || m == "smollm2-135m" || is_resnet(m)) return "";
             if (m.rfind("llama:", 0) == 0)
-              return std::filesystem::is_regular_file(m.substr(6)) ? "" : "no config file '" + m.substr(6) + "'";
-            return "expected cnn, mlp, smollm2-135m, llama:CONFIG.json, resnet18 or resnet50, got '" + m + "'";
+              return std::filesystem::is_regular_file(m.substr(6)) ? ""
+                                                                   : "no config file '" + m.substr(6) + "'";
+            return "expected cnn, mlp, smollm2-135m, llama:CONFIG.json, resnet18 or resnet50, got '" + m +
+                   "'";
           },
           "MODEL"));
-  app.add_option("--batch", a->batch, "batch size (default 64 Fashion-MNIST, 1 Llama, 4 ResNet)")->check(at_least(1));
+  app.add_option("--batch", a->batch, "batch size (default 64 Fashion-MNIST, 1 Llama, 4 ResNet)")
+      ->check(at_least(1));
   app.add_option("--seq", a->seq, "Llama: tokens per row")->check(at_least(2));
   app.add_option("--image", a->image, "ResNet: image side in pixels")->check(at_least(1));
   app.add_option("--mode", a->mode, "the AdamW training step, or (ResNet) the eval-mode forward")
@@ -112,7 +120,8 @@ Run declare_plan(CLI::App& app) {
       ->check(CLI::IsMember({"on", "off"}));
   app.footer(
       "Prints the static plan (barrier groups, buffers with lifetimes and offsets) and the memory report\n"
-      "(logical vs physical bytes per class) as a GPU backend plans it: 4-byte elements, 256-byte alignment.");
+      "(logical vs physical bytes per class) as a GPU backend plans it: 4-byte elements, 256-byte "
+      "alignment.");
   return [a](const Context&) { return print_plan(*a); };
 }
 

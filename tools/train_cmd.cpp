@@ -40,13 +40,15 @@ void truncate(Dataset& d, int64_t n) {
 int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   const models::FashionArch arch = models::fashion_arch_from_name(a.model);
   const std::string out =
-      a.out.empty() ? std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors" : a.out;
+      a.out.empty() ? std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors"
+                    : a.out;
   // --data is checked by its validator; the environment's folder (MGN_FASHION_MNIST_DIR or Debian's) here,
   // before anything is loaded or compiled.
   const std::string dir = a.data.empty() ? c.env.fashion_mnist_dir : a.data;
   if (!std::filesystem::is_directory(dir))
-    throw UsageError("the Fashion-MNIST folder " + dir +
-                     " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
+    throw UsageError(
+        "the Fashion-MNIST folder " + dir +
+        " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
 
   auto t0 = std::chrono::steady_clock::now();
   // The data first, so a folder without the files fails before any compile. The short version (below)
@@ -58,14 +60,16 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   CompileOptions copt = compile_options(c, a.compile, Mode::Train);
   copt.optimizer = AdamW{.lr = a.lr};
   Session session = compile(g, copt);
-  std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s (%s)\n", models::fashion_arch_name(arch),
-               (long long)a.batch, a.lr, session.backend(), session.device_type());
+  std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s (%s)\n",
+               models::fashion_arch_name(arch), (long long)a.batch, a.lr, session.backend(),
+               session.device_type());
   int64_t epochs = a.epochs.value_or(5);
   const std::string dev = session.device_type();
   if ((dev == "CPU" || dev == "host") && !a.full && !a.epochs && !a.limit_train) {
     epochs = 1;
     truncate(train, 6400);
-    std::fprintf(stderr, "no GPU: running the short version (1 epoch over %lld images); --full runs all 5 epochs\n",
+    std::fprintf(stderr,
+                 "no GPU: running the short version (1 epoch over %lld images); --full runs all 5 epochs\n",
                  (long long)train.count);
   }
   std::fprintf(stderr, "Fashion-MNIST: %lld training and %lld test images from %s\n", (long long)train.count,
@@ -84,7 +88,8 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const EpochReport& r : reports)
     std::printf("epoch %lld: mean loss %.4f (first batch %.4f, last %.4f), %.1f s, %.1f steps/s\n",
-                (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds, r.steps_per_second);
+                (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds,
+                r.steps_per_second);
   std::printf("checkpoint: %s (%lld steps)\n", out.c_str(), (long long)session.step_count());
   std::printf("test accuracy: %.2f%% on %lld images (fresh inference graph, checkpoint reloaded)\n",
               100 * ev.accuracy, (long long)test.count);
@@ -102,14 +107,15 @@ Run declare_train_fashion_mnist(CLI::App& app) {
   app.add_option("--eval-batch", a->eval_batch, "batch size of the inference session that measures accuracy")
       ->check(at_least(1));
   app.add_option("--lr", a->lr, "AdamW learning rate")->check(positive_number());
-  app.add_option("--limit-train", a->limit_train, "use the first N training images (default all)")
-      ->check(at_least(1));
+  app.add_option("--limit-train", a->limit_train, "use the first N training images (0: all; default all)")
+      ->check(at_least(0));
   app.add_option("--limit-test", a->limit_test, "use the first N test images (0: all)")->check(at_least(0));
   app.add_option("--out", a->out, "checkpoint file (default fashion_mnist_<model>.safetensors)")
       ->type_name("FILE");
   app.add_option("--seed", a->seed, "initialization and shuffling seed");
-  app.add_option("--data", a->data,
-                 "folder of the IDX files (default MGN_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist)")
+  app.add_option(
+         "--data", a->data,
+         "folder of the IDX files (default MGN_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist)")
       ->check(CLI::ExistingDirectory);
   app.add_flag("--no-progress", a->no_progress, "no progress bar");
   app.add_flag("--full", a->full, "the whole job even without a GPU");
@@ -117,7 +123,8 @@ Run declare_train_fashion_mnist(CLI::App& app) {
   app.footer(
       "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, then builds a\n"
       "fresh inference graph, loads the checkpoint into it and reports the test accuracy. Without a GPU\n"
-      "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version (1 epoch\n"
+      "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version (1 "
+      "epoch\n"
       "over 6400 images) unless --full is given.");
   return [a](const Context& c) { return train_fashion_mnist(*a, c); };
 }
