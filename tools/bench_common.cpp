@@ -1,4 +1,4 @@
-// Shared pieces of the benchmark commands: argument parsing, the timing protocol, JSON lines, memory figures.
+// Shared pieces of the benchmark commands: phase checks, the timing protocol, JSON lines, memory figures.
 #include "bench_common.h"
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// Pieces shared by the benchmark commands (`mgn bench` and its workloads, `mgn llama-check`): arguments, the
-// timing protocol of docs/benchmarks.md, JSON lines, memory figures of a session and graph helpers.
+// Pieces shared by the benchmark commands (`mgn bench` and its workloads, `mgn llama-check`, `mgn bench-gemm`):
+// the arguments of a workload, the timing protocol of docs/benchmarks.md, JSON lines, memory figures of a
+// session and graph helpers.
 #pragma once
 
 #include <chrono>
