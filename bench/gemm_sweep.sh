@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GEMM variant sweep on one GPU: `mgn bench-gemm` once per kernel configuration (the MGN_GEMM_* knobs of
-# src/codegen/matmul.h) on the cube and SmolLM2 shapes, bench/pytorch/gemm.py (cuBLAS f32 strict/TF32 and
+# GEMM variant sweep on one GPU: `mgn bench-gemm` once per kernel configuration (the MGN_GEMM_* variables,
+# docs/environment.md: MGN_GEMM_VARIANT is auto, simt or small) on the cube and SmolLM2 shapes, bench/pytorch/gemm.py (cuBLAS f32 strict/TF32 and
 # f16) in the same run, and one table. About 2-4 minutes on an H200.
 #
 #   bench/gemm_sweep.sh [BIN_DIR] [--out DIR] [--shapes "MxNxK ..."] [--only NAME,NAME] [--no-torch] [--no-f16]
@@ -64,7 +64,6 @@ rm -rf "$MGN_CACHE_DIR"
 # lanes of a subgroup (along N x M), gG tile rows walked together, sS K splits; f16: wWMxWN subgroup tile,
 # bB shared buffers, pP slices in flight, da/db/dab operands whose fragments load straight from global memory.
 VARIANTS=(
-  "classic|classic||strict"
   "default|auto||strict"
   "bk8|simt|128x128x8|strict"
   "bk8_l8x4|simt|128x128x8,l8x4|strict"

@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
-  libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev zlib1g-dev
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   libshaderc-dev glslang-dev spirv-tools
   libonnx-dev libprotobuf-dev protobuf-compiler

@@ -1,4 +1,4 @@
-// Shared pieces of the benchmark commands: argument parsing, the timing protocol, JSON lines, memory figures.
+// Shared pieces of the benchmark commands: phase checks, the timing protocol, JSON lines, memory figures.
 #include "bench_common.h"
 
 #include <algorithm>
@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <optional>
 
-#include "ir/graph.h"  // the node of the loss output, to append the backward pass; the plan of a graph
+#include "cli.h"
 #include "mgn/autodiff.h"
-#include "plan/plan.h"
+#include "mgn/plan.h"
 
 namespace mgn::bench {
 
@@ -66,17 +66,6 @@ std::vector<std::string> split_commas(const std::string& s) {
   return r;
 }
 
-namespace {
-
-int64_t parse_int(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  long long r = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || !end || *end) throw Error("bench: --" + key + " takes an integer, got '" + v + "'");
-  return r;
-}
-
-}  // namespace
-
 bool Args::has(const std::string& phase) const {
   return std::find(phases.begin(), phases.end(), phase) != phases.end();
 }
@@ -87,87 +76,14 @@ void Args::check_phases(const std::vector<std::string>& allowed, const std::vect
     if (std::find(allowed.begin(), allowed.end(), p) == allowed.end()) {
       std::string list;
       for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      throw Error("bench " + workload + ": unknown phase '" + p + "' (expected " + list + ")");
+      throw tool::UsageError("unknown phase '" + p + "' for " + workload + " (expected " + list + ")");
     }
-}
-
-Args parse_args(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
-    throw Error(
-        "bench: name a workload first (fashion-cnn, fashion-mlp, smollm2-135m, llama-tiny, llama --config "
-        "FILE, resnet50, resnet-tiny, attention, conv), e.g. mgn bench fashion-cnn");
-  Args a;
-  a.workload = argv[2];
-  for (int i = 3; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--tiny") {
-      a.tiny = true;
-      continue;
-    }
-    if (flag.rfind("--", 0) != 0) throw Error("bench: unexpected argument '" + flag + "'");
-    std::string key = flag.substr(2);
-    if (i + 1 >= argc) throw Error("bench: flag --" + key + " needs a value");
-    std::string v = argv[++i];
-    if (key == "phases") {
-      a.phases = split_commas(v);
-      if (a.phases.empty()) throw Error("bench: --phases needs at least one phase");
-    } else if (key == "warmup") {
-      a.warmup.calls = parse_int(key, v);
-    } else if (key == "warmup-ms") {
-      char* end = nullptr;
-      a.warmup.min_ms = std::strtod(v.c_str(), &end);
-      if (v.empty() || !end || *end || a.warmup.min_ms < 0)
-        throw Error("bench: --warmup-ms takes a number of milliseconds >= 0, got '" + v + "'");
-    } else if (key == "samples") {
-      a.samples = parse_int(key, v);
-    } else if (key == "batch") {
-      a.batch = parse_int(key, v);
-      if (a.batch < 1) throw Error("bench: --batch must be >= 1");
-    } else if (key == "seq") {
-      a.seq = parse_int(key, v);
-      if (a.seq < 2) throw Error("bench: --seq must be >= 2 (next-token labels)");
-    } else if (key == "seed") {
-      a.seed = uint64_t(parse_int(key, v));
-    } else if (key == "lr") {
-      char* end = nullptr;
-      a.lr = std::strtod(v.c_str(), &end);
-      if (v.empty() || !end || *end) throw Error("bench: --lr takes a number, got '" + v + "'");
-    } else if (key == "json") {
-      a.json = v;
-    } else if (key == "weights") {
-      a.weights = v;
-    } else if (key == "outputs") {
-      a.outputs = v;
-    } else if (key == "data") {
-      a.data = v;
-    } else if (key == "config") {
-      a.config = v;
-    } else if (key == "cases") {
-      a.cases = v;
-    } else if (key == "cache") {
-      if (v != "cold" && v != "default") throw Error("bench: --cache is cold or default, got '" + v + "'");
-      a.cold_cache = v == "cold";
-    } else if (key == "backend") {
-      a.backend = backend_from_name(v);
-    } else if (key == "mode") {
-      if (v == "strict")
-        a.mode = Precision::Strict;
-      else if (v == "accelerated")
-        a.mode = Precision::Accelerated;
-      else
-        throw Error("bench: --mode is strict or accelerated, got '" + v + "'");
-    } else {
-      throw Error("bench: unknown flag --" + key);
-    }
-  }
-  if (a.warmup.calls < 0 || a.samples < 1) throw Error("bench: needs --warmup >= 0 and --samples >= 1");
-  return a;
 }
 
 JsonLines::JsonLines(const std::string& path) {
   if (path.empty()) return;
   file_ = std::fopen(path.c_str(), "w");
-  if (!file_) throw Error("bench: cannot write '" + path + "'");
+  if (!file_) throw Error("cannot write '" + path + "'");
 }
 
 JsonLines::~JsonLines() {
@@ -187,7 +103,7 @@ void JsonLines::emit(const Json& line) {
 ColdCache::ColdCache(bool on) {
   if (!on) return;
   std::string tmpl = (std::filesystem::temp_directory_path() / "mgn-bench-cache-XXXXXX").string();
-  if (!mkdtemp(tmpl.data())) throw Error("bench: cannot create a temporary cache folder from " + tmpl);
+  if (!mkdtemp(tmpl.data())) throw Error("cannot create a temporary cache folder from " + tmpl);
   dir_ = tmpl;
 }
 
@@ -197,21 +113,17 @@ ColdCache::~ColdCache() {
 }
 
 CompileOptions compile_options(const Args& a, Mode mode, const ColdCache& cold) {
-  static const Environment env = read_environment();
-  CompileOptions o;
-  env.apply(o);
+  CompileOptions o = a.base;
   o.mode = mode;
-  o.backend = a.backend;
-  o.default_precision = a.mode;
   if (!cold.dir().empty()) o.cache_dir = cold.dir().string();
   return o;
 }
 
 void add_gradient_outputs(Graph& g, const std::vector<std::string>& params, const std::string& who,
                           const std::string& loss) {
-  std::optional<int> loss_id = g.ir().find_output(loss);
-  if (!loss_id) throw Error(who + ": the graph has no output '" + loss + "'");
-  Gradients grads = backward(g, Tensor(&g.ir(), *loss_id));
+  std::optional<Tensor> loss_tensor = g.find_output(loss);
+  if (!loss_tensor) throw Error(who + ": the graph has no output '" + loss + "'");
+  Gradients grads = backward(g, *loss_tensor);
   for (const std::string& name : params) {
     auto it = grads.params.find(name);
     if (it == grads.params.end()) throw Error(who + ": parameter '" + name + "' gets no gradient");
@@ -230,10 +142,7 @@ Graph llama_flb_graph(const llama::Config& cfg, int64_t batch, int64_t seq, uint
 Json memory_fields(const Session& s, const Graph& compiled) {
   // The plan `mgn plan` prints for this graph (include/mgn/plan.h); the Vulkan executor plans the same graph
   // with its fusions and the device's alignment, so its arena can differ a little.
-  plan::PlanOptions po;
-  po.tensor_bytes = [](const ir::Node& n) { return uint64_t(std::max<int64_t>(numel(n.shape), 1)) * 4; };
-  po.alignment = 256;
-  const plan::Plan p = plan::make_plan(compiled.ir(), po);
+  const PlanSummary p = summarize_plan(compiled, {.element_bytes = 4, .alignment = 256});
   const DeviceMemoryReport m = s.device_memory();
   // How many of the session's dispatches are the f16 cooperative-matrix GEMM (Accelerated matmuls on a device
   // whose self-test passed; elsewhere they stay f32), so that a table can say what "accelerated" ran.
@@ -250,9 +159,9 @@ Json memory_fields(const Session& s, const Graph& compiled) {
   return Json{{"dispatches", dispatches},
               {"matmul_dispatches", matmuls},
               {"f16_gemm_dispatches", f16_gemm},
-              {"plan_logical_bytes", p.report.logical},
-              {"plan_physical_bytes", p.report.physical},
-              {"plan_peak_live_bytes", p.report.step_local_peak_live},
+              {"plan_logical_bytes", p.logical_bytes},
+              {"plan_physical_bytes", p.physical_bytes},
+              {"plan_peak_live_bytes", p.peak_live_bytes},
               {"allocated_bytes", m.allocated_bytes},
               {"heap_usage_bytes", m.heap_usage_bytes},
               {"heap_budget_bytes", m.heap_budget_bytes},

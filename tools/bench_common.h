@@ -1,5 +1,6 @@
-// Pieces shared by the benchmark commands (`mgn bench` and its workloads, `mgn llama-check`): arguments, the
-// timing protocol of docs/benchmarks.md, JSON lines, memory figures of a session and graph helpers.
+// Pieces shared by the benchmark commands (`mgn bench` and its workloads, `mgn llama-check`, `mgn bench-gemm`):
+// the arguments of a workload, the timing protocol of docs/benchmarks.md, JSON lines, memory figures of a
+// session and graph helpers.
 #pragma once
 
 #include <chrono>
@@ -14,7 +15,6 @@
 
 #include "mgn/graph.h"
 #include "mgn/llama.h"
-#include "mgn/environment.h"
 #include "mgn/session.h"
 
 namespace mgn::bench {
@@ -51,7 +51,8 @@ Json summary(const Samples& s);
 
 std::vector<std::string> split_commas(const std::string& s);
 
-// `mgn bench` arguments; what a workload does not use it ignores, what it cannot take it refuses.
+// `mgn bench` arguments (declared in tools/bench.cpp); what a workload does not use it ignores, what it
+// cannot take it refuses (a usage error, before anything is compiled).
 struct Args {
   std::string workload;
   std::vector<std::string> phases;  // empty: the workload's default set
@@ -59,18 +60,20 @@ struct Args {
   int64_t samples = 20;
   int64_t batch = 0, seq = 0;  // 0: the workload's default
   std::string json, weights, outputs, data, config, cases;
-  Backend backend = Backend::Auto;
-  Precision mode = Precision::Strict;
+  std::string fashion_mnist_dir;  // the environment's (MGN_FASHION_MNIST_DIR), used without --data
+  // What every session compiles with (the environment's options, then --backend, --device, --mode); the
+  // precision mode is its default_precision.
+  CompileOptions base;
   uint64_t seed = 0;
   double lr = 1e-3;
-  bool cold_cache = false;  // compile with an empty shader/pipeline cache (a temporary MGN_CACHE_DIR)
+  bool cold_cache = false;  // compile with an empty shader/pipeline cache (a temporary cache folder)
   bool tiny = false;        // microbenchmarks: the tiny shapes (CI), not the paper's
 
+  Precision mode() const { return base.default_precision; }
   bool has(const std::string& phase) const;
   // Refuses a phase outside `allowed`; fills the default when none was given.
   void check_phases(const std::vector<std::string>& allowed, const std::vector<std::string>& defaults);
 };
-Args parse_args(int argc, char** argv);
 
 // JSON lines to stdout and, when a path is given, to that file as well.
 class JsonLines {
@@ -98,8 +101,8 @@ class ColdCache {
   std::filesystem::path dir_;
 };
 
-// The options every session of a benchmark compiles with: the environment's (MGN_*), the backend, the
-// precision mode for every node that leaves it unset, and the cold cache folder when there is one.
+// The options every session of a benchmark compiles with: Args::base (environment, backend, device,
+// precision mode), the mode, and the cold cache folder when there is one.
 CompileOptions compile_options(const Args& a, Mode mode, const ColdCache& cold);
 
 // Appends the backward pass of the output `loss` and outputs "grad.<name>" for every parameter named, so
@@ -109,12 +112,12 @@ void add_gradient_outputs(Graph& g, const std::vector<std::string>& params, cons
 // A Llama-family F+L+B graph: llama::loss_graph with every parameter's gradient as an output.
 Graph llama_flb_graph(const llama::Config& cfg, int64_t batch, int64_t seq, uint64_t seed = 0);
 
-// Memory of one session: the static plan of its graph (src/plan, as `mgn plan` plans it: 4-byte elements,
-// 256-byte alignment) and what the engine measured (Session::device_memory). Fields: plan_logical_bytes,
-// plan_physical_bytes, plan_peak_live_bytes, allocated_bytes, heap_usage_bytes, heap_budget_bytes,
-// budget_ext; and the session's dispatches: dispatches, matmul_dispatches (kernels named matmul_*, without
-// the f16 packing passes), f16_gemm_dispatches (the f16 cooperative-matrix GEMM kernels, not their packing
-// passes).
+// Memory of one session: the static plan of its graph (mgn::summarize_plan, as `mgn plan` plans it: 4-byte
+// elements, 256-byte alignment) and what the engine measured (Session::device_memory). Fields:
+// plan_logical_bytes, plan_physical_bytes, plan_peak_live_bytes, allocated_bytes, heap_usage_bytes,
+// heap_budget_bytes, budget_ext; and the session's dispatches: dispatches, matmul_dispatches (kernels named
+// matmul_*, without the f16 packing passes), f16_gemm_dispatches (the f16 cooperative-matrix GEMM kernels,
+// not their packing passes).
 Json memory_fields(const Session& s, const Graph& compiled);
 
 // Deterministic values in [lo, hi) from splitmix64 (the same on every platform, no std distribution).

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "ir/graph.h"  // the conv2d gradient ops, built directly
+#include "cli.h"
 #include "mgn/autodiff.h"
 #include "mgn/safetensors.h"
 
@@ -94,22 +94,18 @@ MicroCase conv_case(const ConvShape& sh) {
   c.graph = [=](const std::string& phase) {
     Graph g;
     Tensor x = g.input("x", xs), w = g.input("w", ws);
-    Tensor y = conv2d(x, w, {.stride = {sh.stride, sh.stride}, .padding = {sh.pad, sh.pad}});
+    const Conv2dOptions geo{.stride = {sh.stride, sh.stride}, .padding = {sh.pad, sh.pad}};
     if (phase == "forward") {
-      g.output("out", y);
+      g.output("out", conv2d(x, w, geo));
     } else {
-      // The gradient op alone, as autodiff's conv2d rule emits it (src/passes/autodiff.cpp), so the phase is
-      // the one kernel PyTorch's convolution_backward is compared with; the forward conv is not needed, so
-      // the plan does not run it.
+      // The gradient op alone (mgn::conv2d_grad_input / conv2d_grad_weight, as autodiff's conv2d rule emits
+      // it), so the phase is the one kernel PyTorch's convolution_backward is compared with; the forward conv
+      // is not needed, so the plan does not run it.
       Tensor dy = g.input("dy", ys);
-      const ir::Attrs& fwd = g.ir().node(y.id()).attrs;
-      ir::Attrs geo;
-      geo.set("stride", fwd.ints("stride")).set("padding", fwd.ints("padding"));
-      geo.set("dilation", fwd.ints("dilation")).set("groups", fwd.i("groups"));
-      const bool gi = phase == "grad_input";
-      int id = gi ? g.ir().add(ir::Op::Conv2dGradInput, {dy.id(), w.id()}, geo.set("input_shape", xs))
-                  : g.ir().add(ir::Op::Conv2dGradWeight, {x.id(), dy.id()}, geo.set("weight_shape", ws));
-      g.output(gi ? "grad.x" : "grad.w", Tensor(&g.ir(), id));
+      if (phase == "grad_input")
+        g.output("grad.x", conv2d_grad_input(dy, w, xs, geo));
+      else
+        g.output("grad.w", conv2d_grad_weight(x, dy, ws, geo));
     }
     return g;
   };
@@ -133,7 +129,7 @@ MicroSpec micro_spec(Args& a) {
     if (a.seq) shapes = {{b, a.tiny ? 4 : 9, a.tiny ? 2 : 3, a.seq, a.tiny ? 16 : 64}};
     for (const AttentionShape& s : shapes) m.cases.push_back(attention_case(s));
   } else {
-    if (a.seq) throw Error("bench conv: --seq is for attention and the Llama workloads");
+    if (a.seq) throw tool::UsageError("conv takes no --seq (attention and the Llama workloads do)");
     m.phases = {"forward", "grad_input", "grad_weight"};
     // ResNet-50 at batch 4: the stem, layer1's 3x3 and its 1x1 reduction, layer2's 3x3, layer4's 3x3.
     const int64_t n = a.batch ? a.batch : (a.tiny ? 2 : 4);
@@ -147,7 +143,7 @@ MicroSpec micro_spec(Args& a) {
     for (const ConvShape& s : shapes) m.cases.push_back(conv_case(s));
   }
   if (!a.weights.empty() || !a.config.empty() || !a.data.empty())
-    throw Error("bench " + a.workload + ": --weights, --config and --data are for the model workloads");
+    throw tool::UsageError(a.workload + " takes no --weights, --config or --data (the model workloads do)");
   a.check_phases(m.phases, m.phases);
   if (!a.cases.empty()) {
     std::vector<MicroCase> picked;
@@ -161,7 +157,7 @@ MicroSpec micro_spec(Args& a) {
       if (!found) {
         std::string names;
         for (const MicroCase& c : m.cases) names += (names.empty() ? "" : ", ") + c.name;
-        throw Error("bench " + a.workload + ": no case '" + want + "' (cases: " + names + ")");
+        throw tool::UsageError(a.workload + " has no case '" + want + "' (cases: " + names + ")");
       }
     }
     m.cases = picked;
@@ -209,7 +205,7 @@ int run_micro_bench(Args& a) {
                 {"workload", a.workload},
                 {"case", c.name},
                 {"phase", phase},
-                {"mode", precision_name(a.mode)},
+                {"mode", precision_name(a.mode())},
                 {"backend", s.backend()},
                 {"device", s.device_type()},
                 {"shape", c.shape},
@@ -223,8 +219,7 @@ int run_micro_bench(Args& a) {
       for (const std::string& name : s.output_names()) {
         std::vector<float> v = s.read(name);
         if (!std::isfinite(l2_norm(v)))
-          throw Error("bench " + a.workload + " " + c.name + " " + phase + ": output '" + name +
-                      "' is not finite");
+          throw Error(a.workload + " " + c.name + " " + phase + ": output '" + name + "' is not finite");
         out.push_back(StoredTensor::from_f32(c.name + "." + phase + "." + name, s.shape_of(name), v));
       }
       lines.emit(r);
@@ -237,7 +232,7 @@ int run_micro_bench(Args& a) {
                       {{"side", "mgn"},
                        {"kind", "micro"},
                        {"workload", a.workload},
-                       {"mode", precision_name(a.mode)},
+                       {"mode", precision_name(a.mode())},
                        {"seed", std::to_string(a.seed)},
                        {"phases", phases},
                        {"cases", cases_meta.dump()}});

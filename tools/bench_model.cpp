@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "cli.h"
 #include "mgn/data.h"
 #include "mgn/llama.h"
 #include "mgn/models.h"
@@ -60,7 +61,7 @@ struct ModelSpec {
 };
 
 void require_finite(float v, const std::string& what) {
-  if (!std::isfinite(v)) throw Error("bench: " + what + " is not finite (" + std::to_string(v) + ")");
+  if (!std::isfinite(v)) throw Error(what + " is not finite (" + std::to_string(v) + ")");
 }
 
 // The parameters of `s` under their (HF / torchvision) names, with metadata, so the PyTorch side can load
@@ -153,7 +154,7 @@ int run_model(const Args& a, const ModelSpec& m) {
                  {"impl", "mgn"},
                  {"workload", a.workload},
                  {"phase", ""},
-                 {"mode", precision_name(a.mode)},
+                 {"mode", precision_name(a.mode())},
                  {"backend", infer.backend()},
                  {"device", infer.device_type()},
                  {"batch", m.batch}};
@@ -162,7 +163,7 @@ int run_model(const Args& a, const ModelSpec& m) {
   common["params"] = n_params;
   std::fprintf(stderr, "bench %s: batch %lld, %lld parameters, backend %s (%s), mode %s\n",
                a.workload.c_str(), (long long)m.batch, (long long)n_params, infer.backend(),
-               infer.device_type(), precision_name(a.mode));
+               infer.device_type(), precision_name(a.mode()));
 
   // The gate's outputs come first: the training session must take its one step from the given weights.
   if (gate) {
@@ -186,7 +187,7 @@ int run_model(const Args& a, const ModelSpec& m) {
     std::map<std::string, std::string> meta = {{"side", "mgn"},
                                                {"workload", a.workload},
                                                {"batch", std::to_string(m.batch)},
-                                               {"mode", precision_name(a.mode)},
+                                               {"mode", precision_name(a.mode())},
                                                {"backend", infer.backend()},
                                                {"lr", std::to_string(a.lr)}};
     for (auto& [k, v] : m.gate_meta) meta[k] = v;
@@ -219,7 +220,7 @@ int run_model(const Args& a, const ModelSpec& m) {
       require_finite(infer.read("logits")[0], "a logit after the inference phase");
       emit(phase, ms, memory_fields(infer, gi));
     } else if (phase == "minimal") {
-      if (!minimal) throw Error("bench " + a.workload + ": this workload has no minimal phase");
+      if (!minimal) throw Error(a.workload + " has no minimal phase");
       const Samples ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); });
       require_finite(minimal->read("logits")[0], "a logit after the minimal phase");
       emit(phase, ms, memory_fields(*minimal, *gm));
@@ -241,7 +242,7 @@ int run_model(const Args& a, const ModelSpec& m) {
 ModelSpec fashion_spec(Args& a) {
   a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
   if (a.seq || !a.config.empty() || !a.cases.empty() || a.tiny)
-    throw Error("bench " + a.workload + ": --seq, --config, --cases and --tiny are for other workloads");
+    throw tool::UsageError(a.workload + " takes no --seq, --config, --cases or --tiny (other workloads do)");
   ModelSpec m;
   m.batch = a.batch ? a.batch : 64;
   const models::FashionArch arch =
@@ -252,10 +253,13 @@ ModelSpec fashion_spec(Args& a) {
     return models::fashion_mnist({.arch = arch, .batch = batch, .mode = mode, .seed = seed});
   };
   // Inputs: the first `batch` training images of Fashion-MNIST, which the PyTorch script reads too.
-  const std::string dir = a.data.empty() ? read_environment().fashion_mnist_dir : a.data;
+  const std::string dir = a.data.empty() ? a.fashion_mnist_dir : a.data;
+  if (!std::filesystem::is_directory(dir))
+    throw tool::UsageError("the Fashion-MNIST folder " + dir +
+                           " does not exist (give --data DIR or MGN_FASHION_MNIST_DIR)");
   Dataset data = load_fashion_mnist(dir, Split::Train, batch);
   if (data.count < batch)
-    throw Error("bench: " + dir + " holds " + std::to_string(data.count) + " training images, batch is " +
+    throw Error(dir + " holds " + std::to_string(data.count) + " training images, batch is " +
                 std::to_string(batch));
   Feed x{.name = "x", .shape = {batch, 1, 28, 28}, .f32 = data.features};
   Feed labels{.name = "labels", .shape = {batch}, .integer = true, .i32 = data.labels};
@@ -298,7 +302,7 @@ ModelSpec llama_spec(Args& a) {
   a.check_phases({"compile", "inference", "minimal", "flb", "step"},
                  {"compile", "inference", "minimal", "flb", "step"});
   if (!a.cases.empty() || a.tiny)
-    throw Error("bench " + a.workload + ": --cases and --tiny are for microbenchmarks");
+    throw tool::UsageError(a.workload + " takes no --cases or --tiny (the microbenchmarks do)");
   llama::Config cfg;
   if (a.workload == "smollm2-135m") {
     cfg = llama::Config::smollm2_135m();
@@ -306,17 +310,18 @@ ModelSpec llama_spec(Args& a) {
     cfg = llama::Config::tiny();
     cfg.initializer_range = 0.125;  // bench/pytorch/llama_ref.py's "tiny" (weights large enough to matter)
   } else {
-    if (a.config.empty()) throw Error("bench llama: --config FILE.json (a Hugging Face config) is required");
+    if (a.config.empty()) throw tool::UsageError("llama needs --config FILE.json (a Hugging Face config)");
     cfg = llama::Config::from_file(a.config);
   }
   if (a.workload != "llama" && !a.config.empty())
-    throw Error("bench " + a.workload + ": --config is for the workload 'llama'");
+    throw tool::UsageError(a.workload + " takes no --config (the workload 'llama' does)");
   cfg.validate();
   ModelSpec m;
   const int64_t B = a.batch ? a.batch : 1, S = a.seq ? a.seq : 128, V = cfg.vocab_size;
   if (S + 1 > cfg.max_position_embeddings)
-    throw Error("bench " + a.workload + ": --seq " + std::to_string(S) +
-                " + 1 exceeds max_position_embeddings " + std::to_string(cfg.max_position_embeddings));
+    throw tool::UsageError(a.workload + ": --seq " + std::to_string(S) +
+                           " + 1 exceeds max_position_embeddings " +
+                           std::to_string(cfg.max_position_embeddings));
   m.batch = B;
   m.extra = {{"seq", S}};
   const uint64_t seed = a.seed;
@@ -374,7 +379,7 @@ ModelSpec llama_spec(Args& a) {
 ModelSpec resnet_spec(Args& a) {
   a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
   if (a.seq || !a.config.empty() || !a.cases.empty() || a.tiny)
-    throw Error("bench " + a.workload + ": --seq, --config, --cases and --tiny are for other workloads");
+    throw tool::UsageError(a.workload + " takes no --seq, --config, --cases or --tiny (other workloads do)");
   models::ResNetConfig cfg;
   if (a.workload == "resnet-tiny") {
     cfg.depth = 18;

@@ -1,87 +1,71 @@
 // `mgn finetune MODEL_DIR --text FILE --out DIR [--steps N] [--batch B] [--seq S] [--lr X]
-//               [--backend auto|cpu|vulkan] [--weights PATH|random] [--seed S]`
+//               [--backend auto|cpu|vulkan] [--device D] [--precision P] [--weights PATH|random] [--seed S]`
 //
 // Fine-tunes a Hugging Face Llama-family model on a text file: tokenizer.json encodes the file, the token
 // stream is cut into [B, S] windows (in order, wrapping around), and each AdamW step trains next-token
 // cross-entropy on one window batch. DIR receives config.json, tokenizer.json (and tokenizer_config.json
 // when the model has one) and model.safetensors with the trained weights under their HF names, written
 // atomically, so `mgn generate DIR` and `mgn finetune DIR` load it like the original.
-#include "finetune.h"
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "mgn/llama.h"
 #include "mgn/optim.h"
 #include "mgn/safetensors.h"
 #include "mgn/session.h"
-#include "tool_options.h"
 #include "mgn/tokenizer.h"
 #include "mgn/types.h"
 
 namespace mgn::tool {
 namespace {
 
+struct FinetuneArgs {
+  std::string dir, text, out, weights;
+  int64_t steps = 100, batch = 4, seq = 128;
+  double lr = 1e-4;
+  uint64_t seed = 0;
+  CompileFlags compile;
+};
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("finetune: cannot open --text file " + path);
+  if (!in) throw Error("cannot open --text file " + path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-const std::string& need(const std::map<std::string, std::string>& f, const std::string& k) {
-  auto it = f.find(k);
-  if (it == f.end()) throw Error("finetune: --" + k + " is required");
-  return it->second;
-}
-
-}  // namespace
-
-int finetune_command(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0) throw Error("finetune takes a model directory first");
-  const std::string dir = argv[2];
-  std::map<std::string, std::string> f;
-  for (int i = 3; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0 || i + 1 >= argc) throw Error("finetune: expected --flag value, got '" + a + "'");
-    f[a.substr(2)] = argv[++i];
-  }
-  for (const auto& [k, v] : f)
-    if (k != "text" && k != "out" && k != "steps" && k != "batch" && k != "seq" && k != "lr" && k != "backend" &&
-        k != "weights" && k != "seed")
-      throw Error("finetune: unknown flag --" + k);
-  auto num = [&](const char* k, double def) { return f.count(k) ? std::stod(f[k]) : def; };
-  const std::string out = need(f, "out");
-  const int64_t steps = int64_t(num("steps", 100)), batch = int64_t(num("batch", 4)), seq = int64_t(num("seq", 128));
-  if (steps < 1 || batch < 1 || seq < 2) throw Error("finetune: --steps and --batch must be >= 1, --seq >= 2");
+int finetune(const FinetuneArgs& a, const Context& c) {
+  const std::string& dir = a.dir;
+  const std::string& out = a.out;
+  const int64_t steps = a.steps, batch = a.batch, seq = a.seq;
   if (std::filesystem::weakly_canonical(dir) == std::filesystem::weakly_canonical(out))
-    throw Error("finetune: --out must differ from the model directory (the original is never overwritten)");
+    throw UsageError("--out must differ from the model directory (the original is never overwritten)");
 
   llama::Config cfg = llama::Config::from_file(dir + "/config.json");
   Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   if (seq > cfg.max_position_embeddings)
-    throw Error("finetune: --seq " + std::to_string(seq) + " exceeds max_position_embeddings " +
-                std::to_string(cfg.max_position_embeddings));
-  std::vector<int32_t> tokens = tok.encode(read_text(need(f, "text")));
+    throw UsageError("--seq " + std::to_string(seq) + " exceeds max_position_embeddings " +
+                     std::to_string(cfg.max_position_embeddings));
+  std::vector<int32_t> tokens = tok.encode(read_text(a.text));
   if (int64_t(tokens.size()) < seq)
-    throw Error("finetune: the text encodes to " + std::to_string(tokens.size()) + " tokens, fewer than --seq " +
+    throw Error("the text encodes to " + std::to_string(tokens.size()) + " tokens, fewer than --seq " +
                 std::to_string(seq));
   for (int32_t t : tokens)
     if (t < 0 || t >= cfg.vocab_size)
-      throw Error("finetune: token id " + std::to_string(t) + " is outside the model's vocabulary (" +
+      throw Error("token id " + std::to_string(t) + " is outside the model's vocabulary (" +
                   std::to_string(cfg.vocab_size) + "): tokenizer and config do not match");
 
-  Graph g = llama::loss_graph(cfg, {.batch = batch, .seq = seq, .seed = uint64_t(num("seed", 0))});
-  CompileOptions copt =
-      mgn::tool::compile_options(Mode::Train, backend_from_name(f.count("backend") ? f["backend"] : "auto"));
-  copt.optimizer = AdamW{.lr = num("lr", 1e-4)};
+  Graph g = llama::loss_graph(cfg, {.batch = batch, .seq = seq, .seed = a.seed});
+  CompileOptions copt = compile_options(c, a.compile, Mode::Train);
+  copt.optimizer = AdamW{.lr = a.lr};
   Session s = compile(g, copt);
-  const std::string weights = f.count("weights") ? f["weights"] : dir;
+  const std::string weights = a.weights.empty() ? dir : a.weights;
   if (weights != "random") llama::load_weights(s, llama::read_weights(cfg, weights));
   std::fprintf(stderr, "%s: %lld layers, hidden %lld; %zu tokens of text; %lld steps of %lldx%lld on %s\n",
                dir.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, tokens.size(),
@@ -95,8 +79,8 @@ int finetune_command(int argc, char** argv) {
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       if (cursor + size_t(seq) > tokens.size()) cursor = 0;
-      std::copy(tokens.begin() + std::ptrdiff_t(cursor), tokens.begin() + std::ptrdiff_t(cursor + size_t(seq)),
-                ids.begin() + std::ptrdiff_t(b * seq));
+      std::copy(tokens.begin() + std::ptrdiff_t(cursor),
+                tokens.begin() + std::ptrdiff_t(cursor + size_t(seq)), ids.begin() + std::ptrdiff_t(b * seq));
       cursor += size_t(seq);
     }
     s.set_input("ids", ids);
@@ -106,9 +90,9 @@ int finetune_command(int argc, char** argv) {
     if (step == 0) first = last;
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int width = 30, done = int(width * (step + 1) / steps);
-    std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.1f steps/s", (long long)(step + 1), (long long)steps,
-                 std::string(size_t(done), '=').c_str(), std::string(size_t(width - done), ' ').c_str(), last,
-                 double(step + 1) / el);
+    std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.1f steps/s", (long long)(step + 1),
+                 (long long)steps, std::string(size_t(done), '=').c_str(),
+                 std::string(size_t(width - done), ' ').c_str(), last, double(step + 1) / el);
   }
   std::fprintf(stderr, "\n");
 
@@ -125,8 +109,34 @@ int finetune_command(int argc, char** argv) {
   write_safetensors(out + "/model.safetensors", tensors,
                     {{"format", "pt"}, {"mgn.finetune_steps", std::to_string(steps)}});
   std::printf("loss: first step %.4f, last step %.4f\n", first, last);
-  std::printf("saved: %s/model.safetensors (%zu tensors), config.json, tokenizer.json\n", out.c_str(), tensors.size());
+  std::printf("saved: %s/model.safetensors (%zu tensors), config.json, tokenizer.json\n", out.c_str(),
+              tensors.size());
   return 0;
+}
+
+}  // namespace
+
+Run declare_finetune(CLI::App& app) {
+  auto a = std::make_shared<FinetuneArgs>();
+  app.add_option("MODEL_DIR", a->dir,
+                 "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--text", a->text, "the training text (UTF-8)")->required()->check(CLI::ExistingFile);
+  app.add_option("--out", a->out, "output directory (not MODEL_DIR)")->required()->type_name("DIR");
+  app.add_option("--steps", a->steps, "AdamW steps")->check(at_least(1));
+  app.add_option("--batch", a->batch, "windows per step")->check(at_least(1));
+  app.add_option("--seq", a->seq, "tokens per window")->check(at_least(2));
+  app.add_option("--lr", a->lr, "AdamW learning rate")->check(positive_number());
+  app.add_option("--weights", a->weights,
+                 "weights file or folder (default MODEL_DIR); random keeps the random initialization")
+      ->type_name("PATH|random");
+  app.add_option("--seed", a->seed, "initialization seed")->check(at_least(0));
+  add_compile_flags(app, a->compile);
+  app.footer(
+      "AdamW next-token training on a text file (tokenizer.json of MODEL_DIR) with a progress bar; DIR gets\n"
+      "config.json, tokenizer.json and model.safetensors, loadable by `mgn generate DIR`.");
+  return [a](const Context& c) { return finetune(*a, c); };
 }
 
 }  // namespace mgn::tool

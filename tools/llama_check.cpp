@@ -1,8 +1,6 @@
 // `mgn llama-check`: the Llama-family correctness gates on one backend against a reference directory written
 // by bench/pytorch/llama_ref.py (transformers' LlamaForCausalLM, strict f32), and the phases the paper times
 // (compile, prefill, one decode token, F+L+B), next to PyTorch eager when DIR/torch_times.json is there.
-#include "llama_check.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,17 +9,20 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
+#include "cli.h"
 #include "mgn/graph.h"
 #include "mgn/llama.h"
 #include "mgn/safetensors.h"
 #include "mgn/session.h"
-#include "tool_options.h"
+
+namespace mgn::tool {
 
 namespace {
 
@@ -31,73 +32,13 @@ using mgn::bench::ms_since;
 
 struct Args {
   std::string dir, json;
-  mgn::Backend backend = mgn::Backend::Auto;
   int64_t seq = 0;     // timing length of prefill and F+L+B; 0: the reference's
   int64_t tokens = 0;  // greedy tokens compared; 0: all the reference has
   int64_t warmup = 5, samples = 20;
-  bool time = true;
+  bool no_time = false;
   double tol_logits = 1e-3, tol_loss = 1e-4, tol_grad = 1e-3;  // the gates of issue 6
+  CompileFlags compile;
 };
-
-[[noreturn]] void usage_error(const std::string& what) {
-  throw mgn::Error(
-      "llama-check: " + what +
-      " (usage: mgn llama-check DIR [--backend auto|cpu|vulkan] [--seq S] [--tokens N] [--json FILE]"
-      " [--warmup W] [--samples K] [--no-time] [--tol-logits X] [--tol-loss X] [--tol-grad X])");
-}
-
-int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
-  char* end = nullptr;
-  long long r = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || !end || *end || r < min)
-    usage_error("--" + key + " takes an integer >= " + std::to_string(min) + ", got '" + v + "'");
-  return r;
-}
-
-double parse_float(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  double r = std::strtod(v.c_str(), &end);
-  if (v.empty() || !end || *end || !(r > 0))
-    usage_error("--" + key + " takes a positive number, got '" + v + "'");
-  return r;
-}
-
-Args parse_args(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0) usage_error("name the model directory first");
-  Args a;
-  a.dir = argv[2];
-  for (int i = 3; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--no-time") {
-      a.time = false;
-      continue;
-    }
-    if (flag.rfind("--", 0) != 0) usage_error("unexpected argument '" + flag + "'");
-    if (i + 1 >= argc) usage_error(flag + " needs a value");
-    std::string key = flag.substr(2), v = argv[++i];
-    if (key == "backend")
-      a.backend = mgn::backend_from_name(v);
-    else if (key == "seq")
-      a.seq = parse_int(key, v, 2);
-    else if (key == "tokens")
-      a.tokens = parse_int(key, v, 1);
-    else if (key == "json")
-      a.json = v;
-    else if (key == "warmup")
-      a.warmup = parse_int(key, v, 0);
-    else if (key == "samples")
-      a.samples = parse_int(key, v, 1);
-    else if (key == "tol-logits")
-      a.tol_logits = parse_float(key, v);
-    else if (key == "tol-loss")
-      a.tol_loss = parse_float(key, v);
-    else if (key == "tol-grad")
-      a.tol_grad = parse_float(key, v);
-    else
-      usage_error("unknown flag " + flag);
-  }
-  return a;
-}
 
 struct Diff {
   double rel_l2 = 0, max_abs = 0;
@@ -106,8 +47,8 @@ struct Diff {
 // ||got - want|| / ||want|| in double (||got - want|| when want is zero) and the largest element difference.
 Diff compare(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   if (got.size() != want.size())
-    throw mgn::Error("llama-check: " + what + " has " + std::to_string(got.size()) +
-                     " values, the reference " + std::to_string(want.size()));
+    throw mgn::Error(what + " has " + std::to_string(got.size()) + " values, the reference " +
+                     std::to_string(want.size()));
   double num = 0, den = 0, mx = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     double d = double(got[i]) - double(want[i]);
@@ -171,7 +112,7 @@ std::optional<Json> read_torch_times(const std::string& path) {
   try {
     return Json::parse(f);
   } catch (const Json::exception& e) {
-    throw mgn::Error("llama-check: " + path + " is not valid JSON: " + e.what());
+    throw mgn::Error(path + " is not valid JSON: " + e.what());
   }
 }
 
@@ -181,11 +122,7 @@ mgn::Graph flb_graph(const mgn::llama::Config& cfg, int64_t batch, int64_t seq) 
   return mgn::bench::llama_flb_graph(cfg, batch, seq);
 }
 
-}  // namespace
-
-int llama_check_command(int argc, char** argv) {
-  using namespace mgn;
-  const Args a = parse_args(argc, argv);
+int llama_check(const Args& a, const Context& c) {
   const llama::Config cfg = llama::Config::from_file(a.dir + "/config.json");
   auto t0 = Clock::now();
   const std::map<std::string, std::vector<float>> weights = llama::read_weights(cfg, a.dir);
@@ -198,29 +135,29 @@ int llama_check_command(int argc, char** argv) {
   };
 
   const StoredTensor& ids_t = ref.get("ref.ids");
-  if (ids_t.shape.size() != 2) throw Error("llama-check: " + ref_path + ": ref.ids must be [batch, seq]");
+  if (ids_t.shape.size() != 2) throw Error("" + ref_path + ": ref.ids must be [batch, seq]");
   const int64_t B = ids_t.shape[0], S = ids_t.shape[1], V = cfg.vocab_size;
   const std::vector<int32_t> ids = ids_t.to_i32(), prompt = ref.get("ref.prompt").to_i32();
   std::vector<int32_t> want_greedy = ref.get("ref.greedy").to_i32();
   auto check_tokens = [&](const std::vector<int32_t>& v, const char* what) {
     for (int32_t t : v)
       if (t < 0 || t >= V)
-        throw Error("llama-check: " + ref_path + ": " + what + " holds token " + std::to_string(t) +
+        throw Error("" + ref_path + ": " + what + " holds token " + std::to_string(t) +
                     ", outside the vocabulary of " + std::to_string(V));
   };
   check_tokens(ids, "ref.ids");
   check_tokens(prompt, "ref.prompt");
   check_tokens(want_greedy, "ref.greedy");
   if (a.tokens > int64_t(want_greedy.size()))
-    usage_error("--tokens " + std::to_string(a.tokens) + ": the reference has only " +
-                std::to_string(want_greedy.size()) + " greedy tokens");
+    throw UsageError("--tokens " + std::to_string(a.tokens) + ": the reference has only " +
+                     std::to_string(want_greedy.size()) + " greedy tokens");
   const int64_t N = a.tokens ? a.tokens : int64_t(want_greedy.size()), P = int64_t(prompt.size());
   want_greedy.resize(size_t(N));
   const int64_t T = a.seq ? a.seq : S;  // timing length
   int64_t n_params = 0;
   for (auto& [name, shape] : llama::parameter_shapes(cfg)) n_params += numel(shape);
 
-  const CompileOptions copt = mgn::tool::compile_options(Mode::Infer, a.backend);
+  const CompileOptions copt = compile_options(c, a.compile, Mode::Infer);
   std::map<std::string, double> compile_ms;
   std::vector<Gate> gates;
   Json out;
@@ -266,8 +203,7 @@ int llama_check_command(int argc, char** argv) {
   pre.run();
   {
     const StoredTensor& rl = ref.get("ref.logits");
-    if (rl.shape != Shape{B, S, V})
-      throw Error("llama-check: " + ref_path + ": ref.logits is not [batch, seq, vocab]");
+    if (rl.shape != Shape{B, S, V}) throw Error("" + ref_path + ": ref.logits is not [batch, seq, vocab]");
     std::vector<float> got = pre.read("logits"), want = rl.to_f32();
     Diff d = compare(got, want, "logits");
     int64_t agree = 0;
@@ -302,8 +238,7 @@ int llama_check_command(int argc, char** argv) {
     int64_t over = 0, n = 0;
     for (auto& [name, shape] : llama::parameter_shapes(cfg)) {
       const StoredTensor& rg = ref.get("grad." + name);
-      if (rg.shape != shape)
-        throw Error("llama-check: " + ref_path + ": grad." + name + " has the wrong shape");
+      if (rg.shape != shape) throw Error("" + ref_path + ": grad." + name + " has the wrong shape");
       Diff d = compare(flb.read("grad." + name), rg.to_f32(), "grad." + name);
       per[name] = {{"rel_l2", d.rel_l2}, {"max_abs", d.max_abs}};
       over += !(d.rel_l2 < a.tol_grad);
@@ -319,8 +254,7 @@ int llama_check_command(int argc, char** argv) {
   }
 
   // ---- greedy decoding: KV cache (llama::generate) vs prefill only vs the reference
-  if (P + N - 1 > cfg.max_position_embeddings)
-    throw Error("llama-check: prompt + tokens exceed max_position_embeddings");
+  if (P + N - 1 > cfg.max_position_embeddings) throw Error("prompt + tokens exceed max_position_embeddings");
   t0 = Clock::now();
   Graph gd = llama::decode_graph(cfg, {.batch = 1, .seq = P + N});
   Session dec = compile(gd, copt);
@@ -375,7 +309,7 @@ int llama_check_command(int argc, char** argv) {
   Json phases = Json::object();
   std::optional<Graph> gpt, gft;
   std::optional<Session> tpre_s, tflb_s;
-  if (a.time) {
+  if (!a.no_time) {
     Session* tpre = &pre;
     Session* tflb = &flb;
     std::vector<int32_t> tids = ids, tlabels = labels;
@@ -467,8 +401,38 @@ int llama_check_command(int argc, char** argv) {
 
   if (!a.json.empty()) {
     std::ofstream f(a.json);
-    if (!f) throw Error("llama-check: cannot write " + a.json);
+    if (!f) throw Error("cannot write " + a.json);
     f << out.dump(1) << "\n";
   }
   return all ? 0 : 1;
 }
+
+}  // namespace
+
+Run declare_llama_check(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  app.add_option("DIR", a->dir, "a directory written by bench/pytorch/llama_ref.py")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--seq", a->seq, "timing length of prefill and F+L+B (default: the reference's)")
+      ->check(at_least(2));
+  app.add_option("--tokens", a->tokens, "greedy tokens compared (default: all the reference has)")
+      ->check(at_least(1));
+  app.add_option("--json", a->json, "write the gates, errors and timings there")->type_name("FILE");
+  app.add_option("--warmup", a->warmup, "untimed calls before each timed phase")->check(at_least(0));
+  app.add_option("--samples", a->samples, "timed calls per phase")->check(at_least(1));
+  app.add_flag("--no-time", a->no_time, "the gates only");
+  app.add_option("--tol-logits", a->tol_logits, "gate: prefill logits, relative L2")
+      ->check(positive_number());
+  app.add_option("--tol-loss", a->tol_loss, "gate: loss, relative error")->check(positive_number());
+  app.add_option("--tol-grad", a->tol_grad, "gate: every gradient, relative L2")->check(positive_number());
+  add_compile_flags(app, a->compile);
+  app.footer(
+      "Checks the prefill logits, the loss, every gradient and greedy KV-cache decoding against the "
+      "reference\n"
+      "(transformers' LlamaForCausalLM, strict f32) and times prefill, one decode token and F+L+B, next to\n"
+      "PyTorch eager when DIR/torch_times.json is there. Exit status 1 when a gate fails.");
+  return [a](const Context& c) { return llama_check(*a, c); };
+}
+
+}  // namespace mgn::tool

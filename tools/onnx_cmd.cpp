@@ -2,14 +2,13 @@
 //
 //   mgn inspect model.onnx
 //   mgn run model.onnx [--input NAME=random|zeros|FILE.npy|1x3x224x224]... [--shape NAME=1x3x224x224]...
-//                      [--backend auto|cpu|vulkan] [--seed S] [--save-outputs DIR]
+//                      [--backend auto|cpu|vulkan] [--device D] [--precision P] [--seed S] [--save-outputs
+//                      DIR]
 //
 // `run` imports the model (dynamic axes bound by --shape, by --input NAME=SHAPE (random values of that
 // shape), or by the shape of an .npy input), compiles an
 // inference session and prints each output's shape, a summary (min, max, mean) and its first values;
 // --save-outputs writes every output as DIR/<name>.npy (float32).
-#include "onnx_cmd.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -17,32 +16,18 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "mgn/onnx.h"
 #include "mgn/session.h"
-#include "tool_options.h"
 #include "mgn/types.h"
 
 namespace mgn::tool {
 namespace {
-
-Shape parse_dims(const std::string& s, const std::string& what) {
-  Shape out;
-  size_t p = 0;
-  while (p <= s.size()) {
-    size_t q = s.find('x', p);
-    if (q == std::string::npos) q = s.size();
-    std::string part = s.substr(p, q - p);
-    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos)
-      throw Error(what + ": '" + s + "' is not a shape like 1x3x224x224");
-    out.push_back(std::stoll(part));
-    p = q + 1;
-  }
-  return out;
-}
 
 // A NumPy .npy array (format 1.x/2.x/3.x, C order, little-endian f4/f8/i4/i8/u1/b1), as float or int32.
 struct Npy {
@@ -85,7 +70,8 @@ Npy read_npy(const std::string& path) {
   if (q0 == std::string::npos || q1 == std::string::npos) throw bad("malformed descr");
   descr = descr.substr(q0 + 1, q1 - q0 - 1);
   std::string fo = field("fortran_order");
-  if (fo.find("True") < fo.find(',')) throw bad("Fortran-order arrays are not supported (save a C-order copy)");
+  if (fo.find("True") < fo.find(','))
+    throw bad("Fortran-order arrays are not supported (save a C-order copy)");
   std::string sh = field("shape");
   size_t p0 = sh.find('('), p1 = sh.find(')');
   if (p0 == std::string::npos || p1 == std::string::npos) throw bad("malformed shape");
@@ -104,7 +90,8 @@ Npy read_npy(const std::string& path) {
   const char* data = bytes.data() + hstart + hlen;
   const size_t avail = bytes.size() - hstart - hlen;
   auto need = [&](size_t w) {
-    if (avail < n * w) throw bad("data holds " + std::to_string(avail) + " bytes, the shape needs " + std::to_string(n * w));
+    if (avail < n * w)
+      throw bad("data holds " + std::to_string(avail) + " bytes, the shape needs " + std::to_string(n * w));
   };
   if (descr == "<f4" || descr == "<f8") {
     const size_t w = descr == "<f4" ? 4 : 8;
@@ -147,8 +134,10 @@ Npy read_npy(const std::string& path) {
 void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& v) {
   std::string dims;
   for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  if (shape.size() == 1) dims = std::to_string(shape[0]) + ",";
-  else if (!dims.empty()) dims.resize(dims.size() - 2);
+  if (shape.size() == 1)
+    dims = std::to_string(shape[0]) + ",";
+  else if (!dims.empty())
+    dims.resize(dims.size() - 2);
   std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   while ((10 + h.size() + 1) % 64 != 0) h += ' ';
   h += '\n';
@@ -163,73 +152,66 @@ void write_npy(const std::string& path, const Shape& shape, const std::vector<fl
 
 std::pair<std::string, std::string> split_eq(const std::string& s, const char* flag) {
   size_t e = s.find('=');
-  if (e == std::string::npos || e == 0) throw Error(std::string("--") + flag + " takes NAME=VALUE, got '" + s + "'");
+  if (e == std::string::npos || e == 0)
+    throw UsageError(std::string("--") + flag + " takes NAME=VALUE, got '" + s + "'");
   return {s.substr(0, e), s.substr(e + 1)};
 }
 
-}  // namespace
+struct RunArgs {
+  std::string model, save_dir;
+  std::vector<std::string> inputs, shapes;  // NAME=SPEC, NAME=DIMS as given
+  uint64_t seed = 0;
+  CompileFlags compile;
+};
 
-int inspect_command(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[2]) == "--supported-ops") {
-    // The README's list is this output (a test compares them).
-    for (const std::string& op : onnx::supported_ops()) std::printf("%s\n", op.c_str());
-    return 0;
+// What --input and --shape ask for, checked before anything is read: every spec is random, zeros, a shape
+// or an existing .npy file.
+struct RunPlan {
+  std::map<std::string, std::string> inputs;  // name -> random | zeros | file.npy
+  std::map<std::string, Shape> shapes;        // dynamic axes bound from the command line
+};
+
+RunPlan plan_run(const RunArgs& a) {
+  RunPlan p;
+  for (const std::string& text : a.inputs) {
+    auto [name, spec] = split_eq(text, "input");
+    if (!spec.empty() && spec.find_first_not_of("0123456789x") == std::string::npos) {
+      // NAME=1x3x224x224: binds the input's shape (dynamic axes) and feeds random values.
+      p.shapes[name] = parse_dims(spec, "--input " + name);
+      spec = "random";
+    } else if (spec != "random" && spec != "zeros" && !std::filesystem::is_regular_file(spec)) {
+      throw UsageError("--input " + name + "=" + spec +
+                       ": expected random, zeros, a shape like 1x3x224x224 or an " + "existing .npy file");
+    }
+    p.inputs[name] = spec;
   }
-  if (argc != 3) throw Error("inspect takes one .onnx file (or --supported-ops)");
-  std::fputs(onnx::inspect(argv[2]).c_str(), stdout);
-  return 0;
+  for (const std::string& text : a.shapes) {
+    auto [name, dims] = split_eq(text, "shape");
+    p.shapes[name] = parse_dims(dims, "--shape " + name);
+  }
+  return p;
 }
 
-int run_command(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0) throw Error("run takes an .onnx file first");
-  const std::string path = argv[2];
-  std::map<std::string, std::string> inputs;  // name -> random | zeros | file.npy
+int run_model(const RunArgs& a, const Context& c) {
+  const RunPlan p = plan_run(a);
+  const std::map<std::string, std::string>& inputs = p.inputs;
   std::map<std::string, Npy> arrays;
   onnx::ImportOptions io;
-  Backend backend = Backend::Auto;
-  uint64_t seed = 0;
-  std::string save_dir;
-  for (int i = 3; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("flag " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--input") {
-      auto [name, spec] = split_eq(value(), "input");
-      if (!spec.empty() && spec.find_first_not_of("0123456789x") == std::string::npos) {
-        // NAME=1x3x224x224: binds the input's shape (dynamic axes) and feeds random values.
-        io.input_shapes[name] = parse_dims(spec, "--input " + name);
-        spec = "random";
-      }
-      inputs[name] = spec;
-    } else if (a == "--shape") {
-      auto [name, dims] = split_eq(value(), "shape");
-      io.input_shapes[name] = parse_dims(dims, "--shape " + name);
-    } else if (a == "--backend") {
-      backend = backend_from_name(value());
-    } else if (a == "--seed") {
-      seed = std::stoull(value());
-    } else if (a == "--save-outputs") {
-      save_dir = value();
-    } else {
-      throw Error("run: unknown argument '" + a + "'");
-    }
-  }
+  io.input_shapes = p.shapes;
   // An .npy input binds its own shape unless --shape says otherwise.
   for (const auto& [name, spec] : inputs) {
     if (spec == "random" || spec == "zeros") continue;
     arrays[name] = read_npy(spec);
     if (!io.input_shapes.count(name)) io.input_shapes[name] = arrays[name].shape;
   }
-  onnx::Imported m = onnx::import_file(path, io);
+  onnx::Imported m = onnx::import_file(a.model, io);
   for (const auto& [name, spec] : inputs)
     if (std::find(m.inputs.begin(), m.inputs.end(), name) == m.inputs.end())
-      throw Error("run: the model has no input '" + name + "'");
-  Session s = compile(m.graph, mgn::tool::compile_options(Mode::Infer, backend));
-  std::fprintf(stderr, "%s: opset %d, %lld parameter elements, backend %s\n", path.c_str(), m.opset,
+      throw UsageError("the model has no input '" + name + "'");
+  Session s = compile(m.graph, compile_options(c, a.compile, Mode::Infer));
+  std::fprintf(stderr, "%s: opset %d, %lld parameter elements, backend %s\n", a.model.c_str(), m.opset,
                static_cast<long long>(m.parameter_count), s.backend());
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(a.seed);
   for (const std::string& name : m.inputs) {
     Tensor t = m.graph.get(name);
     const size_t n = size_t(t.numel());
@@ -241,28 +223,31 @@ int run_command(int argc, char** argv) {
       if (is_int) {
         std::vector<int32_t> v(n, 0);
         std::uniform_int_distribution<int32_t> d(0, t.dtype() == DType::Bool ? 1 : 9);
-        if (spec == "random") for (int32_t& e : v) e = d(rng);
+        if (spec == "random")
+          for (int32_t& e : v) e = d(rng);
         s.set_input(name, v);
       } else {
         std::vector<float> v(n, 0.0f);
         std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-        if (spec == "random") for (float& e : v) e = d(rng);
+        if (spec == "random")
+          for (float& e : v) e = d(rng);
         s.set_input(name, v);
       }
       continue;
     }
-    const Npy& a = arrays.at(name);
-    if (size_t(numel(a.shape)) != n)
-      throw Error("run: " + spec + " has shape " + shape_str(a.shape) + ", input '" + name + "' is " + shape_str(t.shape()));
+    const Npy& arr = arrays.at(name);
+    if (size_t(numel(arr.shape)) != n)
+      throw Error(spec + " has shape " + shape_str(arr.shape) + ", input '" + name + "' is " +
+                  shape_str(t.shape()));
     if (is_int) {
-      if (!a.is_int) throw Error("run: input '" + name + "' is an integer tensor; " + spec + " holds floats");
-      s.set_input(name, a.i);
+      if (!arr.is_int) throw Error("input '" + name + "' is an integer tensor; " + spec + " holds floats");
+      s.set_input(name, arr.i);
     } else {
-      s.set_input(name, a.is_int ? std::vector<float>(a.i.begin(), a.i.end()) : a.f);
+      s.set_input(name, arr.is_int ? std::vector<float>(arr.i.begin(), arr.i.end()) : arr.f);
     }
   }
   s.run();
-  if (!save_dir.empty()) std::filesystem::create_directories(save_dir);
+  if (!a.save_dir.empty()) std::filesystem::create_directories(a.save_dir);
   for (const std::string& name : m.outputs) {
     std::vector<float> v = s.read(name);
     Shape sh = s.shape_of(name);
@@ -272,14 +257,62 @@ int run_command(int argc, char** argv) {
                 v.empty() ? 0.0 : sum / double(v.size()));
     for (size_t k = 0; k < std::min<size_t>(v.size(), 8); ++k) std::printf(" %.6g", v[k]);
     std::printf("%s\n", v.size() > 8 ? " ..." : "");
-    if (!save_dir.empty()) {
+    if (!a.save_dir.empty()) {
       std::string file = name;  // ONNX value names may hold path separators
-      for (char& c : file)
-        if (c == '/' || c == '\\' || c == ':') c = '_';
-      write_npy(save_dir + "/" + file + ".npy", sh, v);
+      for (char& ch : file)
+        if (ch == '/' || ch == '\\' || ch == ':') ch = '_';
+      write_npy(a.save_dir + "/" + file + ".npy", sh, v);
     }
   }
   return 0;
+}
+
+}  // namespace
+
+Run declare_inspect(CLI::App& app) {
+  struct Args {
+    std::string model;
+    bool supported_ops = false;
+  };
+  auto a = std::make_shared<Args>();
+  app.add_option("MODEL", a->model, "an .onnx file")->check(CLI::ExistingFile);
+  app.add_flag("--supported-ops", a->supported_ops,
+               "list the importable operators instead (the README's list)");
+  app.footer(
+      "Prints the opset, inputs and outputs with shapes, the op histogram (unsupported ops marked),\n"
+      "and the initializer and parameter counts.");
+  return [a](const Context&) {
+    if (a->supported_ops) {
+      if (!a->model.empty()) throw UsageError("--supported-ops takes no model");
+      for (const std::string& op : onnx::supported_ops()) std::printf("%s\n", op.c_str());
+      return 0;
+    }
+    if (a->model.empty()) throw UsageError("name an .onnx file (or give --supported-ops)");
+    std::fputs(onnx::inspect(a->model).c_str(), stdout);
+    return 0;
+  };
+}
+
+Run declare_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  app.add_option("MODEL", a->model, "an .onnx file")->required()->check(CLI::ExistingFile);
+  app.add_option(
+         "--input", a->inputs,
+         "NAME=random|zeros|FILE.npy|1x3x224x224 (a shape: random values of it, binding dynamic axes); "
+         "repeatable; inputs not named get random values")
+      ->type_name("NAME=SPEC")
+      ->default_str("")
+      ->allow_extra_args(false);
+  app.add_option("--shape", a->shapes, "NAME=1x3x224x224: binds the input's dynamic axes; repeatable")
+      ->type_name("NAME=DIMS")
+      ->default_str("")
+      ->allow_extra_args(false);
+  app.add_option("--seed", a->seed, "seed of the random inputs")->check(at_least(0));
+  app.add_option("--save-outputs", a->save_dir, "write every output as DIR/<name>.npy (float32)")
+      ->type_name("DIR");
+  add_compile_flags(app, a->compile);
+  app.footer("Imports the model, runs it once and prints every output (shape, min/max/mean, first values).");
+  return [a](const Context& c) { return run_model(*a, c); };
 }
 
 }  // namespace mgn::tool

@@ -79,6 +79,8 @@ class Graph {
   // Existing named input or parameter; throws if there is none.
   Tensor get(const std::string& name) const;
   std::optional<Tensor> find(const std::string& name) const;
+  // The tensor of an output (Graph::output's name), if there is one, e.g. the loss to differentiate.
+  std::optional<Tensor> find_output(const std::string& name) const;
   std::vector<Tensor> parameters() const;
   void freeze(const std::string& name_prefix);  // parameters whose name starts with the prefix
 
@@ -192,6 +194,11 @@ struct ConvTranspose2dOptions {
 // gradient of conv2d with that weight, and differentiable in x and the weight.
 Tensor conv_transpose2d(Tensor x, Tensor weight, const ConvTranspose2dOptions& opt = {},
                         std::optional<Tensor> bias = std::nullopt);
+// The two derivatives of conv2d(x, weight, opt) (no bias) for an upstream gradient dy, as autodiff emits
+// them, for graphs that need one alone (e.g. to time it): the gradient of x (input_shape: x's shape, which
+// the strides leave ambiguous) and the gradient of the weight (weight_shape: its shape).
+Tensor conv2d_grad_input(Tensor dy, Tensor weight, const Shape& input_shape, const Conv2dOptions& opt = {});
+Tensor conv2d_grad_weight(Tensor x, Tensor dy, const Shape& weight_shape, const Conv2dOptions& opt = {});
 struct Conv1dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
 };

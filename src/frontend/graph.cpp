@@ -115,6 +115,11 @@ std::optional<Tensor> Graph::find(const std::string& name) const {
   if (!id) return std::nullopt;
   return Tensor(g_.get(), *id);
 }
+std::optional<Tensor> Graph::find_output(const std::string& name) const {
+  auto id = g_->find_output(name);
+  if (!id) return std::nullopt;
+  return Tensor(g_.get(), *id);
+}
 Tensor Graph::get(const std::string& name) const {
   auto t = find(name);
   if (!t) throw Error("the graph has no input or parameter named '" + name + "'");
@@ -301,14 +306,23 @@ Tensor conv_transpose2d(Tensor x, Tensor w, const ConvTranspose2dOptions& o, std
     if (out[size_t(2 + a)] <= 0)
       throw Error(std::string(who) + ": the padding leaves no output along axis " + std::to_string(2 + a));
   }
-  Tensor y = node(Op::Conv2dGradInput, {x, w},
-                  Attrs()
-                      .set("stride", o.stride)
-                      .set("padding", p)
-                      .set("dilation", o.dilation)
-                      .set("groups", o.groups)
-                      .set("input_shape", out));
+  Tensor y = conv2d_grad_input(x, w, out, {.stride = o.stride, .padding = p, .dilation = o.dilation, .groups = o.groups});
   return bias ? add_channel_bias(y, *bias, who) : y;
+}
+// The attributes of conv2d's derivative ops are the forward's geometry plus the shape they produce.
+static Attrs conv2d_grad_attrs(const Conv2dOptions& o, const char* shape_attr, const Shape& shape) {
+  return Attrs()
+      .set("stride", o.stride)
+      .set("padding", pad4(o.padding, "conv2d"))
+      .set("dilation", o.dilation)
+      .set("groups", o.groups)
+      .set(shape_attr, shape);
+}
+Tensor conv2d_grad_input(Tensor dy, Tensor w, const Shape& input_shape, const Conv2dOptions& o) {
+  return node(Op::Conv2dGradInput, {dy, w}, conv2d_grad_attrs(o, "input_shape", input_shape));
+}
+Tensor conv2d_grad_weight(Tensor x, Tensor dy, const Shape& weight_shape, const Conv2dOptions& o) {
+  return node(Op::Conv2dGradWeight, {x, dy}, conv2d_grad_attrs(o, "weight_shape", weight_shape));
 }
 Tensor conv1d(Tensor x, Tensor w, const Conv1dOptions& o, std::optional<Tensor> bias) {
   if (x.rank() != 3) throw Error("conv1d: input must be [N, C, L], got " + shape_str(x.shape()));

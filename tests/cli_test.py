@@ -1,0 +1,228 @@
+"""The `mgn` command line (ctest MgnCli): every command of the table has help from it (`mgn CMD --help`,
+`mgn help CMD`, `mgn --help` lists them all); unknown flags and bad values are usage errors (exit 2, one line on
+stderr naming the command once) reported before any work: fast, nothing on stdout, no kernel written to the
+cache, where a positive control shows that a compile does write there; boolean flags take no value; runtime
+errors exit 1; `mgn help environment --markdown` is docs/environment.md's block; unknown MGN_* names warn.
+
+Usage: cli_test.py MGN SOURCE_DIR WORK_DIR
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+# The command table of tools/mgn.cpp, in its order. A command added there is added here (and gets the checks).
+COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "generate", "finetune",
+            "llama-check", "bench", "bench-gemm", "devices", "help"]
+# A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
+# a loaded machine), and nothing is compiled (checked through the kernel cache).
+FAST_S = 2.0
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def main():
+    mgn, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    cache = os.path.join(work, "cache")
+    # A clean environment: no MGN_* from the caller but the validation layer, and a cache folder of our own.
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("MGN_") or k == "MGN_VALIDATION"}
+    base_env["MGN_CACHE_DIR"] = cache
+
+    def mgn_run(args, env_extra=None):
+        env = dict(base_env)
+        env.update(env_extra or {})
+        t0 = time.monotonic()
+        r = subprocess.run([mgn] + args, capture_output=True, text=True, env=env, timeout=300)
+        return r, time.monotonic() - t0
+
+    def cache_files():
+        n = 0
+        for _, _, files in os.walk(cache):
+            n += len(files)
+        return n
+
+    # Files and folders the commands' validators accept (they check existence only).
+    some_file = os.path.join(work, "some.txt")
+    with open(some_file, "w") as f:
+        f.write("not a model\n")
+    some_dir = os.path.join(work, "dir")
+    os.makedirs(some_dir)
+    out_dir = os.path.join(work, "out")
+    missing = os.path.join(work, "missing")
+    valid = {
+        "train-fashion-mnist": [], "dump-checkpoint": [some_file], "kernels": [], "plan": [],
+        "inspect": [some_file], "run": [some_file], "generate": [some_dir, "--prompt", "x"],
+        "finetune": [some_dir, "--text", some_file, "--out", out_dir], "llama-check": [some_dir],
+        "bench": ["fashion-cnn"], "bench-gemm": [], "devices": [], "help": [],
+    }
+    check(sorted(valid) == sorted(COMMANDS), "every command has valid arguments in this test")
+
+    # ---- help from the table
+    r, _ = mgn_run(["--help"])
+    check(r.returncode == 0, "mgn --help exits 0")
+    listed = []
+    if "Subcommands:" in r.stdout:
+        for line in r.stdout.split("Subcommands:", 1)[1].splitlines():
+            m = re.match(r"^  (\S+)\s+\S", line)
+            if m:
+                listed.append(m.group(1))
+    check(listed == COMMANDS, f"mgn --help lists every command in table order: {listed}")
+    top_help = r.stdout
+    r, _ = mgn_run(["help"])
+    check(r.returncode == 0 and r.stdout == top_help, "mgn help prints what mgn --help prints")
+    r, _ = mgn_run([])
+    check(r.returncode == 2 and "Usage: mgn" in r.stderr, "mgn without a command: usage on stderr, exit 2")
+    r, _ = mgn_run(["--version"])
+    check(r.returncode == 0 and r.stdout.startswith("mgn "), f"mgn --version: {r.stdout!r}")
+
+    for cmd in COMMANDS:
+        r, _ = mgn_run([cmd, "--help"])
+        check(r.returncode == 0, f"mgn {cmd} --help exits 0 ({r.stderr.strip()})")
+        check(f"Usage: mgn {cmd} " in r.stdout or r.stdout.rstrip().endswith(f"Usage: mgn {cmd}"),
+              f"mgn {cmd} --help shows its own usage")
+        check(r.stderr == "", f"mgn {cmd} --help writes nothing on stderr: {r.stderr!r}")
+        summary = re.search(rf"^  {re.escape(cmd)}\s+(.+)$", top_help, re.M)
+        check(summary is not None and r.stdout.startswith(summary.group(1)),
+              f"mgn {cmd} --help starts with the table's summary")
+        h, _ = mgn_run(["help", cmd])
+        check(h.returncode == 0 and h.stdout == r.stdout, f"mgn help {cmd} prints what mgn {cmd} --help prints")
+        h, _ = mgn_run([cmd, "-h"] + valid[cmd])
+        check(h.returncode == 0 and h.stdout == r.stdout, f"mgn {cmd} -h ... prints the help and does nothing else")
+
+    # ---- unknown flags: exit 2, one line naming the command once and the flag
+    def one_usage_error(cmd, args, want, env_extra=None, label=None):
+        label = label or " ".join([cmd] + args)
+        before = cache_files()
+        r, dt = mgn_run([cmd] + args, env_extra)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 2, f"mgn {label}: exit 2, got {r.returncode} ({r.stderr.strip()})")
+        check(len(lines) == 1, f"mgn {label}: one line on stderr, got {lines}")
+        check(len(re.findall(rf"(?<![\w-]){re.escape(cmd)}(?![\w-])", r.stderr)) == 1,
+              f"mgn {label}: the command is named once: {r.stderr.strip()!r}")
+        check(want in r.stderr, f"mgn {label}: the message names {want!r}: {r.stderr.strip()!r}")
+        check(r.stdout == "", f"mgn {label}: nothing on stdout (no work): {r.stdout[:200]!r}")
+        check(dt < FAST_S, f"mgn {label}: reported in {dt:.2f} s, before any work")
+        check(cache_files() == before, f"mgn {label}: nothing compiled (the kernel cache is unchanged)")
+
+    for cmd in COMMANDS:
+        one_usage_error(cmd, valid[cmd] + ["--no-such-flag"], "--no-such-flag")
+    one_usage_error("train-fashion-mnist", ["--no-such-flag=3"], "--no-such-flag")
+    r, _ = mgn_run(["no-such-command"])
+    check(r.returncode == 2 and r.stderr.count("no-such-command") == 1 and len(r.stderr.strip().splitlines()) == 1,
+          f"an unknown command: exit 2, one line: {r.stderr!r}")
+
+    # ---- bad values and combinations: exit 2 before anything is loaded or compiled
+    for cmd, args, want in [
+        ("train-fashion-mnist", ["--epochs", "0"], "--epochs"),
+        ("train-fashion-mnist", ["--epochs", "x"], "--epochs"),
+        ("train-fashion-mnist", ["--batch", "-1"], "--batch"),
+        ("train-fashion-mnist", ["--lr", "0"], "--lr"),
+        ("train-fashion-mnist", ["--data", missing], "--data"),
+        ("train-fashion-mnist", ["--backend", "gpu"], "--backend"),
+        ("train-fashion-mnist", ["--precision", "fast"], "--precision"),
+        ("train-fashion-mnist", ["--model", "rnn"], "--model"),
+        ("kernels", ["--batch", "0"], "--batch"),
+        ("kernels", ["--mode", "eval"], "--mode"),
+        ("plan", ["--mode", "infer"], "--mode infer"),
+        ("plan", ["--model", "llama:" + missing], "--model"),
+        ("plan", ["--seq", "1"], "--seq"),
+        ("inspect", [missing], "missing"),
+        ("inspect", [], "--supported-ops"),
+        ("run", [some_file, "--input", "x=" + missing + ".npy"], "--input"),
+        ("run", [some_file, "--input", "x=1x0x3"], "--input"),
+        ("run", [some_file, "--shape", "x"], "--shape"),
+        ("generate", [some_dir, "--prompt", "x", "--max-tokens", "0"], "--max-tokens"),
+        ("generate", [some_dir, "--prompt", "x", "--temperature", "-1"], "--temperature"),
+        ("generate", [some_dir], "--prompt"),
+        ("generate", [missing, "--prompt", "x"], "missing"),
+        ("finetune", [some_dir, "--text", missing, "--out", out_dir], "missing"),
+        ("finetune", [some_dir, "--text", some_file, "--out", out_dir, "--seq", "1"], "--seq"),
+        ("finetune", [some_dir, "--text", some_file, "--out", some_dir], "--out"),
+        ("llama-check", [missing], "missing"),
+        ("llama-check", [some_dir, "--tol-grad", "0"], "--tol-grad"),
+        ("bench", ["fashion-cnn", "--samples", "0"], "--samples"),
+        ("bench", ["fashion-cnn", "--warmup-ms", "-5"], "--warmup-ms"),
+        ("bench", ["fashion-cnn", "--cache", "warm"], "--cache"),
+        ("bench", ["fashion-cnn", "--mode", "fast"], "--mode"),
+        ("bench", ["fashion-cnn", "--phases", "compile,nope"], "nope"),
+        ("bench", ["fashion-cnn", "--data", missing], "--data"),
+        ("bench", ["attention", "--weights", some_file], "--weights"),
+        ("bench", ["conv", "--cases", "nope"], "nope"),
+        ("bench", ["llama"], "--config"),
+        ("bench", ["gpt2"], "gpt2"),
+        ("bench", [], "WORKLOAD"),
+        ("bench-gemm", ["2x3"], "2x3"),
+        ("bench-gemm", ["0x4x4"], "0x4x4"),
+        ("bench-gemm", ["--tile", "12x"], "--tile"),
+        ("bench-gemm", ["--variant", "classic"], "--variant"),
+        ("help", ["nope"], "nope"),
+        ("help", ["--markdown"], "--markdown"),
+    ]:
+        one_usage_error(cmd, args, want)
+    # A folder the environment names is checked up front too.
+    one_usage_error("train-fashion-mnist", [], missing, {"MGN_FASHION_MNIST_DIR": missing},
+                    "train-fashion-mnist with MGN_FASHION_MNIST_DIR missing")
+    one_usage_error("bench", ["fashion-cnn"], missing, {"MGN_FASHION_MNIST_DIR": missing},
+                    "bench fashion-cnn with MGN_FASHION_MNIST_DIR missing")
+    # Boolean flags take no value: the error is about --epochs, not about --full or --no-progress.
+    one_usage_error("train-fashion-mnist", ["--full", "--no-progress", "--epochs", "0"], "--epochs")
+    # A malformed MGN_* value is a usage error of the command, naming the variable.
+    one_usage_error("plan", [], "MGN_FUSION", {"MGN_FUSION": "maybe"}, "plan with MGN_FUSION=maybe")
+
+    # ---- runtime errors: exit 1, one line naming the command once
+    r, _ = mgn_run(["dump-checkpoint", some_file])
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("mgn dump-checkpoint: ")
+          and r.stderr.count("dump-checkpoint") == 1, f"a runtime error: exit 1, one line: {r.stderr!r}")
+
+    # ---- boolean flags without a value, and the positive control for the cache
+    r, _ = mgn_run(["inspect", "--supported-ops"])
+    check(r.returncode == 0 and "Conv" in r.stdout.split(), "mgn inspect --supported-ops")
+    r, _ = mgn_run(["plan", "--model", "mlp", "--show", "report", "--reuse", "off"])
+    check(r.returncode == 0 and "step-local peak live" in r.stdout, f"mgn plan --show report: {r.stderr}")
+    d, _ = mgn_run(["devices"])
+    if d.returncode == 0 and d.stdout.strip() and "no Vulkan backend" not in d.stdout:
+        before = cache_files()
+        r, _ = mgn_run(["kernels", "--model", "mlp", "--batch", "2", "--list"])
+        check(r.returncode == 0 and r.stdout.strip() and "// =====" not in r.stdout,
+              f"mgn kernels --list prints names only: {r.stderr.strip()}")
+        check(cache_files() > before, "a compile writes kernels to the cache (the usage-error checks see it)")
+    else:
+        print("no Vulkan device: the cache's positive control is skipped;", d.stderr.strip())
+
+    # ---- the environment
+    r, _ = mgn_run(["help", "environment", "--markdown"])
+    doc = open(os.path.join(src, "docs", "environment.md")).read()
+    begin, end = "<!-- env:begin -->\n", "<!-- env:end -->"
+    block = doc[doc.index(begin) + len(begin):doc.index(end)]
+    check(r.returncode == 0 and r.stdout == block, "mgn help environment --markdown is docs/environment.md's block")
+    r, _ = mgn_run(["help", "environment"])
+    names = sorted(set(re.findall(r"^\| `(MGN_[A-Z0-9_]+)`", block, re.M)))
+    check(r.returncode == 0 and names and all(re.search(rf"^  {n}$", r.stdout, re.M) for n in names),
+          "mgn help environment lists every variable of the docs")
+    typo = "MGN_" + "GEMM_TIEL"  # spelled apart so that no script seems to set an undocumented variable
+    r, _ = mgn_run(["help", "environment"], {typo: "64x64x16"})
+    check(r.returncode == 0 and r.stderr.count(typo) == 1 and "warning" in r.stderr,
+          f"an unknown MGN_* name is warned about once: {r.stderr!r}")
+    r, _ = mgn_run(["plan", "--model", "mlp", "--show", "report"], {typo: "1"})
+    check(r.returncode == 0 and r.stderr.count(typo) == 1, f"commands warn about it too: {r.stderr!r}")
+    r, _ = mgn_run(["help", "environment"], {"MGN_FUSION": "maybe"})
+    check(r.returncode == 0 and "MGN_FUSION" in r.stderr, "help works with a malformed variable (a warning)")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

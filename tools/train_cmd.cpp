@@ -1,0 +1,146 @@
+// `mgn train-fashion-mnist` (the main job: train, checkpoint, reload into a fresh inference graph, test
+// accuracy) and `mgn dump-checkpoint`.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "mgn/checkpoint.h"
+#include "mgn/data.h"
+#include "mgn/models.h"
+#include "mgn/train.h"
+
+namespace mgn::tool {
+
+namespace {
+
+struct TrainArgs {
+  std::string model = "cnn";
+  std::optional<int64_t> epochs, limit_train;
+  int64_t batch = 64, eval_batch = 500, limit_test = 0;
+  uint64_t seed = 0;
+  double lr = 1e-3;
+  std::string out, data;
+  bool no_progress = false, full = false;
+  CompileFlags compile;
+};
+
+// Keeps the first n samples.
+void truncate(Dataset& d, int64_t n) {
+  if (n <= 0 || n >= d.count) return;
+  d.count = n;
+  d.features.resize(size_t(n * d.sample_size()));
+  d.labels.resize(size_t(n));
+}
+
+int train_fashion_mnist(const TrainArgs& a, const Context& c) {
+  const models::FashionArch arch = models::fashion_arch_from_name(a.model);
+  const std::string out =
+      a.out.empty() ? std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors"
+                    : a.out;
+  // --data is checked by its validator; the environment's folder (MGN_FASHION_MNIST_DIR or Debian's) here,
+  // before anything is loaded or compiled.
+  const std::string dir = a.data.empty() ? c.env.fashion_mnist_dir : a.data;
+  if (!std::filesystem::is_directory(dir))
+    throw UsageError(
+        "the Fashion-MNIST folder " + dir +
+        " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
+
+  auto t0 = std::chrono::steady_clock::now();
+  // The data first, so a folder without the files fails before any compile. The short version (below)
+  // needs the device, so the training set is cut afterwards.
+  Dataset train = load_fashion_mnist(dir, Split::Train, a.limit_train.value_or(0));
+  Dataset test = load_fashion_mnist(dir, Split::Test, a.limit_test);
+
+  Graph g = models::fashion_mnist({.arch = arch, .batch = a.batch, .mode = Mode::Train, .seed = a.seed});
+  CompileOptions copt = compile_options(c, a.compile, Mode::Train);
+  copt.optimizer = AdamW{.lr = a.lr};
+  Session session = compile(g, copt);
+  std::fprintf(stderr, "model %s, batch %lld, AdamW lr %g, backend %s (%s)\n",
+               models::fashion_arch_name(arch), (long long)a.batch, a.lr, session.backend(),
+               session.device_type());
+  int64_t epochs = a.epochs.value_or(5);
+  const std::string dev = session.device_type();
+  if ((dev == "CPU" || dev == "host") && !a.full && !a.epochs && !a.limit_train) {
+    epochs = 1;
+    truncate(train, 6400);
+    std::fprintf(stderr,
+                 "no GPU: running the short version (1 epoch over %lld images); --full runs all 5 epochs\n",
+                 (long long)train.count);
+  }
+  std::fprintf(stderr, "Fashion-MNIST: %lld training and %lld test images from %s\n", (long long)train.count,
+               (long long)test.count, dir.c_str());
+  BatchLoader loader(train, {.batch = a.batch, .shuffle = true, .seed = a.seed});
+  Trainer trainer(session, {.epochs = epochs, .progress = !a.no_progress, .checkpoint = out});
+  std::vector<EpochReport> reports = trainer.fit(loader);
+  double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // The deploy path: a fresh inference graph knows nothing of the training run but the checkpoint.
+  Graph gi =
+      models::fashion_mnist({.arch = arch, .batch = a.eval_batch, .mode = Mode::Infer, .seed = a.seed + 1});
+  Session infer = compile(gi, compile_options(c, a.compile, Mode::Infer));
+  infer.load_checkpoint(out);
+  EvalResult ev = evaluate_classifier(infer, test);
+  double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const EpochReport& r : reports)
+    std::printf("epoch %lld: mean loss %.4f (first batch %.4f, last %.4f), %.1f s, %.1f steps/s\n",
+                (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds,
+                r.steps_per_second);
+  std::printf("checkpoint: %s (%lld steps)\n", out.c_str(), (long long)session.step_count());
+  std::printf("test accuracy: %.2f%% on %lld images (fresh inference graph, checkpoint reloaded)\n",
+              100 * ev.accuracy, (long long)test.count);
+  std::printf("time: %.1f s training (incl. data loading), %.1f s total\n", train_s, total_s);
+  return 0;
+}
+
+}  // namespace
+
+Run declare_train_fashion_mnist(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  app.add_option("--model", a->model, "the network")->check(CLI::IsMember({"cnn", "mlp"}));
+  app.add_option("--epochs", a->epochs, "passes over the training set (default 5)")->check(at_least(1));
+  app.add_option("--batch", a->batch, "training batch size")->check(at_least(1));
+  app.add_option("--eval-batch", a->eval_batch, "batch size of the inference session that measures accuracy")
+      ->check(at_least(1));
+  app.add_option("--lr", a->lr, "AdamW learning rate")->check(positive_number());
+  app.add_option("--limit-train", a->limit_train, "use the first N training images (0: all; default all)")
+      ->check(at_least(0));
+  app.add_option("--limit-test", a->limit_test, "use the first N test images (0: all)")->check(at_least(0));
+  app.add_option("--out", a->out, "checkpoint file (default fashion_mnist_<model>.safetensors)")
+      ->type_name("FILE");
+  app.add_option("--seed", a->seed, "initialization and shuffling seed");
+  app.add_option(
+         "--data", a->data,
+         "folder of the IDX files (default MGN_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist)")
+      ->check(CLI::ExistingDirectory);
+  app.add_flag("--no-progress", a->no_progress, "no progress bar");
+  app.add_flag("--full", a->full, "the whole job even without a GPU");
+  add_compile_flags(app, a->compile);
+  app.footer(
+      "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, then builds a\n"
+      "fresh inference graph, loads the checkpoint into it and reports the test accuracy. Without a GPU\n"
+      "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version (1 "
+      "epoch\n"
+      "over 6400 images) unless --full is given.");
+  return [a](const Context& c) { return train_fashion_mnist(*a, c); };
+}
+
+Run declare_dump_checkpoint(CLI::App& app) {
+  auto file = std::make_shared<std::string>();
+  app.add_option("FILE", *file, "a .safetensors file, or a sharded index (.json)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  return [file](const Context&) {
+    TensorSet ts = read_tensor_set(*file);
+    for (auto& [k, v] : ts.metadata) std::printf("metadata %s = %s\n", k.c_str(), v.c_str());
+    for (auto& [name, t] : ts.tensors)
+      std::printf("%-48s %-5s %s\n", name.c_str(), t.dtype.c_str(), shape_str(t.shape).c_str());
+    return 0;
+  };
+}
+
+}  // namespace mgn::tool
