@@ -42,10 +42,12 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
   if (!a.tile.empty()) opt.kernels.gemm_tile = parse_gemm_tile(a.tile, false, "--tile");
   if (!a.f16_tile.empty()) opt.kernels.f16_tile = parse_gemm_tile(a.f16_tile, true, "--f16-tile");
 
+  // --f16, or MGN_PRECISION=accelerated (the default precision of the matmul, which sets none of its own).
+  const bool accelerated = a.f16 || opt.default_precision == Precision::Accelerated;
   std::string coopmat = "n/a";
-  if (a.f16) {
-    // The engine's own device is private to it; a description of the same device (same selection rule) runs
-    // the self-test, whose verdict is process-wide (and cached per device if the engine runs it too).
+  if (accelerated) {
+    // The sessions below open the same device (equal DeviceOptions share one), so the self-test this runs is
+    // the verdict they use.
     try {
       coopmat = describe_device(opt.device, opt.kernels).f16_gemm;
     } catch (const std::exception& e) {
@@ -99,7 +101,7 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
                               {"m", m},
                               {"n", n},
                               {"k", k},
-                              {"precision", a.f16 ? "f16" : "strict"},
+                              {"precision", accelerated ? "f16" : "strict"},
                               {"variant", gemm_kernel_name(opt.kernels.gemm)},
                               {"tile", gemm_tile_str(opt.kernels.gemm_tile, false)},
                               {"f16_tile", gemm_tile_str(opt.kernels.f16_tile, true)},
