@@ -3,7 +3,7 @@
 // lists) and one_hot. Index arithmetic is specialized to the shapes.
 #include <algorithm>
 
-#include "codegen/glsl_util.h"
+#include "codegen/glsl.h"
 
 namespace mgn::codegen {
 namespace {
@@ -16,13 +16,18 @@ std::string io_decls(const ir::Node& in, const ir::Node& out) {
   return gl::buffer(0, "x", in.dtype, true) + gl::buffer(1, "y", out.dtype, false, true);
 }
 
-Lowering one(Kernel k) {
-  Lowering l;
-  l.kernels.push_back(std::move(k));
-  return l;
-}
+Lowering one(Kernel k) { return gl::one_kernel(std::move(k)); }
 
 std::string name_of(const ir::Node& n, const Shape& s) { return std::string(ir::op_name(n.op)) + "_" + shape_str(s); }
+
+// y[i] = x[start + the offset of i over `dims`]: a strided view of x copied out (permute, slice).
+Lowering strided_copy(const LowerContext& ctx, uint64_t start, const std::vector<gl::Dim>& dims,
+                      const std::string& comment) {
+  const ir::Node& n = ctx.node;
+  std::string body = "  uint src = " + u(start) + ";\n" + gl::offset_code(dims, "i", "src", "pt") + "  y[i] = x[src];\n";
+  return one(gl::elementwise(name_of(n, ctx.input(0).shape), "data " + comment, io_decls(ctx.input(0), n), body,
+                             gl::numel_u(n.shape), kUnary, ctx.caps));
+}
 
 Lowering lower_permute(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
@@ -32,9 +37,7 @@ Lowering lower_permute(const LowerContext& ctx) {
   std::vector<int64_t> xst = gl::strides(xs);
   std::vector<gl::Dim> dims;
   for (int i = 0; i < r; ++i) dims.push_back({n.shape[size_t(i)], xst[size_t((perm[size_t(i)] + r) % r)]});
-  std::string body = "  uint src = 0u;\n" + gl::offset_code(dims, "i", "src", "pt") + "  y[i] = x[src];\n";
-  return one(gl::elementwise(name_of(n, xs), "data permute " + shape_str(xs) + " perm " + shape_str(perm),
-                             io_decls(ctx.input(0), n), body, gl::numel_u(n.shape), kUnary, ctx.caps));
+  return strided_copy(ctx, 0, dims, "permute " + shape_str(xs) + " perm " + shape_str(perm));
 }
 
 Lowering lower_slice(const LowerContext& ctx) {
@@ -48,10 +51,7 @@ Lowering lower_slice(const LowerContext& ctx) {
     start += uint64_t(st[i] * xst[i]);
     dims.push_back({n.shape[i], sp[i] * xst[i]});
   }
-  std::string body = "  uint src = " + u(start) + ";\n" + gl::offset_code(dims, "i", "src", "pt") + "  y[i] = x[src];\n";
-  return one(gl::elementwise(name_of(n, xs), "data slice " + shape_str(xs) + " starts " + shape_str(st) + " steps " +
-                                                 shape_str(sp),
-                             io_decls(ctx.input(0), n), body, gl::numel_u(n.shape), kUnary, ctx.caps));
+  return strided_copy(ctx, start, dims, "slice " + shape_str(xs) + " starts " + shape_str(st) + " steps " + shape_str(sp));
 }
 
 // Each output element finds the dy element that maps to it, if any: a gather, so no atomics.
@@ -237,7 +237,9 @@ Lowering lower_data(const LowerContext& ctx) {
     case ir::Op::Gather: return lower_gather(ctx);
     case ir::Op::GatherGrad: return lower_gather_grad(ctx);
     case ir::Op::OneHot: return lower_one_hot(ctx);
-    default: break;
+#define MGN_FAMILY_DataMovement
+#include "codegen/other_ops.inc"
+      break;
   }
   throw Error("internal: " + ctx.graph.describe(ctx.node.id) + " is not a data-movement op");
 }

@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "codegen/glsl_util.h"
+#include "codegen/glsl.h"
 
 namespace mgn::codegen {
 

@@ -3,7 +3,7 @@
 // the derivative helpers and rope.
 #include <cmath>
 
-#include "codegen/glsl_util.h"
+#include "codegen/glsl.h"
 
 namespace mgn::codegen {
 namespace {
@@ -85,7 +85,10 @@ std::string pointwise_expr(const ir::Node& n, DType in0) {
     case Op::Greater: return "a > b ? 1u : 0u";
     case Op::GreaterEqual: return "a >= b ? 1u : 0u";
     case Op::Where: return "a != 0u ? b : c";
-    default: break;
+    case Op::Rope: break;  // reads its input at other elements: lower_rope
+#define MGN_FAMILY_Pointwise
+#include "codegen/other_ops.inc"
+      break;
   }
   throw Error(std::string("internal: ") + ir::op_name(n.op) + " is not a pointwise op");
 }

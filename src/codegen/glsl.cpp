@@ -1,12 +1,47 @@
-// Shared GLSL emitters for the pointwise, reduction, data-movement and loss generators.
-#include "codegen/glsl_util.h"
+// The GLSL helper library of the kernel generators (glsl.h).
+#include "codegen/glsl.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 namespace mgn::codegen::gl {
+
+std::string render(std::string_view tmpl, Vars vars) {
+  std::vector<bool> used(vars.size(), false);
+  std::string out;
+  out.reserve(tmpl.size() * 2);
+  size_t i = 0;
+  while (i < tmpl.size()) {
+    const size_t at = tmpl.find("${", i);
+    if (at == std::string_view::npos) {
+      out.append(tmpl.substr(i));
+      break;
+    }
+    out.append(tmpl.substr(i, at - i));
+    const size_t end = tmpl.find('}', at + 2);
+    if (end == std::string_view::npos) throw Error("internal: unterminated placeholder in a kernel template");
+    const std::string_view name = tmpl.substr(at + 2, end - at - 2);
+    size_t k = 0;
+    for (const auto& [key, value] : vars) {
+      if (key == name) {
+        out += value;
+        used[k] = true;
+        break;
+      }
+      ++k;
+    }
+    if (k == vars.size())
+      throw Error("internal: kernel template placeholder ${" + std::string(name) + "} has no value");
+    i = end + 1;
+  }
+  size_t k = 0;
+  for (const auto& [key, value] : vars)
+    if (!used[k++]) throw Error("internal: kernel template has no placeholder ${" + std::string(key) + "}");
+  return out;
+}
 
 const char* type_of(DType t) {
   switch (t) {
@@ -40,11 +75,35 @@ std::string u(uint64_t v) {
   return std::to_string(v) + "u";
 }
 
-std::string buffer(int binding, const std::string& name, DType t, bool readonly, bool writeonly) {
-  std::string q = readonly ? "readonly " : writeonly ? "writeonly " : "";
-  return "layout(std430, set = 0, binding = " + std::to_string(binding) + ") " + q + "buffer B" +
-         std::to_string(binding) + " { " + type_of(t) + " " + name + "[]; };\n";
+std::string const_uint(const std::string& name, uint64_t v) {
+  return "const uint " + name + " = " + u(v) + ";\n";
 }
+std::string const_int(const std::string& name, int64_t v) {
+  return "const int " + name + " = " + std::to_string(v) + ";\n";
+}
+
+std::string buffer_as(int binding, const std::string& type, const std::string& name, const std::string& qualifiers) {
+  const std::string b = std::to_string(binding);
+  return "layout(std430, set = 0, binding = " + b + ") " + qualifiers + "buffer B" + b + " { " + type + " " + name +
+         "[]; };\n";
+}
+
+std::string buffer(int binding, const std::string& name, DType t, bool readonly, bool writeonly) {
+  return buffer_as(binding, type_of(t), name, readonly ? "readonly " : writeonly ? "writeonly " : "");
+}
+
+void Buffers::add(const std::string& name, Binding b, DType t) {
+  decls += buffer(int(bindings.size()), name, t, !b.written, b.written);
+  bindings.push_back(b);
+}
+
+void Buffers::add_as(const std::string& type, const std::string& name, Binding b) {
+  decls += buffer_as(int(bindings.size()), type, name, b.written ? "writeonly " : "readonly ");
+  bindings.push_back(b);
+}
+
+Binding input(int i) { return {BindingKind::Input, i, false}; }
+Binding output(int node) { return {BindingKind::Output, 0, true, node}; }
 
 uint64_t numel_u(const Shape& s) {
   uint64_t n = 1;
@@ -70,6 +129,39 @@ Grid flat_groups(uint64_t total, const DeviceCaps& caps, const std::string& who)
   return g;
 }
 
+Kernel elementwise(const std::string& name, const std::string& comment, const std::string& decls,
+                   const std::string& body, uint64_t total, std::vector<Binding> bindings, const DeviceCaps& caps) {
+  check_32bit(total, name);
+  const uint32_t wg = std::min<uint32_t>(256, caps.max_workgroup_invocations);
+  Grid grid = flat_groups(div_up(total, wg), caps, name);
+  static constexpr std::string_view kTemplate = R"(#version 450
+// archetype: ${COMMENT}
+layout(local_size_x = ${WG}) in;
+${DECLS}void main() {
+${GRID}  uint i = gid * ${WGU} + gl_LocalInvocationID.x;
+  if (i >= ${TOTAL}) return;
+${BODY}}
+)";
+  Kernel k;
+  k.name = name;
+  k.glsl = render(kTemplate, {{"COMMENT", comment},
+                              {"WG", std::to_string(wg)},
+                              {"DECLS", decls},
+                              {"GRID", grid.glsl},
+                              {"WGU", u(wg)},
+                              {"TOTAL", u(total)},
+                              {"BODY", body}});
+  k.bindings = std::move(bindings);
+  k.groups = total == 0 ? std::array<uint32_t, 3>{0, 0, 0} : grid.groups;
+  return k;
+}
+
+Lowering one_kernel(Kernel k) {
+  Lowering l;
+  l.kernels.push_back(std::move(k));
+  return l;
+}
+
 std::vector<int64_t> strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (int i = int(s.size()) - 2; i >= 0; --i) st[size_t(i)] = st[size_t(i) + 1] * s[size_t(i) + 1];
@@ -90,24 +182,32 @@ std::vector<Dim> merge_dims(const std::vector<Dim>& dims) {
   return out;
 }
 
+namespace {
+
+// Statements adding to `acc` the offset of `var` over merged `dims` (innermost last), dividing `var` itself.
+std::string strided_terms(const std::vector<Dim>& m, const std::string& var, const std::string& acc) {
+  std::string s;
+  for (int i = int(m.size()) - 1; i >= 0; --i) {
+    const Dim& d = m[size_t(i)];
+    std::string coord = i == 0 ? var : "(" + var + " % " + u(uint64_t(d.size)) + ")";
+    std::string term = d.stride == 1 ? coord : coord + " * " + u(uint64_t(d.stride));
+    if (d.stride != 0) s += "  " + acc + " += " + term + ";\n";
+    if (i > 0) s += "  " + var + " /= " + u(uint64_t(d.size)) + ";\n";
+  }
+  return s;
+}
+
+}  // namespace
+
 std::string offset_code(const std::vector<Dim>& dims, const std::string& var, const std::string& acc,
                         const std::string& tmp) {
   std::vector<Dim> m = merge_dims(dims);
   if (m.empty()) return "";
-  std::string s;
   if (m.size() == 1) {
     std::string term = m[0].stride == 1 ? var : var + " * " + u(uint64_t(m[0].stride));
     return "  " + acc + " += " + term + ";\n";
   }
-  s += "  uint " + tmp + " = " + var + ";\n";
-  for (int i = int(m.size()) - 1; i >= 0; --i) {
-    const Dim& d = m[size_t(i)];
-    std::string coord = i == 0 ? tmp : "(" + tmp + " % " + u(uint64_t(d.size)) + ")";
-    std::string term = d.stride == 1 ? coord : coord + " * " + u(uint64_t(d.stride));
-    if (d.stride != 0) s += "  " + acc + " += " + term + ";\n";
-    if (i > 0) s += "  " + tmp + " /= " + u(uint64_t(d.size)) + ";\n";
-  }
-  return s;
+  return "  uint " + tmp + " = " + var + ";\n" + strided_terms(m, tmp, acc);
 }
 
 std::string broadcast_fn(const std::string& name, const Shape& in, const Shape& out) {
@@ -134,14 +234,7 @@ std::string broadcast_fn(const std::string& name, const Shape& in, const Shape& 
       m.push_back(d);
     }
   }
-  s += "  uint r = 0u;\n";
-  for (int i = int(m.size()) - 1; i >= 0; --i) {
-    const Dim& d = m[size_t(i)];
-    std::string coord = i == 0 ? "i" : "(i % " + u(uint64_t(d.size)) + ")";
-    if (d.stride != 0) s += "  r += " + (d.stride == 1 ? coord : coord + " * " + u(uint64_t(d.stride))) + ";\n";
-    if (i > 0) s += "  i /= " + u(uint64_t(d.size)) + ";\n";
-  }
-  return s + "  return r;\n}\n";
+  return s + "  uint r = 0u;\n" + strided_terms(m, "i", "r") + "  return r;\n}\n";
 }
 
 std::string unravel(const Shape& shape, const std::string& var, const std::string& prefix) {
@@ -156,6 +249,20 @@ std::string unravel(const Shape& shape, const std::string& var, const std::strin
     } else {
       s += "  uint " + c + " = " + prefix + "t % " + u(uint64_t(shape[size_t(i)])) + ";\n";
       s += "  " + prefix + "t /= " + u(uint64_t(shape[size_t(i)])) + ";\n";
+    }
+  }
+  return s;
+}
+
+std::string unflatten(const std::string& var, const std::vector<std::pair<std::string, uint64_t>>& dims,
+                      const std::string& indent) {
+  std::string s = indent + "uint r_ = " + var + ";\n";
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (i == 0) {
+      s += indent + "uint " + dims[i].first + " = r_;\n";
+    } else {
+      s += indent + "uint " + dims[i].first + " = r_ % " + u(dims[i].second) + ";\n" + indent + "r_ /= " +
+           u(dims[i].second) + ";\n";
     }
   }
   return s;
@@ -205,35 +312,39 @@ float mgn_erf(float x) {
 )";
 }
 
-Kernel elementwise(const std::string& name, const std::string& comment, const std::string& decls,
-                   const std::string& body, uint64_t total, std::vector<Binding> bindings, const DeviceCaps& caps) {
-  check_32bit(total, name);
-  const uint32_t wg = std::min<uint32_t>(256, caps.max_workgroup_invocations);
-  Grid grid = flat_groups(div_up(total, wg), caps, name);
-  Kernel k;
-  k.name = name;
-  k.glsl = "#version 450\n// archetype: " + comment + "\nlayout(local_size_x = " + std::to_string(wg) + ") in;\n" +
-           decls + "void main() {\n" + grid.glsl + "  uint i = gid * " + u(wg) +
-           " + gl_LocalInvocationID.x;\n  if (i >= " + u(total) + ") return;\n" + body + "}\n";
-  k.bindings = std::move(bindings);
-  k.groups = total == 0 ? std::array<uint32_t, 3>{0, 0, 0} : grid.groups;
-  return k;
-}
-
 uint32_t row_workgroup(uint64_t m, const DeviceCaps& caps) {
   uint32_t wg = 32;
   while (wg < 256 && wg < m) wg *= 2;
   return std::min(wg, std::max<uint32_t>(32, caps.max_workgroup_invocations));
 }
 
+std::string tree_reduce(uint32_t wg, const std::string& combine, const std::string& indent) {
+  return render(R"(${I}for (uint s = ${HALF}; s > 0u; s >>= 1) {
+${I}  if (t < s)${COMBINE}
+${I}  barrier();
+${I}}
+)",
+                {{"I", indent}, {"HALF", u(wg / 2)}, {"COMBINE", combine}});
+}
+
 std::string wg_reduce_lib(uint32_t wg) {
-  std::string W = u(wg);
-  std::string s = "shared float s_red[" + W + "];\n";
+  std::string s = "shared float s_red[" + u(wg) + "];\n";
   for (const char* op : {"sum", "max"}) {
-    std::string comb = std::string(op) == "sum" ? "a + b" : "(isnan(a) || isnan(b)) ? mgn_nan() : max(a, b)";
-    s += "float wg_" + std::string(op) + "(float v) {\n  uint t = gl_LocalInvocationID.x;\n  s_red[t] = v;\n  barrier();\n";
-    s += "  for (uint s = " + u(wg / 2) + "; s > 0u; s >>= 1) {\n    if (t < s) {\n      float a = s_red[t], b = s_red[t + s];\n";
-    s += "      s_red[t] = " + comb + ";\n    }\n    barrier();\n  }\n  float r = s_red[0];\n  barrier();\n  return r;\n}\n";
+    const std::string comb =
+        std::string(op) == "sum" ? "a + b" : "(isnan(a) || isnan(b)) ? mgn_nan() : max(a, b)";
+    s += render(R"(float wg_${OP}(float v) {
+  uint t = gl_LocalInvocationID.x;
+  s_red[t] = v;
+  barrier();
+${REDUCE}  float r = s_red[0];
+  barrier();
+  return r;
+}
+)",
+                {{"OP", op},
+                 {"REDUCE", tree_reduce(wg, " {\n      float a = s_red[t], b = s_red[t + s];\n      s_red[t] = " + comb +
+                                                ";\n    }",
+                                        "  ")}});
   }
   return s;
 }
