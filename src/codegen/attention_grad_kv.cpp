@@ -35,74 +35,70 @@ namespace {
 // `split`: the block takes one part of the work (part sp: query heads hs * HPS.. of its kv head, query rows
 // [qc * QCH, (qc + 1) * QCH)) and writes partial dk, dv to PART4; the reduction kernel sums the parts.
 std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_mask, bool split) {
-  std::string g = "void main() {\n" + grid;
-  g +=
-      "  uint t = gl_LocalInvocationID.x;\n"
-      "  uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = (gid / (NKB * HKV)) % NB, sp = gid / (NKB * HKV * "
-      "NB);\n"
-      "  uint hs = sp % HSPLIT, qc = sp / HSPLIT;  // this block's query heads and query rows\n"
-      "  uint qlo = qc * QCH, qhi = min(SQ, qlo + QCH);\n"
-      "  uint j = kb * WG + t;  // this thread's key row\n"
-      "  bool live = j < SKV;\n"
-      "  uint krow = (b * HKV + hk) * SKV + j;\n"
-      "  [[unroll]] for (uint c = 0u; c < D4; ++c) s_kt[t * KS + c] = live ? K4[krow * D4 + c] : vec4(0.0);\n"
-      "  [[unroll]] for (uint c = 0u; c < DV4; ++c) s_vt[t * VS + c] = live ? V4[krow * DV4 + c] : "
-      "vec4(0.0);\n";
-  if (causal)
-    g += "  uint istart_blk = uint(clamp(int(kb * WG) - CAUSAL_OFF, 0, int(SQ)));  // first query the block "
-         "needs\n"
-         "  uint istart = live ? uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ))) : SQ;  // first query that "
-         "sees j\n";
-  else
-    g += "  uint istart_blk = 0u;\n  uint istart = live ? 0u : SQ;\n";
-  g += "  vec4 dk[D4], dv[DV4];\n"
-       "  [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = vec4(0.0);\n"
-       "  [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = vec4(0.0);\n"
-       "  for (uint h = hk * REP + hs * HPS; h < hk * REP + (hs + 1u) * HPS; ++h) {\n"
-       "    uint qrow0 = (b * HQ + h) * SQ;  // row of query 0 of head h\n"
-       "    for (uint i0 = max(istart_blk, qlo); i0 < qhi; i0 += BQ) {\n"
-       "      barrier();  // the previous tile's readers are done (and, first, the k/v rows are in)\n"
-       "      for (uint e = t; e < BQ * D4; e += WG) {\n"
-       "        uint i = i0 + e / D4;\n"
-       "        s_q[e] = i < qhi ? Q4[(qrow0 + i) * D4 + e % D4] : vec4(0.0);\n"
-       "      }\n"
-       "      for (uint e = t; e < BQ * DV4; e += WG) {\n"
-       "        uint i = i0 + e / DV4;\n"
-       "        s_do[e] = i < qhi ? DO4[(qrow0 + i) * DV4 + e % DV4] : vec4(0.0);\n"
-       "      }\n"
-       "      for (uint e = t; e < BQ; e += WG) {\n"
-       "        uint i = i0 + e;\n"
-       "        s_lse[e] = i < qhi ? LSE[qrow0 + i] : NEG_INF;\n"
-       "        s_delta[e] = i < qhi ? DELTA[qrow0 + i] : 0.0;\n"
-       "      }\n"
-       "      barrier();\n"
-       "      [[unroll]] for (uint r = 0u; r < BQ; ++r) {\n"
-       "        uint i = i0 + r;\n"
-       "        float lse = s_lse[r];\n"
-       "        if (i < istart || lse == NEG_INF) continue;  // rows past qhi have lse -inf\n" +
-       vec4_dot("dot", "s_q[r * D4 + c]", "s_kt[t * KS + c]", "D4", "        ") +
-       "        float s = SCALE * dot" + std::string(has_mask ? " + mask_at(b, h, i, j)" : "") +
-       ";\n"
-       "        if (s == NEG_INF) continue;\n"
-       "        float p = exp(s - lse);\n" +
-       vec4_dot("dp", "s_do[r * DV4 + c]", "s_vt[t * VS + c]", "DV4", "        ") +
-       "        float ds = p * (dp - s_delta[r]) * SCALE;  // dS_ij * scale\n"
-       "        [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = fma(vec4(ds), s_q[r * D4 + c], dk[c]);\n"
-       "        [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = fma(vec4(p), s_do[r * DV4 + c], dv[c]);\n"
-       "      }\n"
-       "    }\n"
-       "  }\n"
-       "  if (!live) return;\n";
-  if (split)
-    g +=
-        "  // partial sums of part sp: dk at [sp][row][D4], then dv at [sp][row][DV4] after every part's dk\n"
-        "  [[unroll]] for (uint c = 0u; c < D4; ++c) PART4[(sp * NROWS + krow) * D4 + c] = dk[c];\n"
-        "  [[unroll]] for (uint c = 0u; c < DV4; ++c)\n"
-        "    PART4[NSP * NROWS * D4 + (sp * NROWS + krow) * DV4 + c] = dv[c];\n";
-  else
-    g += "  [[unroll]] for (uint c = 0u; c < D4; ++c) DK4[krow * D4 + c] = dk[c];\n"
-         "  [[unroll]] for (uint c = 0u; c < DV4; ++c) DVOUT4[krow * DV4 + c] = dv[c];\n";
-  return g + "}\n";
+  return gl::render(R"(void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = (gid / (NKB * HKV)) % NB, sp = gid / (NKB * HKV * NB);
+  uint hs = sp % HSPLIT, qc = sp / HSPLIT;  // this block's query heads and query rows
+  uint qlo = qc * QCH, qhi = min(SQ, qlo + QCH);
+  uint j = kb * WG + t;  // this thread's key row
+  bool live = j < SKV;
+  uint krow = (b * HKV + hk) * SKV + j;
+  [[unroll]] for (uint c = 0u; c < D4; ++c) s_kt[t * KS + c] = live ? K4[krow * D4 + c] : vec4(0.0);
+  [[unroll]] for (uint c = 0u; c < DV4; ++c) s_vt[t * VS + c] = live ? V4[krow * DV4 + c] : vec4(0.0);
+${ISTART}  vec4 dk[D4], dv[DV4];
+  [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = vec4(0.0);
+  [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = vec4(0.0);
+  for (uint h = hk * REP + hs * HPS; h < hk * REP + (hs + 1u) * HPS; ++h) {
+    uint qrow0 = (b * HQ + h) * SQ;  // row of query 0 of head h
+    for (uint i0 = max(istart_blk, qlo); i0 < qhi; i0 += BQ) {
+      barrier();  // the previous tile's readers are done (and, first, the k/v rows are in)
+      for (uint e = t; e < BQ * D4; e += WG) {
+        uint i = i0 + e / D4;
+        s_q[e] = i < qhi ? Q4[(qrow0 + i) * D4 + e % D4] : vec4(0.0);
+      }
+      for (uint e = t; e < BQ * DV4; e += WG) {
+        uint i = i0 + e / DV4;
+        s_do[e] = i < qhi ? DO4[(qrow0 + i) * DV4 + e % DV4] : vec4(0.0);
+      }
+      for (uint e = t; e < BQ; e += WG) {
+        uint i = i0 + e;
+        s_lse[e] = i < qhi ? LSE[qrow0 + i] : NEG_INF;
+        s_delta[e] = i < qhi ? DELTA[qrow0 + i] : 0.0;
+      }
+      barrier();
+      [[unroll]] for (uint r = 0u; r < BQ; ++r) {
+        uint i = i0 + r;
+        float lse = s_lse[r];
+        if (i < istart || lse == NEG_INF) continue;  // rows past qhi have lse -inf
+${DOT}        float s = SCALE * dot${MASK};
+        if (s == NEG_INF) continue;
+        float p = exp(s - lse);
+${DP}        float ds = p * (dp - s_delta[r]) * SCALE;  // dS_ij * scale
+        [[unroll]] for (uint c = 0u; c < D4; ++c) dk[c] = fma(vec4(ds), s_q[r * D4 + c], dk[c]);
+        [[unroll]] for (uint c = 0u; c < DV4; ++c) dv[c] = fma(vec4(p), s_do[r * DV4 + c], dv[c]);
+      }
+    }
+  }
+  if (!live) return;
+${STORE}}
+)",
+                    {{"GRID", grid},
+                     {"ISTART", causal ? "  uint istart_blk = uint(clamp(int(kb * WG) - CAUSAL_OFF, 0, int(SQ)));  // first "
+                                         "query the block needs\n"
+                                         "  uint istart = live ? uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ))) : SQ;  // "
+                                         "first query that sees j\n"
+                                       : "  uint istart_blk = 0u;\n  uint istart = live ? 0u : SQ;\n"},
+                     {"DOT", vec4_dot("dot", "s_q[r * D4 + c]", "s_kt[t * KS + c]", "D4", "        ")},
+                     {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
+                     {"DP", vec4_dot("dp", "s_do[r * DV4 + c]", "s_vt[t * VS + c]", "DV4", "        ")},
+                     {"STORE", split ? R"(  // partial sums of part sp: dk at [sp][row][D4], then dv at [sp][row][DV4] after every part's dk
+  [[unroll]] for (uint c = 0u; c < D4; ++c) PART4[(sp * NROWS + krow) * D4 + c] = dk[c];
+  [[unroll]] for (uint c = 0u; c < DV4; ++c)
+    PART4[NSP * NROWS * D4 + (sp * NROWS + krow) * DV4 + c] = dv[c];
+)"
+                                     : R"(  [[unroll]] for (uint c = 0u; c < D4; ++c) DK4[krow * D4 + c] = dk[c];
+  [[unroll]] for (uint c = 0u; c < DV4; ++c) DVOUT4[krow * DV4 + c] = dv[c];
+)"}});
 }
 
 // How the key-tiled dK+dV kernel splits its work over more blocks: each block of WG key rows of a kv head
