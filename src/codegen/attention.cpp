@@ -19,7 +19,8 @@
 //   attention_grad_kv (a fusion of _k and _v with the same inputs, see kernel.h): the same walk, thread t
 //       forms P_ij and dS_ij scale once, and the workgroup accumulates dk (over q) and dv (over do) from
 //       the same tile, so the scores and do_i·v_j are computed once for both.
-//   attention / attention_lse, query-tiled (KernelOptions::attention, query_tiled below): one workgroup per block of
+//   attention / attention_lse, query-tiled (KernelOptions::attention, query_tiled below): one workgroup per
+//   block of
 //       WG query rows of one (b, h), one thread per row. Key and value tiles of BK rows are staged in shared
 //       memory as vec4s and read by every thread of the block (broadcast), so each key row crosses L2 once
 //       per block instead of once per query row. Each thread keeps its q and o in registers and runs the
@@ -27,9 +28,10 @@
 //       attention_grad_q has the same query-tiled form (q, do, dq in registers).
 //   attention_grad_kv, key-tiled (grad_kv_tiled): a workgroup per block of WG key rows of one kv head, a
 //       thread per key row; query tiles of every query head reading the kv head are shared by the block.
-//   KernelOptions::attention (auto | row | tiled) picks between the forms (use_tiled, use_kv_tiled); auto takes the tiled
-//   forms for the forward kernels only (the tiled derivative kernels were measured slower, run 8). Every form
-//   sums a score's dims in the same order, so the derivatives' P = exp(s - lse) sees the forward's scores.
+//   KernelOptions::attention (auto | row | tiled) picks between the forms (use_tiled, use_kv_tiled); auto
+//   takes the tiled forms for the forward kernels only (the tiled derivative kernels were measured slower,
+//   run 8). Every form sums a score's dims in the same order, so the derivatives' P = exp(s - lse) sees the
+//   forward's scores.
 // Masked scores are -inf and get probability exactly 0; a row with no visible key has m = -inf (forward:
 // o = 0, lse = -inf) or lse = -inf (derivatives: the row is skipped), so no NaN is formed. Causal rows
 // and columns are cut at the tile-loop bounds (key j visible to query i iff j <= i + Skv - Sq).
@@ -44,10 +46,13 @@ namespace attn {
 
 using gl::u;
 
-bool is_forward(Kind k) { return k == Kind::Forward || k == Kind::Lse || k == Kind::ForwardLse; }
+bool is_forward(Kind k) {
+  return k == Kind::Forward || k == Kind::Lse || k == Kind::ForwardLse;
+}
 
 Dims dims_of(const ir::Graph& g, const ir::Node& n) {
-  const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape, &vs = g.node(n.inputs[2]).shape;
+  const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape,
+              &vs = g.node(n.inputs[2]).shape;
   return {uint64_t(qs[0]), uint64_t(qs[1]), uint64_t(ks[1]), uint64_t(qs[2]),
           uint64_t(ks[2]), uint64_t(qs[3]), uint64_t(vs[3])};
 }
@@ -82,8 +87,8 @@ void Shared::add(const std::string& name, uint64_t n, const std::string& comment
 
 void check_shared(uint64_t bytes, const Problem& p, const std::string& what) {
   if (bytes > p.caps->max_shared_bytes)
-    throw Error(p.who + ": " + what + " " + std::to_string(bytes) + " bytes of shared memory, the device allows " +
-                std::to_string(p.caps->max_shared_bytes));
+    throw Error(p.who + ": " + what + " " + std::to_string(bytes) +
+                " bytes of shared memory, the device allows " + std::to_string(p.caps->max_shared_bytes));
 }
 
 // Named constants, -inf, and `float mask_at(uint b, uint h, uint i, uint j)`: the mask broadcast to
@@ -117,8 +122,27 @@ std::string prelude(const Dims& d, uint32_t wg, double scale, bool causal, const
   return s;
 }
 
-std::string vec4_dot(const std::string& out, const std::string& x, const std::string& y, const std::string& n4,
-                     const std::string& in) {
+std::string attention_kernel_glsl(const Problem& p, bool unroll, const std::string& op,
+                                  const std::string& design, uint32_t wg, const gl::Buffers& bufs,
+                                  const std::string& decls, const std::string& main) {
+  return gl::render(R"(#version 450
+${UNROLL}// archetype: attention ${OP} ${KEY} scale ${SCALE}: ${DESIGN}
+layout(local_size_x = ${WG}) in;
+${BUFFERS}${PRELUDE}${DECLS}${MAIN})",
+                    {{"UNROLL", unroll ? "#extension GL_EXT_control_flow_attributes : require\n" : ""},
+                     {"OP", op},
+                     {"KEY", p.key},
+                     {"SCALE", gl::flit(p.scale)},
+                     {"DESIGN", design},
+                     {"WG", std::to_string(wg)},
+                     {"BUFFERS", bufs.decls},
+                     {"PRELUDE", prelude(p.d, wg, p.scale, p.causal, p.mask)},
+                     {"DECLS", decls},
+                     {"MAIN", main}});
+}
+
+std::string vec4_dot(const std::string& out, const std::string& x, const std::string& y,
+                     const std::string& n4, const std::string& in) {
   std::string g = in + "float " + out + " = 0.0;\n" + in + "[[unroll]] for (uint c = 0u; c < " + n4 +
                   "; ++c) {\n" + in + "  vec4 x = " + x + ", y = " + y + ";\n";
   for (const char* e : {"x", "y", "z", "w"}) g += in + "  " + out + " += x." + e + " * y." + e + ";\n";
@@ -134,9 +158,9 @@ void add_delta_kernel(Lowering& l, const Problem& p) {
   const std::string body =
       "  float a = 0.0;\n  for (uint e = 0u; e < DV; ++e) a += DO[i * DV + e] * O[i * DV + e];\n"
       "  DELTA[i] = a;\n";
-  l.kernels.push_back(gl::elementwise("attention_grad_delta_" + p.key,
-                                      "attention " + p.op + " D_i = do_i . o_i " + p.key, decls, body, qrows,
-                                      {gl::input(3), gl::input(4), {BindingKind::Scratch, 0, true}}, *p.caps));
+  l.kernels.push_back(gl::elementwise(
+      "attention_grad_delta_" + p.key, "attention " + p.op + " D_i = do_i . o_i " + p.key, decls, body, qrows,
+      {gl::input(3), gl::input(4), {BindingKind::Scratch, 0, true}}, *p.caps));
 }
 
 namespace {
@@ -177,11 +201,13 @@ int attention_pair(const ir::Graph& g, const std::vector<int>& nodes, ir::Op fir
 
 // One attention node's kernels (`n`; for ForwardLse the attention node of the pair, `who` names both).
 // `outs`: the dispatch nodes the forward kinds write.
-Lowering lower_one(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps, const CodegenOptions& options,
-                   Kind kind, FwdOuts outs, const std::string& who, const std::string& op) {
+Lowering lower_one(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                   const CodegenOptions& options, Kind kind, FwdOuts outs, const std::string& who,
+                   const std::string& op) {
   if (gl::numel_u(n.shape) == 0) return {};
   const Problem p = problem_of(g, n, is_forward(kind) ? 3 : 6, op, who, caps);
-  if (use_query_tiled(p.d, kind, caps, options.kernels.attention)) return gl::one_kernel(query_tiled(p, kind, outs));
+  if (use_query_tiled(p.d, kind, caps, options.kernels.attention))
+    return gl::one_kernel(query_tiled(p, kind, outs));
   return row_lowering(p, kind, outs);
 }
 
@@ -217,15 +243,10 @@ Lowering lower_attention(const LowerContext& ctx) {
   using attn::Kind;
   Kind kind = Kind::Forward;
   attn::FwdOuts outs;
+  // clang-format off
   switch (ctx.node.op) {
-    case ir::Op::Attention:
-      kind = Kind::Forward;
-      outs.o = 0;
-      break;
-    case ir::Op::AttentionLse:
-      kind = Kind::Lse;
-      outs.lse = 0;
-      break;
+    case ir::Op::Attention: kind = Kind::Forward, outs.o = 0; break;
+    case ir::Op::AttentionLse: kind = Kind::Lse, outs.lse = 0; break;
     case ir::Op::AttentionGradQ: kind = Kind::GradQ; break;
     case ir::Op::AttentionGradK: kind = Kind::GradK; break;
     case ir::Op::AttentionGradV: kind = Kind::GradV; break;
@@ -233,8 +254,9 @@ Lowering lower_attention(const LowerContext& ctx) {
 #include "codegen/other_ops.inc"
       throw Error("internal: " + ctx.graph.describe(ctx.node.id) + " is not an attention op");
   }
-  return attn::lower_one(ctx.graph, ctx.node, ctx.caps, ctx.options, kind, outs, ctx.graph.describe(ctx.node.id),
-                         ir::op_name(ctx.node.op));
+  // clang-format on
+  return attn::lower_one(ctx.graph, ctx.node, ctx.caps, ctx.options, kind, outs,
+                         ctx.graph.describe(ctx.node.id), ir::op_name(ctx.node.op));
 }
 
 // attention and attention_lse of the same inputs (nodes: both, ascending): one forward pass writes o and lse.
@@ -245,7 +267,8 @@ Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& no
             pl = 1 - po;
   const ir::Node &no = g.node(nodes[size_t(po)]), &nl = g.node(nodes[size_t(pl)]);
   if (gl::numel_u(no.shape) == 0 || gl::numel_u(nl.shape) == 0)
-    throw Error("internal: " + g.describe(no.id) + ": the attention + lse kernel needs both outputs non-empty");
+    throw Error("internal: " + g.describe(no.id) +
+                ": the attention + lse kernel needs both outputs non-empty");
   return attn::lower_one(g, no, caps, options, attn::Kind::ForwardLse, {po, pl},
                          g.describe(no.id) + " + " + g.describe(nl.id), "attention_with_lse");
 }

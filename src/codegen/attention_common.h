@@ -58,11 +58,18 @@ void check_shared(uint64_t bytes, const Problem& p, const std::string& what);
 // [B, Hq, Sq, Skv] with stride 0 on its broadcast dims (resolved here, at codegen time).
 std::string prelude(const Dims& d, uint32_t wg, double scale, bool causal, const Shape* mask);
 
+// A whole attention kernel: #version (and [[unroll]] when `unroll`), the header comment naming the archetype,
+// `op`, the problem's key and scale and the kernel's design, the local size, the buffers, the prelude, then
+// `decls` and `main`.
+std::string attention_kernel_glsl(const Problem& p, bool unroll, const std::string& op,
+                                  const std::string& design, uint32_t wg, const gl::Buffers& bufs,
+                                  const std::string& decls, const std::string& main);
+
 // `float out = sum over the dims, in order, of x * y`, x and y being vec4 expressions of the index c < n4
 // (the order score() and the derivative kernels use: P = exp(s - lse) there must see the score this lse
 // came from, and a peaky softmax amplifies any difference).
-std::string vec4_dot(const std::string& out, const std::string& x, const std::string& y, const std::string& n4,
-                     const std::string& in);
+std::string vec4_dot(const std::string& out, const std::string& x, const std::string& y,
+                     const std::string& n4, const std::string& in);
 
 // D_i = do_i . o_i, once per query row, into scratch 0 (the kernel before dk's).
 void add_delta_kernel(Lowering& l, const Problem& p);

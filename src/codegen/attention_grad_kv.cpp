@@ -35,7 +35,8 @@ namespace {
 // `split`: the block takes one part of the work (part sp: query heads hs * HPS.. of its kv head, query rows
 // [qc * QCH, (qc + 1) * QCH)) and writes partial dk, dv to PART4; the reduction kernel sums the parts.
 std::string grad_kv_tiled_main(const std::string& grid, bool causal, bool has_mask, bool split) {
-  return gl::render(R"(void main() {
+  return gl::render(
+      R"(void main() {
 ${GRID}  uint t = gl_LocalInvocationID.x;
   uint kb = gid % NKB, hk = (gid / NKB) % HKV, b = (gid / (NKB * HKV)) % NB, sp = gid / (NKB * HKV * NB);
   uint hs = sp % HSPLIT, qc = sp / HSPLIT;  // this block's query heads and query rows
@@ -82,21 +83,24 @@ ${DP}        float ds = p * (dp - s_delta[r]) * SCALE;  // dS_ij * scale
   if (!live) return;
 ${STORE}}
 )",
-                    {{"GRID", grid},
-                     {"ISTART", causal ? "  uint istart_blk = uint(clamp(int(kb * WG) - CAUSAL_OFF, 0, int(SQ)));  // first "
-                                         "query the block needs\n"
-                                         "  uint istart = live ? uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ))) : SQ;  // "
-                                         "first query that sees j\n"
-                                       : "  uint istart_blk = 0u;\n  uint istart = live ? 0u : SQ;\n"},
-                     {"DOT", vec4_dot("dot", "s_q[r * D4 + c]", "s_kt[t * KS + c]", "D4", "        ")},
-                     {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
-                     {"DP", vec4_dot("dp", "s_do[r * DV4 + c]", "s_vt[t * VS + c]", "DV4", "        ")},
-                     {"STORE", split ? R"(  // partial sums of part sp: dk at [sp][row][D4], then dv at [sp][row][DV4] after every part's dk
+      {{"GRID", grid},
+       {"ISTART", causal
+                      ? "  uint istart_blk = uint(clamp(int(kb * WG) - CAUSAL_OFF, 0, int(SQ)));  // first "
+                        "query the block needs\n"
+                        "  uint istart = live ? uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ))) : SQ;  // "
+                        "first query that sees j\n"
+                      : "  uint istart_blk = 0u;\n  uint istart = live ? 0u : SQ;\n"},
+       {"DOT", vec4_dot("dot", "s_q[r * D4 + c]", "s_kt[t * KS + c]", "D4", "        ")},
+       {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
+       {"DP", vec4_dot("dp", "s_do[r * DV4 + c]", "s_vt[t * VS + c]", "DV4", "        ")},
+       {"STORE",
+        split
+            ? R"(  // partial sums of part sp: dk at [sp][row][D4], then dv at [sp][row][DV4] after every part's dk
   [[unroll]] for (uint c = 0u; c < D4; ++c) PART4[(sp * NROWS + krow) * D4 + c] = dk[c];
   [[unroll]] for (uint c = 0u; c < DV4; ++c)
     PART4[NSP * NROWS * D4 + (sp * NROWS + krow) * DV4 + c] = dv[c];
 )"
-                                     : R"(  [[unroll]] for (uint c = 0u; c < D4; ++c) DK4[krow * D4 + c] = dk[c];
+            : R"(  [[unroll]] for (uint c = 0u; c < D4; ++c) DK4[krow * D4 + c] = dk[c];
   [[unroll]] for (uint c = 0u; c < DV4; ++c) DVOUT4[krow * DV4 + c] = dv[c];
 )"}});
 }
@@ -161,11 +165,8 @@ void grad_kv_tiled(Lowering& l, const Problem& p, int pk, int pv) {
   Kernel k;
   k.name = "attention_grad_kv_tiled_" + p.key + "_wg" + std::to_string(wg) +
            (split ? "_split" + std::to_string(sp.hsplit) + "x" + std::to_string(sp.qc) : "");
-  k.glsl = gl::render(R"(#version 450
-#extension GL_EXT_control_flow_attributes : require
-// archetype: attention attention_grad_k + attention_grad_v ${KEY} scale ${SCALE}: workgroup per block of WG key rows of one kv head, a thread per key row (dk, dv in registers), tiles of BQ query rows of every query head reading it in shared memory (WG = ${WG}, BQ = ${BQ})${SPLIT}
-layout(local_size_x = ${WG}) in;
-${BUFFERS}${PRELUDE}const uint NKB = ${NKB}, D4 = ${D4}, DV4 = ${DV4}, BQ = ${BQU}, KS = ${KS}, VS = ${VS};  // KS, VS: padded row strides of s_kt, s_vt in vec4s
+  const std::string decls = gl::render(
+      R"(const uint NKB = ${NKB}, D4 = ${D4}, DV4 = ${DV4}, BQ = ${BQ}, KS = ${KS}, VS = ${VS};  // KS, VS: padded row strides of s_kt, s_vt in vec4s
 const uint NB = ${NB}, NROWS = ${NROWS}, HSPLIT = ${HSPLIT}, HPS = ${HPS}, QCH = ${QCH}, NSP = ${NSP};  // parts: HSPLIT x (SQ / QCH), HPS query heads each
 shared vec4 s_kt[WG * KS];  // the block's key rows
 shared vec4 s_vt[WG * VS];  // its value rows
@@ -173,30 +174,29 @@ shared vec4 s_q[BQ * D4];
 shared vec4 s_do[BQ * DV4];
 shared float s_lse[BQ];
 shared float s_delta[BQ];
-${MAIN})",
-                      {{"KEY", p.key},
-                       {"SCALE", gl::flit(p.scale)},
-                       {"WG", std::to_string(wg)},
-                       {"BQ", std::to_string(kTiledBq)},
-                       {"SPLIT", split ? "; the query heads in " + std::to_string(sp.hsplit) +
-                                             " parts and the query rows in " + std::to_string(sp.qc) +
-                                             ", partial sums out"
-                                       : std::string()},
-                       {"BUFFERS", bufs.decls},
-                       {"PRELUDE", prelude(d, wg, p.scale, p.causal, p.mask)},
-                       {"NKB", u(nkb)},
-                       {"D4", u(d.D / 4)},
-                       {"DV4", u(d.Dv / 4)},
-                       {"BQU", u(kTiledBq)},
-                       {"KS", u(ks)},
-                       {"VS", u(vs)},
-                       {"NB", u(d.B)},
-                       {"NROWS", u(nrows)},
-                       {"HSPLIT", u(sp.hsplit)},
-                       {"HPS", u(d.Hq / d.Hkv / sp.hsplit)},
-                       {"QCH", u(sp.qch)},
-                       {"NSP", u(sp.parts())},
-                       {"MAIN", grad_kv_tiled_main(grid.glsl, p.causal, p.mask != nullptr, split)}});
+)",
+      {{"NKB", u(nkb)},
+       {"D4", u(d.D / 4)},
+       {"DV4", u(d.Dv / 4)},
+       {"BQ", u(kTiledBq)},
+       {"KS", u(ks)},
+       {"VS", u(vs)},
+       {"NB", u(d.B)},
+       {"NROWS", u(nrows)},
+       {"HSPLIT", u(sp.hsplit)},
+       {"HPS", u(d.Hq / d.Hkv / sp.hsplit)},
+       {"QCH", u(sp.qch)},
+       {"NSP", u(sp.parts())}});
+  k.glsl = attention_kernel_glsl(
+      p, true, "attention_grad_k + attention_grad_v",
+      "workgroup per block of WG key rows of one kv head, a thread per key row (dk, dv in registers), tiles "
+      "of BQ "
+      "query rows of every query head reading it in shared memory (WG = " +
+          std::to_string(wg) + ", BQ = " + std::to_string(kTiledBq) + ")" +
+          (split ? "; the query heads in " + std::to_string(sp.hsplit) + " parts and the query rows in " +
+                       std::to_string(sp.qc) + ", partial sums out"
+                 : std::string()),
+      wg, bufs, decls, grad_kv_tiled_main(grid.glsl, p.causal, p.mask != nullptr, split));
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   l.kernels.push_back(std::move(k));
@@ -207,7 +207,7 @@ ${MAIN})",
   rb.add_as("vec4", "DK4", gl::output(pk));
   rb.add_as("vec4", "DVOUT4", gl::output(pv));
   const uint64_t nk = nrows * d.D / 4, nv = nrows * d.Dv / 4;
-  const std::string decls =
+  const std::string sum_decls =
       rb.decls + "const uint NK = " + u(nk) + ", NV = " + u(nv) + ", NSP = " + u(sp.parts()) + ";\n";
   const std::string body =
       "  vec4 a = vec4(0.0);\n"
@@ -223,7 +223,7 @@ ${MAIN})",
                                       "attention_grad_k + attention_grad_v " + p.key + ": the " +
                                           std::to_string(sp.parts()) +
                                           " parts of the key-tiled kernel summed",
-                                      decls, body, nk + nv, rb.bindings, caps));
+                                      sum_decls, body, nk + nv, rb.bindings, caps));
 }
 
 }  // namespace mgn::codegen::attn

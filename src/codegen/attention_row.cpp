@@ -12,19 +12,19 @@ namespace {
 
 using gl::u;
 
-
 // Row kernels (forward, grad_q): this workgroup's query row gid unpacked into (b, h, i), the first row of
 // its kv head in K and V, the end of its visible keys, and its q staged in s_q (published by a barrier
 // the caller issues); and the scaled, masked score of the staged query against key row kbase + j.
 std::string query_row_setup(bool causal) {
-  return gl::render(R"(  uint t = gl_LocalInvocationID.x;
+  return gl::render(
+      R"(  uint t = gl_LocalInvocationID.x;
   uint i = gid % SQ, h = (gid / SQ) % HQ, b = gid / (SQ * HQ);
   uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
 ${KEND}  for (uint d = t; d < D; d += WG) s_q[d] = Q[gid * D + d];
 )",
-                    {{"KEND", causal ? "  uint kend = uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys [0, "
-                                       "kend) visible\n"
-                                     : "  uint kend = SKV;\n"}});
+      {{"KEND", causal ? "  uint kend = uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys [0, "
+                         "kend) visible\n"
+                       : "  uint kend = SKV;\n"}});
 }
 std::string score_fn(bool has_mask) {
   return gl::render(R"(float score(uint b, uint h, uint i, uint j, uint kbase) {
@@ -77,7 +77,8 @@ std::string acc_store(uint64_t n, const std::string& out, const std::string& dim
 // rescales by the same alpha), the sum only once at the end (each thread rescales its own share).
 std::string forward_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask,
                          uint64_t acc_n) {
-  return gl::render(R"(${SCORE}void main() {
+  return gl::render(
+      R"(${SCORE}void main() {
 ${GRID}${SETUP}  barrier();
   float m = NEG_INF;  // running maximum of the row's scores (uniform across the workgroup)
   float l = 0.0;      // this thread's share of sum_j exp(s_j - m)
@@ -94,18 +95,18 @@ ${ACCUMULATE}  }
   l = wg_sum(l);
 ${STORE_O}${STORE_LSE}}
 )",
-                    {{"SCORE", score_fn(has_mask)},
-                     {"GRID", grid},
-                     {"SETUP", query_row_setup(causal)},
-                     {"ACC", out_o ? acc_decl(acc_n) : ""},
-                     {"ACCUMULATE", out_o ? "    s_p[t] = p;\n    barrier();\n    uint n = min(WG, kend - j0);\n" +
-                                                acc_update(acc_n, "s_p", "V", "kbase + j0", "DV", " * alpha", "    ") +
-                                                "    barrier();\n"
-                                          : ""},
-                     {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n" +
-                                             acc_store(acc_n, "O", "DV", " * inv")
-                                       : ""},
-                     {"STORE_LSE", out_lse ? "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
+      {{"SCORE", score_fn(has_mask)},
+       {"GRID", grid},
+       {"SETUP", query_row_setup(causal)},
+       {"ACC", out_o ? acc_decl(acc_n) : ""},
+       {"ACCUMULATE", out_o ? "    s_p[t] = p;\n    barrier();\n    uint n = min(WG, kend - j0);\n" +
+                                  acc_update(acc_n, "s_p", "V", "kbase + j0", "DV", " * alpha", "    ") +
+                                  "    barrier();\n"
+                            : ""},
+       {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n" +
+                               acc_store(acc_n, "O", "DV", " * inv")
+                         : ""},
+       {"STORE_LSE", out_lse ? "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
 }
 
 // attention_grad_q: P is recomputed from the saved lse, so one pass over the keys suffices.
@@ -148,8 +149,8 @@ ${STORE}}
 // and heads needs no atomics. Thread t of a query tile forms P_ij (dv) and dS_ij scale (dk) once; the
 // workgroup accumulates dk over the dims of q and dv over the dims of do from the same tile. `outs`: the
 // output buffers' names (dk's, dv's).
-std::string grad_kv_main(const std::string& grid, bool dk, bool dv, bool causal, bool has_mask, uint64_t acc_k,
-                         uint64_t acc_v, const std::string& out_k, const std::string& out_v) {
+std::string grad_kv_main(const std::string& grid, bool dk, bool dv, bool causal, bool has_mask,
+                         uint64_t acc_k, uint64_t acc_v, const std::string& out_k, const std::string& out_v) {
   std::string updates, stores;
   if (dk) {
     updates += acc_update(acc_k, "s_ds", "Q", "qrow0 + i0", "D", "", "      ", "acc_k");
@@ -159,7 +160,8 @@ std::string grad_kv_main(const std::string& grid, bool dk, bool dv, bool causal,
     updates += acc_update(acc_v, "s_p", "DO", "qrow0 + i0", "DV", "", "      ", "acc_v");
     stores += acc_store(acc_v, out_v, "DV", "", "acc_v");
   }
-  return gl::render(R"(void main() {
+  return gl::render(
+      R"(void main() {
 ${GRID}  uint t = gl_LocalInvocationID.x;
   uint j = gid % SKV, hk = (gid / SKV) % HKV, b = gid / (SKV * HKV);
   for (uint d = t; d < D; d += WG) s_k[d] = K[gid * D + d];
@@ -188,40 +190,20 @@ ${UPDATES}      barrier();
   }
 ${STORES}}
 )",
-                    {{"GRID", grid},
-                     {"LOAD_V", dk ? "  for (uint e = t; e < DV; e += WG) s_v[e] = V[gid * DV + e];\n" : ""},
-                     {"ISTART", causal ? "  uint istart = uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ)));  // first query "
-                                         "that sees key j\n"
-                                       : "  uint istart = 0u;\n"},
-                     {"ACCS", (dk ? acc_decl(acc_k, "acc_k") : "") + (dv ? acc_decl(acc_v, "acc_v") : "")},
-                     {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
-                     {"DS", dk ? "            float dp = 0.0;\n"
-                                 "            for (uint e = 0u; e < DV; ++e) dp += DO[r * DV + e] * s_v[e];\n"
-                                 "            ds = p * (dp - DELTA[r]) * SCALE;  // dS_ij * scale\n"
-                               : ""},
-                     {"PUBLISH", std::string(dv ? "      s_p[t] = p;\n" : "") + (dk ? "      s_ds[t] = ds;\n" : "")},
-                     {"UPDATES", updates},
-                     {"STORES", stores}});
-}
-
-// The kernel text around a row kernel's main.
-std::string row_kernel_glsl(const Problem& p, const std::string& op, const std::string& design, uint32_t wg,
-                            const gl::Buffers& bufs, const Shared& shared, const std::string& main) {
-  return gl::render(R"(#version 450
-// archetype: attention ${OP} ${KEY} scale ${SCALE}: ${DESIGN} (WG = ${WG})
-layout(local_size_x = ${WG}) in;
-${BUFFERS}${PRELUDE}${MATH}${REDUCE}${SHARED}${MAIN})",
-                    {{"OP", op},
-                     {"KEY", p.key},
-                     {"SCALE", gl::flit(p.scale)},
-                     {"DESIGN", design},
-                     {"WG", std::to_string(wg)},
-                     {"BUFFERS", bufs.decls},
-                     {"PRELUDE", prelude(p.d, wg, p.scale, p.causal, p.mask)},
-                     {"MATH", gl::math_lib()},
-                     {"REDUCE", gl::wg_reduce_lib(wg)},
-                     {"SHARED", shared.decls},
-                     {"MAIN", main}});
+      {{"GRID", grid},
+       {"LOAD_V", dk ? "  for (uint e = t; e < DV; e += WG) s_v[e] = V[gid * DV + e];\n" : ""},
+       {"ISTART", causal ? "  uint istart = uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ)));  // first query "
+                           "that sees key j\n"
+                         : "  uint istart = 0u;\n"},
+       {"ACCS", (dk ? acc_decl(acc_k, "acc_k") : "") + (dv ? acc_decl(acc_v, "acc_v") : "")},
+       {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
+       {"DS", dk ? "            float dp = 0.0;\n"
+                   "            for (uint e = 0u; e < DV; ++e) dp += DO[r * DV + e] * s_v[e];\n"
+                   "            ds = p * (dp - DELTA[r]) * SCALE;  // dS_ij * scale\n"
+                 : ""},
+       {"PUBLISH", std::string(dv ? "      s_p[t] = p;\n" : "") + (dk ? "      s_ds[t] = ds;\n" : "")},
+       {"UPDATES", updates},
+       {"STORES", stores}});
 }
 
 }  // namespace
@@ -285,10 +267,12 @@ Lowering row_lowering(const Problem& p, Kind kind, FwdOuts outs) {
     case Kind::GradV:
       return row_grad_kv_lowering(p, -1, 0);
   }
-  check_shared((shared.words + wg) * 4, p, "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
+  check_shared((shared.words + wg) * 4, p,
+               "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
   Kernel k;
   k.name = p.op + "_" + p.key + "_wg" + std::to_string(wg);
-  k.glsl = row_kernel_glsl(p, p.op, design, wg, bufs, shared, body);
+  k.glsl = attention_kernel_glsl(p, false, p.op, design + " (WG = " + std::to_string(wg) + ")", wg, bufs,
+                                 gl::math_lib() + gl::wg_reduce_lib(wg) + shared.decls, body);
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   l.kernels.push_back(std::move(k));
@@ -318,7 +302,8 @@ Lowering row_grad_kv_lowering(const Problem& p, int pk, int pv) {
   if (dk) shared.add("s_v", d.Dv, "this value row");
   if (dv) shared.add("s_p", wg, "the tile's probabilities");
   if (dk) shared.add("s_ds", wg, "the tile's dS * scale");
-  check_shared((shared.words + wg) * 4, p, "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
+  check_shared((shared.words + wg) * 4, p,
+               "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
   const gl::Grid grid = gl::flat_groups(d.B * d.Hkv * d.Skv, caps, p.who);
   const std::string design =
       std::string("workgroup per key row, tiles of the query rows of every query head reading it") +
@@ -326,9 +311,10 @@ Lowering row_grad_kv_lowering(const Problem& p, int pk, int pv) {
   const std::string op = both ? "attention_grad_k + attention_grad_v" : p.op;
   Kernel k;
   k.name = (both ? std::string("attention_grad_kv") : p.op) + "_" + p.key + "_wg" + std::to_string(wg);
-  k.glsl = row_kernel_glsl(p, op, design, wg, bufs, shared,
-                           grad_kv_main(grid.glsl, dk, dv, p.causal, p.mask != nullptr, div_up(d.D, wg),
-                                        div_up(d.Dv, wg), "DK", "DVOUT"));
+  k.glsl = attention_kernel_glsl(p, false, op, design + " (WG = " + std::to_string(wg) + ")", wg, bufs,
+                                 gl::math_lib() + gl::wg_reduce_lib(wg) + shared.decls,
+                                 grad_kv_main(grid.glsl, dk, dv, p.causal, p.mask != nullptr, div_up(d.D, wg),
+                                              div_up(d.Dv, wg), "DK", "DVOUT"));
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   l.kernels.push_back(std::move(k));

@@ -44,7 +44,8 @@ namespace {
 // The start of a query-tiled kernel's main: this thread's row (live: inside Sq), its kv head, the keys the
 // block walks [0, kend_blk) and the keys the row sees [0, kend).
 std::string tiled_row_setup(const std::string& grid, bool causal) {
-  return gl::render(R"(void main() {
+  return gl::render(
+      R"(void main() {
 ${GRID}  uint t = gl_LocalInvocationID.x;
   uint qb = gid % NQB, h = (gid / NQB) % HQ, b = gid / (NQB * HQ);
   uint i = qb * WG + t;  // this thread's query row
@@ -53,12 +54,12 @@ ${GRID}  uint t = gl_LocalInvocationID.x;
   uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
   uint ilast = min(qb * WG + WG, SQ) - 1u;  // the block's last query row
 ${KEND})",
-                    {{"GRID", grid},
-                     {"KEND", causal ? "  uint kend_blk = uint(clamp(int(ilast) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys "
-                                       "some row sees\n"
-                                       "  uint kend = live ? uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV))) : 0u;  // "
-                                       "keys [0, kend)\n"
-                                     : "  uint kend_blk = SKV;\n  uint kend = live ? SKV : 0u;\n"}});
+      {{"GRID", grid},
+       {"KEND", causal ? "  uint kend_blk = uint(clamp(int(ilast) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys "
+                         "some row sees\n"
+                         "  uint kend = live ? uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV))) : 0u;  // "
+                         "keys [0, kend)\n"
+                       : "  uint kend_blk = SKV;\n  uint kend = live ? SKV : 0u;\n"}});
 }
 
 // Stage rows j0 .. j0 + BK - 1 of the kv head of X4 (D4 vec4s each) in shared S.
@@ -77,8 +78,10 @@ std::string tiled_stage(bool with_v) {
          (with_v ? stage_rows("s_v", "V4", "DV4") : "") + "    barrier();\n";
 }
 
-std::string forward_tiled_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask) {
-  return gl::render(R"(${SETUP}  vec4 q[D4];
+std::string forward_tiled_main(const std::string& grid, bool out_o, bool out_lse, bool causal,
+                               bool has_mask) {
+  return gl::render(
+      R"(${SETUP}  vec4 q[D4];
   [[unroll]] for (uint c = 0u; c < D4; ++c) q[c] = live ? Q4[row * D4 + c] : vec4(0.0);
 ${O_INIT}  float m = NEG_INF, l = 0.0;  // the row's running maximum and sum of exp(s - m)
   for (uint j0 = 0u; j0 < kend_blk; j0 += BK) {
@@ -106,19 +109,21 @@ ${O_ADD}      }
   if (!live) return;
 ${STORE_O}${STORE_LSE}}
 )",
-                    {{"SETUP", tiled_row_setup(grid, causal)},
-                     {"O_INIT", out_o ? "  vec4 o[DV4];\n  [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = vec4(0.0);\n" : ""},
-                     {"STAGE", tiled_stage(out_o)},
-                     {"DOT", vec4_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "        ")},
-                     {"MASK", has_mask ? " + mask_at(b, h, i, j0 + r)" : ""},
-                     {"O_RESCALE", out_o ? "      [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] *= alpha;\n" : ""},
-                     {"O_ADD", out_o ? "        [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = fma(vec4(p), s_v[r * DV4 + "
-                                       "c], o[c]);\n"
-                                     : ""},
-                     {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n"
-                                         "  [[unroll]] for (uint c = 0u; c < DV4; ++c) O4[row * DV4 + c] = o[c] * inv;\n"
-                                       : ""},
-                     {"STORE_LSE", out_lse ? "  LSE[row] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
+      {{"SETUP", tiled_row_setup(grid, causal)},
+       {"O_INIT",
+        out_o ? "  vec4 o[DV4];\n  [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = vec4(0.0);\n" : ""},
+       {"STAGE", tiled_stage(out_o)},
+       {"DOT", vec4_dot("dot", "q[c]", "s_k[r * D4 + c]", "D4", "        ")},
+       {"MASK", has_mask ? " + mask_at(b, h, i, j0 + r)" : ""},
+       {"O_RESCALE", out_o ? "      [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] *= alpha;\n" : ""},
+       {"O_ADD", out_o
+                     ? "        [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = fma(vec4(p), s_v[r * DV4 + "
+                       "c], o[c]);\n"
+                     : ""},
+       {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n"
+                           "  [[unroll]] for (uint c = 0u; c < DV4; ++c) O4[row * DV4 + c] = o[c] * inv;\n"
+                         : ""},
+       {"STORE_LSE", out_lse ? "  LSE[row] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
 }
 
 // attention_grad_q, query-tiled: the row kernel's arithmetic (P from the saved lse, dS, dq over the key
@@ -182,28 +187,22 @@ Kernel query_tiled(const Problem& p, Kind kind, FwdOuts outs) {
   gl::Grid grid = gl::flat_groups(d.B * d.Hq * nqb, caps, p.who);
   Kernel k;
   k.name = p.op + "_tiled_" + p.key + "_wg" + std::to_string(wg);
-  k.glsl = gl::render(R"(#version 450
-#extension GL_EXT_control_flow_attributes : require
-// archetype: attention ${OP} ${KEY} scale ${SCALE}: workgroup per block of WG query rows of one head, a thread per row (its vectors and softmax state in registers), key/value tiles of BK rows in shared memory (WG = ${WG}, BK = ${BK})
-layout(local_size_x = ${WG}) in;
-${BUFFERS}${PRELUDE}const uint NQB = ${NQB}, D4 = ${D4}, DV4 = ${DV4}, BK = ${BKU};
+  const std::string decls = gl::render(R"(const uint NQB = ${NQB}, D4 = ${D4}, DV4 = ${DV4}, BK = ${BK};
 shared vec4 s_k[BK * D4];
-${SHARED_V}${MAIN})",
-                      {{"OP", p.op},
-                       {"KEY", p.key},
-                       {"SCALE", gl::flit(p.scale)},
-                       {"WG", std::to_string(wg)},
-                       {"BK", std::to_string(kTiledBk)},
-                       {"BUFFERS", bufs.decls},
-                       {"PRELUDE", prelude(d, wg, p.scale, p.causal, p.mask)},
-                       {"NQB", u(nqb)},
-                       {"D4", u(d.D / 4)},
-                       {"DV4", u(d.Dv / 4)},
-                       {"BKU", u(kTiledBk)},
-                       {"SHARED_V", with_v ? "shared vec4 s_v[BK * DV4];\n" : ""},
-                       {"MAIN", grad ? grad_q_tiled_main(grid.glsl, p.causal, p.mask != nullptr)
-                                     : forward_tiled_main(grid.glsl, outs.o >= 0, outs.lse >= 0, p.causal,
-                                                          p.mask != nullptr)}});
+${SHARED_V})",
+                                       {{"NQB", u(nqb)},
+                                        {"D4", u(d.D / 4)},
+                                        {"DV4", u(d.Dv / 4)},
+                                        {"BK", u(kTiledBk)},
+                                        {"SHARED_V", with_v ? "shared vec4 s_v[BK * DV4];\n" : ""}});
+  k.glsl = attention_kernel_glsl(
+      p, true, p.op,
+      "workgroup per block of WG query rows of one head, a thread per row (its vectors and softmax state in "
+      "registers), key/value tiles of BK rows in shared memory (WG = " +
+          std::to_string(wg) + ", BK = " + std::to_string(kTiledBk) + ")",
+      wg, bufs, decls,
+      grad ? grad_q_tiled_main(grid.glsl, p.causal, p.mask != nullptr)
+           : forward_tiled_main(grid.glsl, outs.o >= 0, outs.lse >= 0, p.causal, p.mask != nullptr));
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   return k;

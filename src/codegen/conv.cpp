@@ -30,7 +30,6 @@
 // is conv2d + add in the graph.
 // docs/perf-notes.md ("Convolution as implicit GEMM") has the reasoning and the H200 expectations.
 #include "codegen/conv_common.h"
-
 #include "codegen/glsl.h"
 #include "mgn/types.h"
 
@@ -72,6 +71,20 @@ std::string conv_constants(const ConvDims& d, const Win& w) {
   return s;
 }
 
+std::string window_key(const Win& w) {
+  auto pair = [](uint64_t a, uint64_t b) { return std::to_string(a) + "x" + std::to_string(b); };
+  return "taps " + pair(w.kh, w.kw) + " stride " + pair(w.sh, w.sw) + " pad " + pair(w.pt, w.pl) +
+         " dilation " + pair(w.dh, w.dw);
+}
+
+std::string conv_key(const ConvDims& d, const Win& w) {
+  const Shape x{int64_t(d.N), int64_t(d.C), int64_t(d.H), int64_t(d.W)},
+      wt{int64_t(d.O), int64_t(d.Cg), int64_t(d.KH), int64_t(d.KW)},
+      y{int64_t(d.N), int64_t(d.O), int64_t(d.OH), int64_t(d.OW)};
+  return "x" + shape_str(x) + " w" + shape_str(wt) + " y" + shape_str(y) + " " + window_key(w) + " groups " +
+         std::to_string(d.groups);
+}
+
 std::string conv_buffers(const std::vector<std::string>& inputs) {
   std::string d;
   for (size_t i = 0; i < inputs.size(); ++i) d += gl::buffer(int(i), inputs[i], DType::F32, true);
@@ -85,75 +98,99 @@ std::vector<Binding> conv_bindings(size_t n_inputs) {
   return b;
 }
 
-std::string window_taps(const Win& w, uint64_t H, uint64_t W, const std::string& body, const std::string& indent) {
-  return gl::render(R"(${I}for (uint ki = 0u; ki < ${KH}; ++ki) {
-${I}  int ih = int(oh * ${SH} + ki * ${DH}) - ${PT};
-${I}  if (ih < 0 || ih >= ${H}) continue;
-${I}  for (uint kj = 0u; kj < ${KW}; ++kj) {
-${I}    int iw = int(ow * ${SW} + kj * ${DW}) - ${PL};
-${I}    if (iw < 0 || iw >= ${W}) continue;
-${BODY}${I}  }
-${I}}
+namespace {
+
+// One axis of a window: its tap index (ki / kj), output and input coordinates (oh / ow, ih / iw), stride,
+// dilation, padding and extents.
+struct WindowAxis {
+  std::string k, o, i;
+  uint64_t taps, stride, dil, pad, out, in;
+};
+WindowAxis axis_h(const Win& w, uint64_t out, uint64_t in) {
+  return {"ki", "oh", "ih", w.kh, w.sh, w.dh, w.pt, out, in};
+}
+WindowAxis axis_w(const Win& w, uint64_t out, uint64_t in) {
+  return {"kj", "ow", "iw", w.kw, w.sw, w.dw, w.pl, out, in};
+}
+
+// Two nested loops (at `indent`) over the taps (ki, kj); each axis runs `step(axis, indent)` (declarations
+// and `continue`s) at the top of its loop, then `body` runs.
+template <typename Step>
+std::string tap_loops(const WindowAxis& h, const WindowAxis& w, Step step, const std::string& body,
+                      const std::string& indent) {
+  const std::string in2 = indent + "  ";
+  return indent + "for (uint ki = 0u; ki < " + u(h.taps) + "; ++ki) {\n" + step(h, in2) + in2 +
+         "for (uint kj = 0u; kj < " + u(w.taps) + "; ++kj) {\n" + step(w, in2 + "  ") + body + in2 + "}\n" +
+         indent + "}\n";
+}
+
+// The input coordinate the tap reads from the output coordinate; taps in the padding are skipped.
+std::string input_of_tap(const WindowAxis& a, const std::string& in) {
+  return gl::render(R"(${I}int ${IC} = int(${OC} * ${S} + ${K} * ${D}) - ${P};
+${I}if (${IC} < 0 || ${IC} >= ${N}) continue;
 )",
-                    {{"I", indent},
-                     {"KH", u(w.kh)},
-                     {"SH", u(w.sh)},
-                     {"DH", u(w.dh)},
-                     {"PT", std::to_string(w.pt)},
-                     {"H", std::to_string(H)},
-                     {"KW", u(w.kw)},
-                     {"SW", u(w.sw)},
-                     {"DW", u(w.dw)},
-                     {"PL", std::to_string(w.pl)},
-                     {"W", std::to_string(W)},
-                     {"BODY", body}});
+                    {{"I", in},
+                     {"IC", a.i},
+                     {"OC", a.o},
+                     {"S", u(a.stride)},
+                     {"K", a.k},
+                     {"D", u(a.dil)},
+                     {"P", std::to_string(a.pad)},
+                     {"N", std::to_string(a.in)}});
+}
+
+// The output coordinate whose window reads the input coordinate through the tap (oh*sh + ki*dh - pt ==
+// ih); taps that reach no output are skipped.
+std::string output_of_tap(const WindowAxis& a, const std::string& in) {
+  const std::string t = "t" + a.i.substr(1);
+  return gl::render(R"(${I}int ${T} = int(${IC} + ${P}) - int(${K} * ${D});
+${I}if (${T} < 0 || ${T} % ${SI} != 0) continue;
+${I}uint ${OC} = uint(${T}) / ${S};
+${I}if (${OC} >= ${N}) continue;
+)",
+                    {{"I", in},
+                     {"T", t},
+                     {"IC", a.i},
+                     {"P", u(a.pad)},
+                     {"K", a.k},
+                     {"D", u(a.dil)},
+                     {"SI", std::to_string(a.stride)},
+                     {"OC", a.o},
+                     {"S", u(a.stride)},
+                     {"N", u(a.out)}});
+}
+
+}  // namespace
+
+std::string window_taps(const Win& w, uint64_t H, uint64_t W, const std::string& body,
+                        const std::string& indent) {
+  return tap_loops(axis_h(w, 0, H), axis_w(w, 0, W), input_of_tap, body, indent);
 }
 
 std::string containing_windows(const Win& w, uint64_t OH, uint64_t OW, const std::string& body,
                                const std::string& indent) {
-  // Tap (ki, kj) of output (oh, ow) reads (ih, iw) iff oh*sh + ki*dh - pt == ih.
-  return gl::render(R"(${I}for (uint ki = 0u; ki < ${KH}; ++ki) {
-${I}  int th = int(ih + ${PT}) - int(ki * ${DH});
-${I}  if (th < 0 || th % ${SHI} != 0) continue;
-${I}  uint oh = uint(th) / ${SH};
-${I}  if (oh >= ${OH}) continue;
-${I}  for (uint kj = 0u; kj < ${KW}; ++kj) {
-${I}    int tw = int(iw + ${PL}) - int(kj * ${DW});
-${I}    if (tw < 0 || tw % ${SWI} != 0) continue;
-${I}    uint ow = uint(tw) / ${SW};
-${I}    if (ow >= ${OW}) continue;
-${BODY}${I}  }
-${I}}
-)",
-                    {{"I", indent},
-                     {"KH", u(w.kh)},
-                     {"PT", u(w.pt)},
-                     {"DH", u(w.dh)},
-                     {"SHI", std::to_string(w.sh)},
-                     {"SH", u(w.sh)},
-                     {"OH", u(OH)},
-                     {"KW", u(w.kw)},
-                     {"PL", u(w.pl)},
-                     {"DW", u(w.dw)},
-                     {"SWI", std::to_string(w.sw)},
-                     {"SW", u(w.sw)},
-                     {"OW", u(OW)},
-                     {"BODY", body}});
+  return tap_loops(axis_h(w, OH, 0), axis_w(w, OW, 0), output_of_tap, body, indent);
 }
 
 Lowering lower_conv(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
   if (gl::numel_u(n.shape) == 0) return {};
   switch (n.op) {
-    case ir::Op::Conv2d: return conv_forward(ctx);
-    case ir::Op::Conv2dGradInput: return conv_grad_input(ctx);
-    case ir::Op::Conv2dGradWeight: return conv_grad_weight(ctx);
+    case ir::Op::Conv2d:
+      return conv_forward(ctx);
+    case ir::Op::Conv2dGradInput:
+      return conv_grad_input(ctx);
+    case ir::Op::Conv2dGradWeight:
+      return conv_grad_weight(ctx);
     case ir::Op::MaxPool2d:
-    case ir::Op::MaxPool2dGrad: return max_pool(ctx);
+    case ir::Op::MaxPool2dGrad:
+      return max_pool(ctx);
     case ir::Op::AvgPool2d:
-    case ir::Op::AvgPool2dGrad: return avg_pool(ctx);
+    case ir::Op::AvgPool2dGrad:
+      return avg_pool(ctx);
     case ir::Op::Upsample2d:
-    case ir::Op::Upsample2dGrad: return upsample(ctx);
+    case ir::Op::Upsample2dGrad:
+      return upsample(ctx);
 #define MGN_FAMILY_Conv
 #include "codegen/other_ops.inc"
       break;

@@ -24,13 +24,19 @@ ConvDims conv_dims(const ir::Node& n, const Shape& xs, const Shape& ws, const Sh
 // The geometry every conv kernel bakes in, as named GLSL constants.
 std::string conv_constants(const ConvDims& d, const Win& w);
 
+// The specialization key of a convolution kernel: x, w and y dims, stride, padding, dilation, groups.
+std::string conv_key(const ConvDims& d, const Win& w);
+// A window's key: taps, stride, padding, dilation.
+std::string window_key(const Win& w);
+
 // Buffers `inputs` (read, bindings 0..) then Y (written), and the matching bindings.
 std::string conv_buffers(const std::vector<std::string>& inputs);
 std::vector<Binding> conv_bindings(size_t n_inputs);
 
 // Loops (at `indent`) over the taps (ki, kj) of the window at output (oh, ow) that lie inside an H x W
 // input, declaring `int ih, iw`; `body` runs for each.
-std::string window_taps(const Win& w, uint64_t H, uint64_t W, const std::string& body, const std::string& indent);
+std::string window_taps(const Win& w, uint64_t H, uint64_t W, const std::string& body,
+                        const std::string& indent);
 // Loops (at `indent`) over the windows (oh, ow) of an OH x OW output that contain input element (ih, iw),
 // with the tap (ki, kj) that reads it; `body` runs for each.
 std::string containing_windows(const Win& w, uint64_t OH, uint64_t OW, const std::string& body,

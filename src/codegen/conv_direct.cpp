@@ -14,23 +14,25 @@ using gl::u;
 
 Lowering conv_forward_direct(const LowerContext& ctx, const ConvDims& d, const Win& w) {
   const uint64_t items = d.N * d.O * d.OH * d.OW;
-  const std::string tap = "          acc += X[xb + uint(ih) * " + u(d.W) + " + uint(iw)] * Wt[((o * " + u(d.Cg) +
-                          " + ci) * " + u(d.KH) + " + ki) * " + u(d.KW) + " + kj];\n";
-  const std::string body = gl::render(R"(${COORDS}    uint c0 = (o / ${OG}) * ${CG};
+  const std::string tap = "          acc += X[xb + uint(ih) * " + u(d.W) + " + uint(iw)] * Wt[((o * " +
+                          u(d.Cg) + " + ci) * " + u(d.KH) + " + ki) * " + u(d.KW) + " + kj];\n";
+  const std::string body = gl::render(
+      R"(${COORDS}    uint c0 = (o / ${OG}) * ${CG};
     float acc = 0.0;
     for (uint ci = 0u; ci < ${CG}; ++ci) {
       uint xb = (b * ${C} + c0 + ci) * ${HW};
 ${TAPS}    }
     Y[i] = acc;
 )",
-                                      {{"COORDS", gl::unflatten("i", {{"b", d.N}, {"o", d.O}, {"oh", d.OH}, {"ow", d.OW}}, "    ")},
-                                       {"OG", u(d.Og)},
-                                       {"CG", u(d.Cg)},
-                                       {"C", u(d.C)},
-                                       {"HW", u(d.H * d.W)},
-                                       {"TAPS", window_taps(w, d.H, d.W, tap, "      ")}});
-  return gl::one_kernel(gl::elementwise("conv2d_direct", "conv conv2d_direct: an invocation per output element",
-                                        conv_buffers({"X", "Wt"}), body, items, conv_bindings(2), ctx.caps));
+      {{"COORDS", gl::unflatten("i", {{"b", d.N}, {"o", d.O}, {"oh", d.OH}, {"ow", d.OW}}, "    ")},
+       {"OG", u(d.Og)},
+       {"CG", u(d.Cg)},
+       {"C", u(d.C)},
+       {"HW", u(d.H * d.W)},
+       {"TAPS", window_taps(w, d.H, d.W, tap, "      ")}});
+  return gl::one_kernel(gl::elementwise(
+      "conv2d_direct", "conv conv2d_direct " + conv_key(d, w) + ": an invocation per output element",
+      conv_buffers({"X", "Wt"}), body, items, conv_bindings(2), ctx.caps));
 }
 
 Lowering conv_grad_input_direct(const LowerContext& ctx, const ConvDims& d, const Win& w) {
@@ -46,18 +48,19 @@ Lowering conv_grad_input_direct(const LowerContext& ctx, const ConvDims& d, cons
                                       {"CG", u(d.Cg)},
                                       {"KH", u(d.KH)},
                                       {"KW", u(d.KW)}});
-  const std::string body = gl::render(R"(${COORDS}    uint grp = c / ${CG};
+  const std::string body =
+      gl::render(R"(${COORDS}    uint grp = c / ${CG};
     uint ci = c % ${CG};
     float acc = 0.0;
 ${WINDOWS}    Y[i] = acc;
 )",
-                                      {{"COORDS", gl::unflatten("i", {{"b", d.N}, {"c", d.C}, {"ih", d.H}, {"iw", d.W}}, "    ")},
-                                       {"CG", u(d.Cg)},
-                                       {"WINDOWS", containing_windows(w, d.OH, d.OW, tap, "    ")}});
-  return gl::one_kernel(gl::elementwise("conv2d_grad_input_direct",
-                                        "conv conv2d_grad_input_direct: an invocation per input element",
-                                        conv_buffers({"DY", "Wt"}), body, d.N * d.C * d.H * d.W, conv_bindings(2),
-                                        ctx.caps));
+                 {{"COORDS", gl::unflatten("i", {{"b", d.N}, {"c", d.C}, {"ih", d.H}, {"iw", d.W}}, "    ")},
+                  {"CG", u(d.Cg)},
+                  {"WINDOWS", containing_windows(w, d.OH, d.OW, tap, "    ")}});
+  return gl::one_kernel(
+      gl::elementwise("conv2d_grad_input_direct",
+                      "conv conv2d_grad_input_direct " + conv_key(d, w) + ": an invocation per input element",
+                      conv_buffers({"DY", "Wt"}), body, d.N * d.C * d.H * d.W, conv_bindings(2), ctx.caps));
 }
 
 namespace {
@@ -76,8 +79,9 @@ Lowering grad_weight_rows(const LowerContext& ctx, const ConvDims& d, const Win&
   const gl::Grid grid = gl::flat_groups(d.O * d.Cg, ctx.caps, k.name);
   const std::string tap =
       "          acc[ki * " + u(d.KW) + " + kj] += dv * X[xb + uint(ih) * " + u(d.W) + " + uint(iw)];\n";
-  k.glsl = gl::render(R"(#version 450
-// archetype: conv conv2d_grad_weight: one workgroup per (o, ci), all ${TAPS} taps, rows of dy split over the threads
+  k.glsl =
+      gl::render(R"(#version 450
+// archetype: conv conv2d_grad_weight ${KEY}: one workgroup per (o, ci), all ${TAPS} taps, rows of dy split over the threads
 layout(local_size_x = ${WG}) in;
 ${BUFFERS}shared float red[${RED}];
 void main() {
@@ -101,26 +105,27 @@ ${LOOP}    }
 ${REDUCE}  for (uint k = t; k < ${TAPSU}; k += ${WGU}) Y[gid * ${TAPSU} + k] = red[k * ${WGU}];
 }
 )",
-                      {{"TAPS", std::to_string(taps)},
-                       {"WG", std::to_string(wg)},
-                       {"BUFFERS", conv_buffers({"X", "DY"})},
-                       {"RED", std::to_string(wg * taps)},
-                       {"GRID", grid.glsl},
-                       {"CG", u(d.Cg)},
-                       {"OG", u(d.Og)},
-                       {"TAPSU", u(taps)},
-                       {"ROWS", u(rows)},
-                       {"WGU", u(wg)},
-                       {"OH", u(d.OH)},
-                       {"O", u(d.O)},
-                       {"OW", u(d.OW)},
-                       {"C", u(d.C)},
-                       {"HW", u(d.H * d.W)},
-                       {"LOOP", window_taps(w, d.H, d.W, tap, "      ")},
-                       {"REDUCE", gl::tree_reduce(wg,
-                                                  "\n      for (uint k = 0u; k < " + u(taps) + "; ++k) red[k * " +
-                                                      u(wg) + " + t] += red[k * " + u(wg) + " + t + s];",
-                                                  "  ")}});
+                 {{"KEY", conv_key(d, w)},
+                  {"TAPS", std::to_string(taps)},
+                  {"WG", std::to_string(wg)},
+                  {"BUFFERS", conv_buffers({"X", "DY"})},
+                  {"RED", std::to_string(wg * taps)},
+                  {"GRID", grid.glsl},
+                  {"CG", u(d.Cg)},
+                  {"OG", u(d.Og)},
+                  {"TAPSU", u(taps)},
+                  {"ROWS", u(rows)},
+                  {"WGU", u(wg)},
+                  {"OH", u(d.OH)},
+                  {"O", u(d.O)},
+                  {"OW", u(d.OW)},
+                  {"C", u(d.C)},
+                  {"HW", u(d.H * d.W)},
+                  {"LOOP", window_taps(w, d.H, d.W, tap, "      ")},
+                  {"REDUCE", gl::tree_reduce(wg,
+                                             "\n      for (uint k = 0u; k < " + u(taps) + "; ++k) red[k * " +
+                                                 u(wg) + " + t] += red[k * " + u(wg) + " + t + s];",
+                                             "  ")}});
   k.bindings = conv_bindings(2);
   k.groups = grid.groups;
   return gl::one_kernel(std::move(k));
@@ -136,8 +141,9 @@ Lowering grad_weight_elements(const LowerContext& ctx, const ConvDims& d, const 
   Kernel k;
   k.name = "conv2d_grad_weight_wg" + std::to_string(wg);
   const gl::Grid grid = gl::flat_groups(elems, ctx.caps, k.name);
-  k.glsl = gl::render(R"(#version 450
-// archetype: conv conv2d_grad_weight: one workgroup per weight element, reducing dy * x over N x OH x OW
+  k.glsl = gl::render(
+      R"(#version 450
+// archetype: conv conv2d_grad_weight ${KEY}: one workgroup per weight element, reducing dy * x over N x OH x OW
 layout(local_size_x = ${WG}) in;
 ${BUFFERS}shared float red[${WG}];
 void main() {
@@ -158,30 +164,31 @@ ${COORDS}  uint c = (o / ${OG}) * ${CG} + ci;
 ${REDUCE}  if (t == 0u) Y[gid] = red[0];
 }
 )",
-                      {{"WG", std::to_string(wg)},
-                       {"BUFFERS", conv_buffers({"X", "DY"})},
-                       {"GRID", grid.glsl},
-                       {"COORDS", gl::unflatten("gid", {{"o", d.O}, {"ci", d.Cg}, {"ki", d.KH}, {"kj", d.KW}}, "  ")},
-                       {"OG", u(d.Og)},
-                       {"CG", u(d.Cg)},
-                       {"M", u(m)},
-                       {"WGU", u(wg)},
-                       {"OW", u(d.OW)},
-                       {"OH", u(d.OH)},
-                       {"OHW", u(d.OH * d.OW)},
-                       {"SH", u(w.sh)},
-                       {"DH", u(w.dh)},
-                       {"PT", std::to_string(w.pt)},
-                       {"SW", u(w.sw)},
-                       {"DW", u(w.dw)},
-                       {"PL", std::to_string(w.pl)},
-                       {"H", std::to_string(d.H)},
-                       {"W", std::to_string(d.W)},
-                       {"O", u(d.O)},
-                       {"C", u(d.C)},
-                       {"HU", u(d.H)},
-                       {"WU", u(d.W)},
-                       {"REDUCE", gl::tree_reduce(wg, " red[t] += red[t + s];", "  ")}});
+      {{"KEY", conv_key(d, w)},
+       {"WG", std::to_string(wg)},
+       {"BUFFERS", conv_buffers({"X", "DY"})},
+       {"GRID", grid.glsl},
+       {"COORDS", gl::unflatten("gid", {{"o", d.O}, {"ci", d.Cg}, {"ki", d.KH}, {"kj", d.KW}}, "  ")},
+       {"OG", u(d.Og)},
+       {"CG", u(d.Cg)},
+       {"M", u(m)},
+       {"WGU", u(wg)},
+       {"OW", u(d.OW)},
+       {"OH", u(d.OH)},
+       {"OHW", u(d.OH * d.OW)},
+       {"SH", u(w.sh)},
+       {"DH", u(w.dh)},
+       {"PT", std::to_string(w.pt)},
+       {"SW", u(w.sw)},
+       {"DW", u(w.dw)},
+       {"PL", std::to_string(w.pl)},
+       {"H", std::to_string(d.H)},
+       {"W", std::to_string(d.W)},
+       {"O", u(d.O)},
+       {"C", u(d.C)},
+       {"HU", u(d.H)},
+       {"WU", u(d.W)},
+       {"REDUCE", gl::tree_reduce(wg, " red[t] += red[t + s];", "  ")}});
   k.bindings = conv_bindings(2);
   k.groups = grid.groups;
   return gl::one_kernel(std::move(k));
@@ -190,7 +197,8 @@ ${REDUCE}  if (t == 0u) Y[gid] = red[0];
 }  // namespace
 
 Lowering conv_grad_weight_direct(const LowerContext& ctx, const ConvDims& d, const Win& w) {
-  if (d.KH * d.KW <= 25 && 32 * d.KH * d.KW * 4 <= ctx.caps.max_shared_bytes) return grad_weight_rows(ctx, d, w);
+  if (d.KH * d.KW <= 25 && 32 * d.KH * d.KW * 4 <= ctx.caps.max_shared_bytes)
+    return grad_weight_rows(ctx, d, w);
   return grad_weight_elements(ctx, d, w);
 }
 

@@ -177,7 +177,8 @@ uint q_kk(uint c) { return ${QKK}; }
 )",
                        {{"PROW", ps.row}, {"PKK", ps.kk}, {"QROW", qs.row}, {"QKK", qs.kk}}) +
             s.state;
-  g.loaders = gl::render(R"(// Global -> registers: this thread's share of the K slice [k0, k0 + BK).
+  g.loaders = gl::render(
+      R"(// Global -> registers: this thread's share of the K slice [k0, k0 + BK).
 void load_slice(uint k0) {
 ${LOAD}}
 void stage_slice() {
@@ -186,10 +187,10 @@ void stage_slice() {
   for (uint a = 0u; a < Q_RA; ++a)
 ${QSTAGE}}
 )",
-                         {{"LOAD", s.load},
-                          {"QSTAGE", qs.guard ? "    if (q_row(a) < BN)\n"
-                                                "      for (uint c = 0u; c < Q_RC; ++c) Bs[q_kk(c)][q_row(a)] = q_reg[a][c];\n"
-                                              : "    for (uint c = 0u; c < Q_RC; ++c) Bs[q_kk(c)][q_row(a)] = q_reg[a][c];\n"}});
+      {{"LOAD", s.load},
+       {"QSTAGE", qs.guard ? "    if (q_row(a) < BN)\n"
+                             "      for (uint c = 0u; c < Q_RC; ++c) Bs[q_kk(c)][q_row(a)] = q_reg[a][c];\n"
+                           : "    for (uint c = 0u; c < Q_RC; ++c) Bs[q_kk(c)][q_row(a)] = q_reg[a][c];\n"}});
   g.outer_index = "  z = gid / " + u(gemm_tiles(g)) + ";\n  uint tile = gid % " + u(gemm_tiles(g)) + ";\n" +
                   s.outer_index;
   g.setup = s.setup;
@@ -243,7 +244,8 @@ uint x_base[P_RA];
 int x_ih[P_RA], x_iw[P_RA];
 bool x_ok[P_RA];
 )";
-  s.setup = gl::render(R"(  for (uint a = 0u; a < P_RA; ++a) {
+  s.setup = gl::render(
+      R"(  for (uint a = 0u; a < P_RA; ++a) {
     uint m = m0 + p_row(a);  // ${WHAT}
     ${SPLIT}
     x_ok[a] = m < M;
@@ -252,7 +254,7 @@ bool x_ok[P_RA];
     x_iw[a] = ${IW} - PL;
   }
 )",
-                       {{"WHAT", row.what}, {"SPLIT", row.split}, {"OFFSET", row.offset}, {"IH", row.ih}, {"IW", row.iw}});
+      {{"WHAT", row.what}, {"SPLIT", row.split}, {"OFFSET", row.offset}, {"IH", row.ih}, {"IW", row.iw}});
   s.load = gl::render(R"(  for (uint c = 0u; c < P_RC; ++c) {
     uint k = k0 + p_kk(c);  // ${WHAT}
     ${SPLIT}
@@ -288,7 +290,8 @@ Lowering conv_forward(const LowerContext& ctx) {
   if (d.Og == 1) return conv_forward_direct(ctx, d, w);
   ConvGemm s;
   s.name = "conv2d_igemm";
-  s.comment = "conv2d: P = N*OH*OW output pixels, Q = output channels per group, K = CG*KH*KW";
+  s.comment =
+      "conv2d " + conv_key(d, w) + ": P = N*OH*OW output pixels, Q = output channels per group, K = CG*KH*KW";
   s.P = d.N * d.OH * d.OW, s.Q = d.Og, s.K = d.Cg * d.KH * d.KW, s.outer = d.groups;
   s.t = pick_tile(s.P, s.Q, s.K, s.outer, ctx);
   s.p_k_wise = false, s.q_k_wise = true;
@@ -361,9 +364,9 @@ std::string phase_constants(const std::string& axis, const Phases& p) {
     count.push_back(u(p.count[i]));
     base.push_back(std::to_string(p.base[i]));
   }
-  return gl::const_uint("Q" + axis, p.q) + gl::const_uint("STEP_" + axis, p.step) + gl::const_uint("J" + axis + "M", p.jmax) +
-         const_array("uint", "K" + axis + "0", k0) + const_array("uint", "J" + axis, count) +
-         const_array("int", "BASE_" + axis, base);
+  return gl::const_uint("Q" + axis, p.q) + gl::const_uint("STEP_" + axis, p.step) +
+         gl::const_uint("J" + axis + "M", p.jmax) + const_array("uint", "K" + axis + "0", k0) +
+         const_array("uint", "J" + axis, count) + const_array("int", "BASE_" + axis, base);
 }
 
 }  // namespace
@@ -382,17 +385,17 @@ Lowering conv_grad_input(const LowerContext& ctx) {
   const uint64_t HH = div_up(d.H, w.sh), WW = div_up(d.W, w.sw);
   ConvGemm s;
   s.name = "conv2d_grad_input_igemm";
-  s.comment =
-      "conv2d_grad_input: per stride phase and group, P = pixels of the phase, Q = input channels per "
-      "group, K = OG * contributing taps";
+  s.comment = "conv2d_grad_input " + conv_key(d, w) +
+              ": per stride phase and group, P = pixels of the phase, Q = input channels per "
+              "group, K = OG * contributing taps";
   s.P = d.N * HH * WW, s.Q = d.Cg, s.K = d.Og * ph.jmax * pw.jmax, s.outer = w.sh * w.sw * d.groups;
   s.t = pick_tile(s.P, s.Q, s.K, s.outer, ctx);
   s.p_k_wise = false, s.q_k_wise = true;
   s.buffers = conv_buffers({"DY", "Wt"});
   s.bindings = conv_bindings(2);
-  s.consts = conv_constants(d, w) + "// stride phases: pixel (ph + SH*hh, pw + SW*ww)\n" + gl::const_uint("HH", HH) +
-             gl::const_uint("WW", WW) + phase_constants("H", ph) + phase_constants("W", pw) +
-             gl::const_uint("JHW", ph.jmax * pw.jmax);
+  s.consts = conv_constants(d, w) + "// stride phases: pixel (ph + SH*hh, pw + SW*ww)\n" +
+             gl::const_uint("HH", HH) + gl::const_uint("WW", WW) + phase_constants("H", ph) +
+             phase_constants("W", pw) + gl::const_uint("JHW", ph.jmax * pw.jmax);
   s.state = R"(uint g, ph, pw, jh_n, jw_n;
 uint d_base[P_RA];
 int d_oh[P_RA], d_ow[P_RA];
@@ -432,8 +435,9 @@ ${TAP}    uint wb = (g * OG + og) * CG * KHW + (KH0[ph] + jh * QH) * KW + KW0[pw
     }
   }
 )",
-                      {{"TAP", "    uint og = k / JHW, r = k % JHW;\n    uint jh = r / JWM, jw = r % JWM;\n"
-                               "    bool k_ok = k < k_end && jh < jh_n && jw < jw_n;\n"}});
+                      {{"TAP",
+                        "    uint og = k / JHW, r = k % JHW;\n    uint jh = r / JWM, jw = r % JWM;\n"
+                        "    bool k_ok = k < k_end && jh < jh_n && jw < jw_n;\n"}});
   s.store = R"(      uint r = m % (HH * WW);
       uint h = ph + (r / WW) * SH, w = pw + (r % WW) * SW;
       if (h < H && w < W) Y[(((m / (HH * WW)) * C + g * CG + n) * H + h) * W + w] = v;
@@ -474,9 +478,9 @@ Lowering conv_grad_weight(const LowerContext& ctx) {
   }
   s.name =
       splits > 1 ? "conv2d_grad_weight_igemm_split" + std::to_string(splits) : "conv2d_grad_weight_igemm";
-  s.comment =
-      "conv2d_grad_weight: P = CG*KH*KW filter taps, Q = output channels per group, K = N*OH*OW, split " +
-      std::to_string(splits) + " ways";
+  s.comment = "conv2d_grad_weight " + conv_key(d, w) +
+              ": P = CG*KH*KW filter taps, Q = output channels per group, K = N*OH*OW, split " +
+              std::to_string(splits) + " ways";
   s.outer = d.groups * splits;
   s.p_k_wise = true, s.q_k_wise = true;
   s.buffers = gl::buffer(0, "X", DType::F32, true) + gl::buffer(1, "DY", DType::F32, true) +
@@ -512,12 +516,12 @@ Lowering conv_grad_weight(const LowerContext& ctx) {
     Y[i] = sum;
 )",
                                         {{"SPLITS", u(splits)}, {"NUMEL", u(numel_dw)}});
-    l.kernels.push_back(gl::elementwise("conv2d_grad_weight_split_sum_s" + std::to_string(splits),
-                                        "conv conv2d_grad_weight: the " + std::to_string(splits) +
-                                            " partial filters summed in split order",
-                                        gl::buffer(0, "PART", DType::F32, true) +
-                                            gl::buffer(1, "Y", DType::F32, false, true),
-                                        body, numel_dw, {{BindingKind::Scratch, 0, false}, gl::output()}, ctx.caps));
+    l.kernels.push_back(
+        gl::elementwise("conv2d_grad_weight_split_sum_s" + std::to_string(splits),
+                        "conv conv2d_grad_weight split-K sum of " + std::to_string(splits) +
+                            " partial filters of " + std::to_string(numel_dw) + " weights, in split order",
+                        gl::buffer(0, "PART", DType::F32, true) + gl::buffer(1, "Y", DType::F32, false, true),
+                        body, numel_dw, {{BindingKind::Scratch, 0, false}, gl::output()}, ctx.caps));
   }
   return l;
 }

@@ -32,11 +32,13 @@ ScheduleText double_buffered_vec4(const TiledGemm& g) {
   s.layout = "local_size_x = " + std::to_string(nt);
   // k-major tiles of vec4s; the extra vec4 per row keeps the 4-row transposing stores of A conflict-free.
   s.shared = "shared vec4 As[2][BK][BM / 4u + 1u];\nshared vec4 Bs[2][BK][BN / 4u + 1u];\n";
-  s.globals = gl::render(R"(vec4 acc[${N}];  // row i*4+r of the thread tile, column group j: acc[(i*4+r)*${SN}+j]
+  s.globals =
+      gl::render(R"(vec4 acc[${N}];  // row i*4+r of the thread tile, column group j: acc[(i*4+r)*${SN}+j]
 uint tid, tx, ty, m0, n0;
 )",
-                         {{"N", std::to_string(g.tm * sn)}, {"SN", std::to_string(sn)}});
-  s.compute = gl::render(R"(void compute(uint buf) {
+                 {{"N", std::to_string(g.tm * sn)}, {"SN", std::to_string(sn)}});
+  s.compute =
+      gl::render(R"(void compute(uint buf) {
   [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
     vec4 a[${SM}], b[${SN}];
     [[unroll]] for (uint i = 0u; i < ${SMU}; ++i) a[i] = As[buf][kk][i * TY + ty];
@@ -48,8 +50,9 @@ uint tid, tx, ty, m0, n0;
   }
 }
 )",
-                         {{"SM", std::to_string(sm)}, {"SN", std::to_string(sn)}, {"SMU", u(sm)}, {"SNU", u(sn)}});
-  // Subgroup lanes laid out lane_x x lane_y over the thread grid (the sweep's knob on shared-memory broadcast).
+                 {{"SM", std::to_string(sm)}, {"SN", std::to_string(sn)}, {"SMU", u(sm)}, {"SNU", u(sn)}});
+  // Subgroup lanes laid out lane_x x lane_y over the thread grid (the sweep's knob on shared-memory
+  // broadcast).
   const uint32_t lanes = g.lane_x * g.lane_y, warps_x = g.tx / g.lane_x;
   s.threads = gl::render(R"(  tid = gl_LocalInvocationIndex;
   { uint lane = tid % ${LANES}, w = tid / ${LANES};
@@ -100,9 +103,10 @@ ScheduleText single_buffered_scalar(const TiledGemm& g) {
   // +1 column: the k-wise stores would otherwise hit one bank.
   s.shared = "shared float As[BK][BM + 1u];\nshared float Bs[BK][BN + 1u];\n";
   s.globals = "uint tid, m0, n0, k_begin, k_end;\n";
-  s.threads = "  tid = gl_LocalInvocationIndex;\n  uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;\n";
-  s.k_range = g.k_chunk ? "  k_begin = split * " + u(g.k_chunk) + ";\n  k_end = min(K, k_begin + " + u(g.k_chunk) +
-                              ");\n"
+  s.threads =
+      "  tid = gl_LocalInvocationIndex;\n  uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;\n";
+  s.k_range = g.k_chunk ? "  k_begin = split * " + u(g.k_chunk) + ";\n  k_end = min(K, k_begin + " +
+                              u(g.k_chunk) + ");\n"
                         : "  k_begin = 0u;\n  k_end = K;\n";
   s.zero = R"(  float acc[TM][TN];
   for (uint i = 0u; i < TM; ++i)
@@ -148,7 +152,9 @@ ${GRID}${OUTER}${TILE}${THREADS}${K_RANGE}${SETUP}${ZERO}${PIPELINE}${EPILOGUE}}
 
 }  // namespace
 
-uint64_t gemm_tiles(const TiledGemm& g) { return div_up(g.m, g.bm) * div_up(g.n, g.bn); }
+uint64_t gemm_tiles(const TiledGemm& g) {
+  return div_up(g.m, g.bm) * div_up(g.n, g.bn);
+}
 
 std::string block_origin(TileOrder order, uint64_t tiles_m, uint64_t tiles_n, uint32_t group_m) {
   if (order == TileOrder::ColumnMajor)
@@ -174,35 +180,36 @@ Kernel emit_tiled_gemm(const TiledGemm& g, const DeviceCaps& caps) {
   const gl::Grid grid = gl::flat_groups(g.outer * gemm_tiles(g), caps, g.name);
   Kernel k;
   k.name = g.name;
-  k.glsl = gl::render(kSkeleton, {{"EXTENSIONS", s.extensions},
-                                  {"HEADER", g.header},
-                                  {"LAYOUT", s.layout},
-                                  {"BUFFERS", g.buffers},
-                                  {"CONSTANTS", g.constants},
-                                  {"M", u(g.m)},
-                                  {"N", u(g.n)},
-                                  {"K", u(g.k)},
-                                  {"BM", u(g.bm)},
-                                  {"BN", u(g.bn)},
-                                  {"BK", u(g.bk)},
-                                  {"TX", u(g.tx)},
-                                  {"TY", u(g.ty)},
-                                  {"TMC", u(g.tm)},
-                                  {"TNC", u(g.tn)},
-                                  {"SHARED", s.shared},
-                                  {"GLOBALS", s.globals},
-                                  {"STATE", g.state},
-                                  {"LOADERS", g.loaders},
-                                  {"COMPUTE", s.compute},
-                                  {"GRID", grid.glsl},
-                                  {"OUTER", g.outer_index},
-                                  {"TILE", block_origin(g.order, div_up(g.m, g.bm), div_up(g.n, g.bn), g.group_m)},
-                                  {"THREADS", s.threads},
-                                  {"K_RANGE", s.k_range},
-                                  {"SETUP", g.setup},
-                                  {"ZERO", s.zero},
-                                  {"PIPELINE", s.pipeline},
-                                  {"EPILOGUE", s.epilogue}});
+  k.glsl =
+      gl::render(kSkeleton, {{"EXTENSIONS", s.extensions},
+                             {"HEADER", g.header},
+                             {"LAYOUT", s.layout},
+                             {"BUFFERS", g.buffers},
+                             {"CONSTANTS", g.constants},
+                             {"M", u(g.m)},
+                             {"N", u(g.n)},
+                             {"K", u(g.k)},
+                             {"BM", u(g.bm)},
+                             {"BN", u(g.bn)},
+                             {"BK", u(g.bk)},
+                             {"TX", u(g.tx)},
+                             {"TY", u(g.ty)},
+                             {"TMC", u(g.tm)},
+                             {"TNC", u(g.tn)},
+                             {"SHARED", s.shared},
+                             {"GLOBALS", s.globals},
+                             {"STATE", g.state},
+                             {"LOADERS", g.loaders},
+                             {"COMPUTE", s.compute},
+                             {"GRID", grid.glsl},
+                             {"OUTER", g.outer_index},
+                             {"TILE", block_origin(g.order, div_up(g.m, g.bm), div_up(g.n, g.bn), g.group_m)},
+                             {"THREADS", s.threads},
+                             {"K_RANGE", s.k_range},
+                             {"SETUP", g.setup},
+                             {"ZERO", s.zero},
+                             {"PIPELINE", s.pipeline},
+                             {"EPILOGUE", s.epilogue}});
   k.bindings = g.bindings;
   k.groups = grid.groups;
   return k;

@@ -61,10 +61,10 @@ struct TiledGemm {
   TileOrder order = TileOrder::RowMajor;
   uint32_t group_m = 1;  // RowMajor only
   // Prologue.
-  std::string buffers;    // storage buffer declarations, in binding order
-  std::string constants;  // the instantiation's named constants
-  std::string state;      // global variables (registers of the loaders, hoisted index maps)
-  std::string loaders;    // load_slice(uint k0), stage_slice(...) and their helpers
+  std::string buffers;      // storage buffer declarations, in binding order
+  std::string constants;    // the instantiation's named constants
+  std::string state;        // global variables (registers of the loaders, hoisted index maps)
+  std::string loaders;      // load_slice(uint k0), stage_slice(...) and their helpers
   std::string outer_index;  // main(): statements that declare `uint tile` (< the tiles of one GEMM) and
                             // decode the rest of gid (which GEMM) for the set-up
   std::string setup;        // main(): after m0, n0 (the block's first row and column) are set

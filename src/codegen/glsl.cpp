@@ -47,9 +47,12 @@ const char* type_of(DType t) {
   switch (t) {
     case DType::F32:
     case DType::F16:
-    case DType::BF16: return "float";
-    case DType::I32: return "int";
-    case DType::Bool: return "uint";
+    case DType::BF16:
+      return "float";
+    case DType::I32:
+      return "int";
+    case DType::Bool:
+      return "uint";
   }
   return "float";
 }
@@ -82,10 +85,11 @@ std::string const_int(const std::string& name, int64_t v) {
   return "const int " + name + " = " + std::to_string(v) + ";\n";
 }
 
-std::string buffer_as(int binding, const std::string& type, const std::string& name, const std::string& qualifiers) {
+std::string buffer_as(int binding, const std::string& type, const std::string& name,
+                      const std::string& qualifiers) {
   const std::string b = std::to_string(binding);
-  return "layout(std430, set = 0, binding = " + b + ") " + qualifiers + "buffer B" + b + " { " + type + " " + name +
-         "[]; };\n";
+  return "layout(std430, set = 0, binding = " + b + ") " + qualifiers + "buffer B" + b + " { " + type + " " +
+         name + "[]; };\n";
 }
 
 std::string buffer(int binding, const std::string& name, DType t, bool readonly, bool writeonly) {
@@ -102,8 +106,12 @@ void Buffers::add_as(const std::string& type, const std::string& name, Binding b
   bindings.push_back(b);
 }
 
-Binding input(int i) { return {BindingKind::Input, i, false}; }
-Binding output(int node) { return {BindingKind::Output, 0, true, node}; }
+Binding input(int i) {
+  return {BindingKind::Input, i, false};
+}
+Binding output(int node) {
+  return {BindingKind::Output, 0, true, node};
+}
 
 uint64_t numel_u(const Shape& s) {
   uint64_t n = 1;
@@ -113,7 +121,8 @@ uint64_t numel_u(const Shape& s) {
 
 void check_32bit(uint64_t n, const std::string& who) {
   if (n >= (1ull << 31))
-    throw Error(who + ": " + std::to_string(n) + " elements exceed the 2^31 indexing limit of the Vulkan kernels");
+    throw Error(who + ": " + std::to_string(n) +
+                " elements exceed the 2^31 indexing limit of the Vulkan kernels");
 }
 
 Grid flat_groups(uint64_t total, const DeviceCaps& caps, const std::string& who) {
@@ -130,7 +139,8 @@ Grid flat_groups(uint64_t total, const DeviceCaps& caps, const std::string& who)
 }
 
 Kernel elementwise(const std::string& name, const std::string& comment, const std::string& decls,
-                   const std::string& body, uint64_t total, std::vector<Binding> bindings, const DeviceCaps& caps) {
+                   const std::string& body, uint64_t total, std::vector<Binding> bindings,
+                   const DeviceCaps& caps) {
   check_32bit(total, name);
   const uint32_t wg = std::min<uint32_t>(256, caps.max_workgroup_invocations);
   Grid grid = flat_groups(div_up(total, wg), caps, name);
@@ -261,8 +271,8 @@ std::string unflatten(const std::string& var, const std::vector<std::pair<std::s
     if (i == 0) {
       s += indent + "uint " + dims[i].first + " = r_;\n";
     } else {
-      s += indent + "uint " + dims[i].first + " = r_ % " + u(dims[i].second) + ";\n" + indent + "r_ /= " +
-           u(dims[i].second) + ";\n";
+      s += indent + "uint " + dims[i].first + " = r_ % " + u(dims[i].second) + ";\n" + indent +
+           "r_ /= " + u(dims[i].second) + ";\n";
     }
   }
   return s;
@@ -342,8 +352,9 @@ ${REDUCE}  float r = s_red[0];
 }
 )",
                 {{"OP", op},
-                 {"REDUCE", tree_reduce(wg, " {\n      float a = s_red[t], b = s_red[t + s];\n      s_red[t] = " + comb +
-                                                ";\n    }",
+                 {"REDUCE", tree_reduce(wg,
+                                        " {\n      float a = s_red[t], b = s_red[t + s];\n      s_red[t] = " +
+                                            comb + ";\n    }",
                                         "  ")}});
   }
   return s;

@@ -38,7 +38,8 @@ std::string const_int(const std::string& name, int64_t v);
 
 // "layout(std430, set = 0, binding = i) <qualifiers>buffer Bi { <type> name[]; };" with qualifiers such as
 // "readonly ", "writeonly restrict " or "" (read and written).
-std::string buffer_as(int binding, const std::string& type, const std::string& name, const std::string& qualifiers);
+std::string buffer_as(int binding, const std::string& type, const std::string& name,
+                      const std::string& qualifiers);
 // A buffer of dtype words (type_of), read-only, write-only or both.
 std::string buffer(int binding, const std::string& name, DType t, bool readonly, bool writeonly = false);
 
@@ -69,7 +70,8 @@ Grid flat_groups(uint64_t total_groups, const DeviceCaps& caps, const std::strin
 
 // A kernel over a flat element range: `body` sees `uint i` (< total); `comment` follows "archetype: ".
 Kernel elementwise(const std::string& name, const std::string& comment, const std::string& decls,
-                   const std::string& body, uint64_t total, std::vector<Binding> bindings, const DeviceCaps& caps);
+                   const std::string& body, uint64_t total, std::vector<Binding> bindings,
+                   const DeviceCaps& caps);
 
 // A lowering of one kernel.
 Lowering one_kernel(Kernel k);

@@ -4,7 +4,8 @@
 //    GEMM emitter (gemm_tiled.h); small grids split K.
 //  * Small (matmul_small.cpp): for M or N tiny (GEMV-like), a workgroup or a thread per output.
 //  * CoopMatF16 (matmul_coopmat.cpp): A and B rounded to zero-padded f16 copies, then multiplied with
-//    GL_NV_cooperative_matrix with f32 accumulation; Accelerated nodes only, once the device self-test passed.
+//    GL_NV_cooperative_matrix with f32 accumulation; Accelerated nodes only, once the device self-test
+//    passed.
 #include "codegen/matmul.h"
 
 #include <string>
@@ -21,6 +22,10 @@ uint64_t batch_count(const GemmShape& s) {
   uint64_t b = 1;
   for (uint64_t d : s.batch) b *= d;
   return b;
+}
+
+std::string gemm_dims(const GemmShape& s) {
+  return "M=" + su(s.m) + " N=" + su(s.n) + " K=" + su(s.k) + " batch=" + su(batch_count(s));
 }
 
 std::string batch_offsets(const GemmShape& s) {
@@ -42,7 +47,9 @@ std::string b_index(const GemmShape& s, const std::string& k, const std::string&
                        : "(" + k + ") * " + u(s.n) + " + (" + n + ")";
 }
 
-std::vector<Binding> gemm_bindings() { return {gl::input(0), gl::input(1), gl::output()}; }
+std::vector<Binding> gemm_bindings() {
+  return {gl::input(0), gl::input(1), gl::output()};
+}
 
 uint64_t auto_splits(const GemmShape& s, uint64_t blocks) {
   uint64_t splits = 1;
@@ -60,10 +67,11 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
   C[i] = sum;
 )",
                                       {{"T", T}, {"SPLITS", u(splits)}, {"COUNT", u(count)}});
-  return gl::elementwise("matmul_splitk_sum_" + su(splits),
-                         "matmul split-K sum of " + su(splits) + " partial products, in split order",
-                         gl::buffer_as(0, T, "P", "readonly restrict ") + gl::buffer_as(1, T, "C", "writeonly restrict "),
-                         body, count, {{BindingKind::Scratch, slot, false}, gl::output()}, caps);
+  return gl::elementwise(
+      "matmul_splitk_sum_" + su(splits),
+      "matmul split-K sum of " + su(splits) + " partial products, in split order",
+      gl::buffer_as(0, T, "P", "readonly restrict ") + gl::buffer_as(1, T, "C", "writeonly restrict "), body,
+      count, {{BindingKind::Scratch, slot, false}, gl::output()}, caps);
 }
 
 namespace {
@@ -149,7 +157,7 @@ Lowering lower_matmul(const LowerContext& ctx) {
   if (numel(out) == 0) return {};
   const KernelOptions& ko = ctx.options.kernels;
   GemmOptions o;
-  o.variant = ko.gemm == GemmKernel::Tiled ? GemmVariant::Tiled
+  o.variant = ko.gemm == GemmKernel::Tiled   ? GemmVariant::Tiled
               : ko.gemm == GemmKernel::Small ? GemmVariant::Small
                                              : GemmVariant::Auto;
   o.tile = ko.gemm_tile;

@@ -10,9 +10,13 @@
 
 namespace mgn::codegen {
 
-inline std::string su(uint64_t v) { return std::to_string(v); }
+inline std::string su(uint64_t v) {
+  return std::to_string(v);
+}
 
 uint64_t batch_count(const GemmShape& s);
+// "M=.. N=.. K=.. batch=..", for kernel header comments.
+std::string gemm_dims(const GemmShape& s);
 // Statements declaring `uint aoff, boff` (word offsets of this batch's matrices) from the flat batch index
 // `batch`.
 std::string batch_offsets(const GemmShape& s);
@@ -33,7 +37,7 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
 // The families.
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want);
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps);
-Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const CoopMatShape& mma,
-                      GemmAblation ablation, bool emulate);
+Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
+                      const CoopMatShape& mma, GemmAblation ablation, bool emulate);
 
 }  // namespace mgn::codegen

@@ -6,16 +6,16 @@
 // 8 halves to a uvec4: the GEMM then reads half the bytes of the f32 operand, 16 bytes per load, with no
 // bounds checks. Then the GEMM (matmul_coopmat_kernel.cpp) multiplies the copies with
 // GL_NV_cooperative_matrix, accumulating in f32.
+#include "codegen/matmul_coopmat.h"
+
 #include <algorithm>
 #include <string>
 
 #include "codegen/glsl.h"
-#include "codegen/matmul_coopmat.h"
 
 namespace mgn::codegen {
 
 using gl::u;
-
 
 namespace {
 
@@ -138,9 +138,8 @@ Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOper
                         const DeviceCaps& caps) {
   const bool v4 = p.src_cols % 4 == 0;
   const uint64_t per_row = p.cols / 8, src_mat = p.src_rows * p.src_cols;
-  const std::string decls =
-      gl::buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", "readonly restrict ") +
-      gl::buffer_as(1, "uvec4", "P", "writeonly restrict ");
+  const std::string decls = gl::buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", "readonly restrict ") +
+                            gl::buffer_as(1, "uvec4", "P", "writeonly restrict ");
   // v4: src_cols and c are multiples of 4, so each vec4 lies wholly inside the row or wholly past its end.
   const std::string load = v4 ? gl::render(R"(    if (c < ${SC}) lo = X4[src >> 2];
     if (c + 4u < ${SC}) hi = X4[(src >> 2) + 1u];
@@ -167,16 +166,16 @@ ${LOAD}  }
                                        {"SC", u(p.src_cols)},
                                        {"LOAD", load}});
   const std::string name = std::string("matmul_f16_pack_") + which + "_" + su(p.rows) + "x" + su(p.cols);
-  return gl::elementwise(
-      name, "matmul f16 copy of " + std::string(which) + ", zero-padded to whole blocks", decls, body,
-      p.count * p.vec8(), {{BindingKind::Input, input, false}, {BindingKind::Scratch, slot, true}}, caps);
+  return gl::elementwise(name, "matmul f16 copy of " + std::string(which) + ", zero-padded to whole blocks",
+                         decls, body, p.count * p.vec8(),
+                         {{BindingKind::Input, input, false}, {BindingKind::Scratch, slot, true}}, caps);
 }
 
 }  // namespace
 
 // The whole f16 lowering: pack A, pack B (scratch 0 and 1), multiply.
-Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const CoopMatShape& mma,
-                      GemmAblation ablation, bool emulate) {
+Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
+                      const CoopMatShape& mma, GemmAblation ablation, bool emulate) {
   const CoopConfig c = pick_coop(s, caps, want, mma, ablation);
   Lowering l;
   const PackedOperand pa = packed_a(s, c), pb = packed_b(s, c);
@@ -191,6 +190,5 @@ Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile
   }
   return l;
 }
-
 
 }  // namespace mgn::codegen

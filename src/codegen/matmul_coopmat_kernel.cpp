@@ -20,14 +20,31 @@ using gl::u;
 class CoopKernel {
  public:
   CoopKernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate)
-      : s_(s), c_(c), mma_(c.mma), emulate_(emulate), unroll_(emulate ? "" : "[[unroll]] "),
-        warps_n_(c.bn / c.wn), warps_((c.bm / c.wm) * warps_n_), nt_(warps_ * 32), fi_(c.wm / mma_.m),
-        fj_(c.wn / mma_.n), per_lane_(mma_.m * mma_.n / 32), nb_(batch_count(s)), tiles_m_(div_up(s.m, c.bm)),
-        tiles_n_(div_up(s.n, c.bn)), split_(c.splits > 1),
+      : s_(s),
+        c_(c),
+        mma_(c.mma),
+        emulate_(emulate),
+        unroll_(emulate ? "" : "[[unroll]] "),
+        warps_n_(c.bn / c.wn),
+        warps_((c.bm / c.wm) * warps_n_),
+        nt_(warps_ * 32),
+        fi_(c.wm / mma_.m),
+        fj_(c.wn / mma_.n),
+        per_lane_(mma_.m * mma_.n / 32),
+        nb_(batch_count(s)),
+        tiles_m_(div_up(s.m, c.bm)),
+        tiles_n_(div_up(s.n, c.bn)),
+        split_(c.splits > 1),
         grid_(gl::flat_groups(tiles_m_ * tiles_n_ * nb_ * c.splits, caps, "matmul_coopmat_f16")),
-        ah_(coop_a_halves(s, c)), bh_(coop_b_halves(s, c)), pa_(packed_a(s, c)), pb_(packed_b(s, c)),
-        da_(coop_direct_a(c)), db_(coop_direct_b(c)), direct_store_(coop_direct_store(s, c)),
-        stage_in_a_(coop_stage_in_a(s, c)), frag_pipe_(da_ && db_ && c.depth == 2) {
+        ah_(coop_a_halves(s, c)),
+        bh_(coop_b_halves(s, c)),
+        pa_(packed_a(s, c)),
+        pb_(packed_b(s, c)),
+        da_(coop_direct_a(c)),
+        db_(coop_direct_b(c)),
+        direct_store_(coop_direct_store(s, c)),
+        stage_in_a_(coop_stage_in_a(s, c)),
+        frag_pipe_(da_ && db_ && c.depth == 2) {
     const std::string MM = su(mma_.m), MN = su(mma_.n), MK = su(mma_.k);
     t_a_ = "fcoopmatNV<16, gl_ScopeSubgroup, " + MM + ", " + MK + ">";
     t_b_ = "fcoopmatNV<16, gl_ScopeSubgroup, " + MK + ", " + MN + ">";
@@ -37,27 +54,28 @@ class CoopKernel {
   Kernel kernel() const {
     Kernel k;
     k.name = std::string("matmul_coopmat_f16_") + (emulate_ ? "emul_" : "") + key();
-    k.glsl = gl::render(R"(#version 450
+    k.glsl = gl::render(
+        R"(#version 450
 #extension GL_EXT_control_flow_attributes : require
 ${EXTENSIONS}${HEADER}layout(local_size_x = ${NT}) in;
 ${DECLARATIONS}${EMULATION}${LOADERS}${COMPUTE}void main() {
 ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
 )",
-                        {{"EXTENSIONS", emulate_ ? ""
-                                                 : "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
-                                                   "#extension GL_NV_cooperative_matrix : require\n"
-                                                   "#extension GL_KHR_memory_scope_semantics : require\n"
-                                                   "#extension GL_KHR_shader_subgroup_basic : require\n"},
-                         {"HEADER", header()},
-                         {"NT", su(nt_)},
-                         {"DECLARATIONS", declarations()},
-                         {"EMULATION", emulate_ ? emulation_lib() : t_c_ + " acc[" + su(fi_ * fj_) + "];\n"},
-                         {"LOADERS", (da_ ? "" : loader(true)) + (db_ ? "" : loader(false))},
-                         {"COMPUTE", frag_pipe_ ? fragment_pipeline() : compute()},
-                         {"GRID", grid_.glsl},
-                         {"SETUP", setup()},
-                         {"K_LOOP", k_loop()},
-                         {"EPILOGUE", epilogue()}});
+        {{"EXTENSIONS", emulate_ ? ""
+                                 : "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+                                   "#extension GL_NV_cooperative_matrix : require\n"
+                                   "#extension GL_KHR_memory_scope_semantics : require\n"
+                                   "#extension GL_KHR_shader_subgroup_basic : require\n"},
+         {"HEADER", header()},
+         {"NT", su(nt_)},
+         {"DECLARATIONS", declarations()},
+         {"EMULATION", emulate_ ? emulation_lib() : t_c_ + " acc[" + su(fi_ * fj_) + "];\n"},
+         {"LOADERS", (da_ ? "" : loader(true)) + (db_ ? "" : loader(false))},
+         {"COMPUTE", frag_pipe_ ? fragment_pipeline() : compute()},
+         {"GRID", grid_.glsl},
+         {"SETUP", setup()},
+         {"K_LOOP", k_loop()},
+         {"EPILOGUE", epilogue()}});
     k.bindings = {{BindingKind::Scratch, 0, false},
                   {BindingKind::Scratch, 1, false},
                   split_ ? Binding{BindingKind::Scratch, 2, true} : Binding{BindingKind::Output, 0, true}};
@@ -68,48 +86,52 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
  private:
   std::string key() const {
     const CoopConfig& c = c_;
-    return su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) + "_m" + su(mma_.m) + "x" +
-           su(mma_.n) + "x" + su(mma_.k) + "_g" + su(c.group_m) + "_b" + su(c.buffers) + "_p" + su(c.depth) +
-           (c.direct ? std::string("_d") + (da_ ? "a" : "") + (db_ ? "b" : "") : "") +
+    return su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) + "_m" + su(mma_.m) +
+           "x" + su(mma_.n) + "x" + su(mma_.k) + "_g" + su(c.group_m) + "_b" + su(c.buffers) + "_p" +
+           su(c.depth) + (c.direct ? std::string("_d") + (da_ ? "a" : "") + (db_ ? "b" : "") : "") +
            (split_ ? "_s" + su(c.splits) : "") + (direct_store_ ? "" : "_edge") + "_t" + su(s_.transpose_a) +
            su(s_.transpose_b) + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
   }
 
   std::string header() const {
     const CoopConfig& c = c_;
-    const std::string staging =
-        c.direct == 3 ? std::string("fragments straight from global memory, no shared tiles")
-                      : su(c.buffers) + " shared buffer(s)" +
-                            (c.direct ? std::string("; ") + (da_ ? "A" : "B") + "'s fragments straight from global memory"
-                                      : "");
+    const std::string staging = c.direct == 3
+                                    ? std::string("fragments straight from global memory, no shared tiles")
+                                    : su(c.buffers) + " shared buffer(s)" +
+                                          (c.direct ? std::string("; ") + (da_ ? "A" : "B") +
+                                                          "'s fragments straight from global memory"
+                                                    : "");
     return gl::render(
         R"(// archetype: matmul f16 cooperative matrix${EMULATED} ${KEY}: f16 copies of A and B in, f32 accumulation
-// M=${M} N=${N} K=${K} batch=${NB}; ${WARPS} subgroups of 32, each ${WM}x${WN} as ${FI}x${FJ} multiplies; ${STAGING}${SPLIT}
+// ${DIMS}; ${WARPS} subgroups of 32, each ${WM}x${WN} as ${FI}x${FJ} multiplies; ${STAGING}${SPLIT}
 )",
         {{"EMULATED", emulate_ ? " (EMULATED, for tests)" : ""},
          {"KEY", key()},
-         {"M", su(s_.m)},
-         {"N", su(s_.n)},
-         {"K", su(s_.k)},
-         {"NB", su(nb_)},
+         {"DIMS", gemm_dims(s_)},
          {"WARPS", su(warps_)},
          {"WM", su(c.wm)},
          {"WN", su(c.wn)},
          {"FI", su(fi_)},
          {"FJ", su(fj_)},
          {"STAGING", staging},
-         {"SPLIT", split_ ? "; K split " + su(c.splits) + " ways of " + su(c.k_chunk) + " (partial products out)" : ""}});
+         {"SPLIT", split_
+                       ? "; K split " + su(c.splits) + " ways of " + su(c.k_chunk) + " (partial products out)"
+                       : ""}});
   }
 
   std::string declarations() const {
     const CoopConfig& c = c_;
-    const std::string a_layout = s_.transpose_a ? "[k][m]" : "[m][k]", b_layout = s_.transpose_b ? "[n][k]" : "[k][n]";
+    const std::string a_layout = s_.transpose_a ? "[k][m]" : "[m][k]",
+                      b_layout = s_.transpose_b ? "[n][k]" : "[k][n]";
     std::string registers;
     for (uint32_t r = 0; r < c.depth; ++r) {
-      if (!da_) registers += "uvec4 ra" + su(r) + "[" + su(per_item(true)) + "];  // a K slice of A in flight\n";
-      if (!db_) registers += "uvec4 rb" + su(r) + "[" + su(per_item(false)) + "];  // a K slice of B in flight\n";
+      if (!da_)
+        registers += "uvec4 ra" + su(r) + "[" + su(per_item(true)) + "];  // a K slice of A in flight\n";
+      if (!db_)
+        registers += "uvec4 rb" + su(r) + "[" + su(per_item(false)) + "];  // a K slice of B in flight\n";
     }
-    return gl::render(R"(// A16, B16: the operands' f16 copies, 8 halves per uvec4, ${AL} ${AR}x${AC} and ${BL} ${BR}x${BC} halves per matrix (zero padding)
+    return gl::render(
+        R"(// A16, B16: the operands' f16 copies, 8 halves per uvec4, ${AL} ${AR}x${AC} and ${BL} ${BR}x${BC} halves per matrix (zero padding)
 ${BUFFERS}layout(std430, set = 0, binding = 2) buffer B2 { float C[]; };
 const uint M = ${MU}, N = ${NU};
 const uint BM = ${BM}, BN = ${BN}, BK = ${BK};
@@ -118,29 +140,29 @@ const uint GA = ${GA}, GB = ${GB};  // the f16 copies' row strides in halves
 // A tile ${AL}, B tile ${BL} (the global layouts), 8 halves per uvec4
 ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a_off, b_off in uvec4s
 )",
-                      {{"AL", a_layout},
-                       {"AR", su(pa_.rows)},
-                       {"AC", su(pa_.cols)},
-                       {"BL", b_layout},
-                       {"BR", su(pb_.rows)},
-                       {"BC", su(pb_.cols)},
-                       {"BUFFERS", gl::buffer_as(0, "uvec4", "A16", "readonly restrict ") +
-                                       gl::buffer_as(1, "uvec4", "B16", "readonly restrict ")},
-                       {"MU", u(s_.m)},
-                       {"NU", u(s_.n)},
-                       {"BM", u(c.bm)},
-                       {"BN", u(c.bn)},
-                       {"BK", u(c.bk)},
-                       {"SA", u(coop_a_stride(s_, c))},
-                       {"SB", u(coop_b_stride(s_, c))},
-                       {"GA", u(pa_.cols)},
-                       {"GB", u(pb_.cols)},
-                       {"SHARED", (ah_ ? "shared uvec4 As[" + su(c.buffers * ah_ / 8) + "];\n" : "") +
-                                      (bh_ ? "shared uvec4 Bs[" + su(c.buffers * bh_ / 8) + "];\n" : "") +
-                                      (!direct_store_ && !stage_in_a_
-                                           ? "shared float Cs[" + su(warps_ * mma_.m * mma_.n) + "];\n"
-                                           : "")},
-                       {"REGISTERS", registers}});
+        {{"AL", a_layout},
+         {"AR", su(pa_.rows)},
+         {"AC", su(pa_.cols)},
+         {"BL", b_layout},
+         {"BR", su(pb_.rows)},
+         {"BC", su(pb_.cols)},
+         {"BUFFERS", gl::buffer_as(0, "uvec4", "A16", "readonly restrict ") +
+                         gl::buffer_as(1, "uvec4", "B16", "readonly restrict ")},
+         {"MU", u(s_.m)},
+         {"NU", u(s_.n)},
+         {"BM", u(c.bm)},
+         {"BN", u(c.bn)},
+         {"BK", u(c.bk)},
+         {"SA", u(coop_a_stride(s_, c))},
+         {"SB", u(coop_b_stride(s_, c))},
+         {"GA", u(pa_.cols)},
+         {"GB", u(pb_.cols)},
+         {"SHARED",
+          (ah_ ? "shared uvec4 As[" + su(c.buffers * ah_ / 8) + "];\n" : "") +
+              (bh_ ? "shared uvec4 Bs[" + su(c.buffers * bh_ / 8) + "];\n" : "") +
+              (!direct_store_ && !stage_in_a_ ? "shared float Cs[" + su(warps_ * mma_.m * mma_.n) + "];\n"
+                                              : "")},
+         {"REGISTERS", registers}});
   }
 
   // The emulated accumulators, half-precision reads and multiply-add of one fragment pair.
@@ -155,7 +177,8 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
 }
 )",
                       {{"T", t}});
-    // Row-major element (r, c) of a fragment at `off`: off + r * stride + c; column-major: off + c * stride + r.
+    // Row-major element (r, c) of a fragment at `off`: off + r * stride + c; column-major: off + c * stride +
+    // r.
     const std::string rs = da_ ? "GA" : "SA", rt = db_ ? "GB" : "SB";
     return s + gl::render(R"(void mma_emul(uint ia, uint ib, uint fa, uint fb) {
   ${UNROLL}for (uint e = 0u; e < ${PER_LANE}; ++e) {
@@ -190,17 +213,19 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
     const uint32_t halves = a ? ah_ : bh_;
     const std::string o0 = a ? "m0" : "n0";
     const uint64_t cols8 = (a ? pa_ : pb_).cols / 8, n = items(a);
-    const std::string item = gl::render(R"(    uint e = tid + it * ${NT};
+    const std::string item = gl::render(
+        R"(    uint e = tid + it * ${NT};
     ${COORDS}
 ${GUARD})",
-                                        {{"NT", u(nt_)},
-                                         {"COORDS", contig_k ? "uint k8 = e % " + u(c_.bk / 8) + ", o = e / " + u(c_.bk / 8) + ";"
-                                                             : "uint o8 = e % " + u(outer_tile / 8) + ", kk = e / " +
-                                                                   u(outer_tile / 8) + ";"},
-                                         {"GUARD", n % nt_ != 0 ? "    if (e >= " + u(n) + ") break;\n" : ""}});
+        {{"NT", u(nt_)},
+         {"COORDS", contig_k
+                        ? "uint k8 = e % " + u(c_.bk / 8) + ", o = e / " + u(c_.bk / 8) + ";"
+                        : "uint o8 = e % " + u(outer_tile / 8) + ", kk = e / " + u(outer_tile / 8) + ";"},
+         {"GUARD", n % nt_ != 0 ? "    if (e >= " + u(n) + ") break;\n" : ""}});
     std::string t;
     for (uint32_t r = 0; r < c_.depth; ++r)
-      t += gl::render(R"(void load_${X}${SET}(uint k0) {
+      t += gl::render(
+          R"(void load_${X}${SET}(uint k0) {
   ${UNROLL}for (uint it = 0u; it < ${PER}; ++it) {
 ${ITEM}    r${X}${SET}[it] = ${SRC}[${X}_off + ${SRC_INDEX}];
   }
@@ -211,17 +236,17 @@ ${ITEM}    ${DST}[buf * ${TILE8} + ${DST_INDEX}] = r${X}${SET}[it];
   }
 }
 )",
-                      {{"X", name},
-                       {"SET", su(r)},
-                       {"UNROLL", unroll_},
-                       {"PER", u(per_item(a))},
-                       {"ITEM", item},
-                       {"SRC", a ? "A16" : "B16"},
-                       {"SRC_INDEX", contig_k ? "(" + o0 + " + o) * " + u(cols8) + " + k0 / 8u + k8"
-                                              : "(k0 + kk) * " + u(cols8) + " + " + o0 + " / 8u + o8"},
-                       {"DST", a ? "As" : "Bs"},
-                       {"TILE8", u(halves / 8)},
-                       {"DST_INDEX", contig_k ? "o * " + u(stride / 8) + " + k8" : "kk * " + u(stride / 8) + " + o8"}});
+          {{"X", name},
+           {"SET", su(r)},
+           {"UNROLL", unroll_},
+           {"PER", u(per_item(a))},
+           {"ITEM", item},
+           {"SRC", a ? "A16" : "B16"},
+           {"SRC_INDEX", contig_k ? "(" + o0 + " + o) * " + u(cols8) + " + k0 / 8u + k8"
+                                  : "(k0 + kk) * " + u(cols8) + " + " + o0 + " / 8u + o8"},
+           {"DST", a ? "As" : "Bs"},
+           {"TILE8", u(halves / 8)},
+           {"DST_INDEX", contig_k ? "o * " + u(stride / 8) + " + k8" : "kk * " + u(stride / 8) + " + o8"}});
     return t;
   }
 
@@ -277,14 +302,16 @@ ${I}  coopMatLoadNV(fb[j], ${SRCB}, (${BBASE} + ${BFRAG}) / 8u, ${STRB} / 8u, ${
   std::string mma(const std::string& fa, const std::string& fb) const {
     if (emulate_) return "mma_emul(i, j, " + fa + ", " + fb + ");\n";
     if (c_.ablate == "nomma") return "{}  // ABLATED: no multiply\n";
-    return "acc[i * " + u(fj_) + " + j] = coopMatMulAddNV(" + fa + ", " + fb + ", acc[i * " + u(fj_) + " + j]);\n";
+    return "acc[i * " + u(fj_) + " + j] = coopMatMulAddNV(" + fa + ", " + fb + ", acc[i * " + u(fj_) +
+           " + j]);\n";
   }
   // The multiplies of one step, at indentation `in`: shared by compute() and the mmaonly ablation.
   std::string step_mmas(const std::string& in, const std::string& abase, const std::string& bbase,
                         const std::string& kk) const {
     return in + unroll_ + "for (uint i = 0u; i < " + u(fi_) + "; ++i)\n" + in + "  " + unroll_ +
            "for (uint j = 0u; j < " + u(fj_) + "; ++j)\n" + in + "    " +
-           (emulate_ ? mma(abase + " + " + a_frag("i", kk), bbase + " + " + b_frag("j", kk)) : mma("fa[i]", "fb[j]"));
+           (emulate_ ? mma(abase + " + " + a_frag("i", kk), bbase + " + " + b_frag("j", kk))
+                     : mma("fa[i]", "fb[j]"));
   }
 
   // One subgroup's multiplies of the slice in shared buffer `buf` (or, direct, at K offset k0 of the copies).
@@ -314,10 +341,11 @@ ${LOADS}${MMAS}  }
       auto load = [&](const std::string& x, const std::string& idx, uint32_t count, const std::string& frag,
                       bool transposed) {
         const std::string X = x == "a" ? "A" : "B", f = "f" + x + S + "[" + idx + "]";
-        return "  " + unroll_ + "for (uint " + idx + " = 0u; " + idx + " < " + u(count) + "; ++" + idx + ")\n    " +
+        return "  " + unroll_ + "for (uint " + idx + " = 0u; " + idx + " < " + u(count) + "; ++" + idx +
+               ")\n    " +
                (emulate_ ? f + " = " + x + "_off * 8u + " + frag + ";\n"
-                         : "coopMatLoadNV(" + f + ", " + X + "16, " + x + "_off + (" + frag + ") / 8u, G" + X +
-                               " / 8u, " + (transposed ? "true" : "false") + ");\n");
+                         : "coopMatLoadNV(" + f + ", " + X + "16, " + x + "_off + (" + frag + ") / 8u, G" +
+                               X + " / 8u, " + (transposed ? "true" : "false") + ");\n");
       };
       g += gl::render(R"(${DECL}void frags${S}(uint k0) {
 ${LOAD_A}${LOAD_B}}
@@ -328,8 +356,8 @@ void mma${S}() {
 )",
                       {{"DECL", emulate_ ? "uint fa" + S + "[" + su(fi_) + "], fb" + S + "[" + su(fj_) +
                                                "];  // fragment offsets in halves\n"
-                                         : t_a_ + " fa" + S + "[" + su(fi_) + "];\n" + t_b_ + " fb" + S + "[" +
-                                               su(fj_) + "];\n"},
+                                         : t_a_ + " fa" + S + "[" + su(fi_) + "];\n" + t_b_ + " fb" + S +
+                                               "[" + su(fj_) + "];\n"},
                        {"S", S},
                        {"LOAD_A", load("a", "i", fi_, a_frag("i", "0u"), s_.transpose_a)},
                        {"LOAD_B", load("b", "j", fj_, b_frag("j", "0u"), s_.transpose_b)},
@@ -341,7 +369,8 @@ void mma${S}() {
     return g;
   }
 
-  // main() up to the K loop: the block, this batch's matrices, the subgroup, zeroed accumulators, the K range.
+  // main() up to the K loop: the block, this batch's matrices, the subgroup, zeroed accumulators, the K
+  // range.
   std::string setup() const {
     const CoopConfig& c = c_;
     // Which matrix of each copy this batch reads (broadcast operands have stride 0).
@@ -352,7 +381,8 @@ void mma${S}() {
               u(s_.a_stride[d]) + "; bmat += idx * " + u(s_.b_stride[d]) + "; }\n";
     }
     const uint64_t tiles = tiles_m_ * tiles_n_;
-    return gl::render(R"(  uint split = gid / ${TNB}, batch = (gid / ${TILES}) % ${NB}, tile = gid % ${TILES};
+    return gl::render(
+        R"(  uint split = gid / ${TNB}, batch = (gid / ${TILES}) % ${NB}, tile = gid % ${TILES};
 ${ORIGIN}  uint amat = 0u, bmat = 0u, rest = batch;
 ${MATS}  a_off = amat * ${AVEC8};
   b_off = bmat * ${BVEC8};
@@ -361,28 +391,28 @@ ${WARP}  wm0 = (warp / ${WARPS_N}) * ${WM};
   wn0 = (warp % ${WARPS_N}) * ${WN};
 ${ZERO}${K_RANGE}  const bool LOADS = ${LOADS}
 )",
-                      {{"TNB", u(tiles * nb_)},
-                       {"TILES", u(tiles)},
-                       {"NB", u(nb_)},
-                       {"ORIGIN", block_origin(TileOrder::RowMajor, tiles_m_, tiles_n_, c.group_m)},
-                       {"MATS", mats},
-                       {"AVEC8", u(pa_.vec8())},
-                       {"BVEC8", u(pb_.vec8())},
-                       {"WARP", emulate_ ? "  warp = tid / 32u;\n  lane = tid % 32u;\n"
-                                         : "  warp = gl_SubgroupID;\n  lane = gl_SubgroupInvocationID;\n"},
-                       {"WARPS_N", u(warps_n_)},
-                       {"WM", u(c.wm)},
-                       {"WN", u(c.wn)},
-                       {"ZERO", emulate_ ? "  " + unroll_ + "for (uint i = 0u; i < " + u(fi_ * fj_) + "; ++i)\n    " +
-                                               unroll_ + "for (uint e = 0u; e < " + u(per_lane_) +
-                                               "; ++e) acc[i][e] = 0.0;\n"
-                                         : "  " + unroll_ + "for (uint i = 0u; i < " + u(fi_ * fj_) +
-                                               "; ++i) acc[i] = " + t_c_ + "(0.0);\n"},
-                       {"K_RANGE", split_ ? "  uint kbeg = split * " + u(c.k_chunk) + ";\n  uint ntiles = (min(" +
-                                                u(c.k_chunk) + ", " + u(s_.k) + " - kbeg) + BK - 1u) / BK;\n"
-                                          : "  const uint kbeg = 0u, ntiles = " + u(div_up(s_.k, c.bk)) + ";\n"},
-                       // LOADS is false only in the "noload" ablation: every slice after the first is skipped.
-                       {"LOADS", c.ablate == "noload" ? "false;  // ABLATED" : "true;"}});
+        {{"TNB", u(tiles * nb_)},
+         {"TILES", u(tiles)},
+         {"NB", u(nb_)},
+         {"ORIGIN", block_origin(TileOrder::RowMajor, tiles_m_, tiles_n_, c.group_m)},
+         {"MATS", mats},
+         {"AVEC8", u(pa_.vec8())},
+         {"BVEC8", u(pb_.vec8())},
+         {"WARP", emulate_ ? "  warp = tid / 32u;\n  lane = tid % 32u;\n"
+                           : "  warp = gl_SubgroupID;\n  lane = gl_SubgroupInvocationID;\n"},
+         {"WARPS_N", u(warps_n_)},
+         {"WM", u(c.wm)},
+         {"WN", u(c.wn)},
+         {"ZERO", emulate_
+                      ? "  " + unroll_ + "for (uint i = 0u; i < " + u(fi_ * fj_) + "; ++i)\n    " + unroll_ +
+                            "for (uint e = 0u; e < " + u(per_lane_) + "; ++e) acc[i][e] = 0.0;\n"
+                      : "  " + unroll_ + "for (uint i = 0u; i < " + u(fi_ * fj_) + "; ++i) acc[i] = " + t_c_ +
+                            "(0.0);\n"},
+         {"K_RANGE", split_ ? "  uint kbeg = split * " + u(c.k_chunk) + ";\n  uint ntiles = (min(" +
+                                  u(c.k_chunk) + ", " + u(s_.k) + " - kbeg) + BK - 1u) / BK;\n"
+                            : "  const uint kbeg = 0u, ntiles = " + u(div_up(s_.k, c.bk)) + ";\n"},
+         // LOADS is false only in the "noload" ablation: every slice after the first is skipped.
+         {"LOADS", c.ablate == "noload" ? "false;  // ABLATED" : "true;"}});
   }
 
   // Only the operands staged through shared memory are fetched and put.
@@ -401,15 +431,18 @@ ${ZERO}${K_RANGE}  const bool LOADS = ${LOADS}
       // ABLATED: the first slice's fragments are loaded once; the loop then only multiplies (no loads, no
       // barriers), as many multiply-K steps as the real kernel makes. Its time is the ceiling of the
       // driver's cooperative multiplies at this subgroup tile, whatever feeds them.
-      return first + (emulate_ ? "" : frag_loads("  ", "0u", "0u", "0u")) + "  for (uint st = 0u; st < ntiles * " +
-             u(c.bk / mma_.k) + "; ++st) {\n" + step_mmas("    ", "0u", "0u", "0u") + "  }\n";
+      return first + (emulate_ ? "" : frag_loads("  ", "0u", "0u", "0u")) +
+             "  for (uint st = 0u; st < ntiles * " + u(c.bk / mma_.k) + "; ++st) {\n" +
+             step_mmas("    ", "0u", "0u", "0u") + "  }\n";
     }
     if (c.ablate == "fragonly") {
       // ABLATED: the first slice stays in buffer 0; every slice reloads its fragments from there and
       // multiplies them, with no global loads, no stores and no barriers. The fence after each slice keeps
       // the compiler from hoisting the (otherwise loop-invariant) shared loads out of the loop; it
       // synchronizes nothing. Its time against noload's is the barriers' share.
-      return first + "  for (uint t = 0u; t < ntiles; ++t) {\n    compute(0u, kbeg);\n    memoryBarrierShared();\n  }\n";
+      return first +
+             "  for (uint t = 0u; t < ntiles; ++t) {\n    compute(0u, kbeg);\n    memoryBarrierShared();\n  "
+             "}\n";
     }
     if (frag_pipe_) {
       // The copies are padded to whole slices, so every step of the split's ntiles slices is in bounds.
@@ -439,10 +472,13 @@ ${BODY}    barrier();
   }
 )",
                                 {{"FETCH", fetch("0", "kbeg + (t + 1u) * BK")},
-                                 {"BODY", c.buffers == 2 ? "    uint cur = t & 1u;\n    compute(cur, kbeg + t * BK);\n"
-                                                           "    if (more) { " + put("0", "cur ^ 1u") + " }\n"
-                                                         : "    compute(0u, kbeg + t * BK);\n    barrier();\n"
-                                                           "    if (more) { " + put("0", "0u") + " }\n"}});
+                                 {"BODY", c.buffers == 2
+                                              ? "    uint cur = t & 1u;\n    compute(cur, kbeg + t * BK);\n"
+                                                "    if (more) { " +
+                                                    put("0", "cur ^ 1u") + " }\n"
+                                              : "    compute(0u, kbeg + t * BK);\n    barrier();\n"
+                                                "    if (more) { " +
+                                                    put("0", "0u") + " }\n"}});
     }
     // Two slices in flight: register set 0 holds the odd slices, set 1 the even ones (after slice 0), so a
     // slice's global loads are issued two multiplies before its store to shared memory needs them. Even
@@ -473,8 +509,9 @@ ${BODY}    barrier();
   // The stores of this subgroup's accumulators; split K: this split's partial product, [split][batch][m][n]
   // in scratch 2.
   std::string epilogue() const {
-    const std::string coff = "  uint coff = " + (split_ ? "(split * " + u(nb_) + " + batch)" : std::string("batch")) +
-                             " * " + u(s_.m * s_.n) + ";\n";
+    const std::string coff =
+        "  uint coff = " + (split_ ? "(split * " + u(nb_) + " + batch)" : std::string("batch")) + " * " +
+        u(s_.m * s_.n) + ";\n";
     const std::string loops = "  " + unroll_ + "for (uint i = 0u; i < " + u(fi_) + "; ++i)\n    " + unroll_ +
                               "for (uint j = 0u; j < " + u(fj_) + "; ++j)";
     if (direct_store_ && !emulate_)
@@ -482,9 +519,10 @@ ${BODY}    barrier();
              u(mma_.m) + ") * N + n0 + wn0 + j * " + u(mma_.n) + ", N, false);\n";
     const std::string lane_elements = "for (uint e = 0u; e < " + u(per_lane_) + "; ++e)";
     if (direct_store_)
-      return coff + loops + "\n      " + unroll_ + lane_elements + " {\n        uint idx = lane + 32u * e;\n" +
-             "        C[coff + (m0 + wm0 + i * " + u(mma_.m) + " + idx / " + u(mma_.n) + ") * N + n0 + wn0 + j * " +
-             u(mma_.n) + " + idx % " + u(mma_.n) + "] = acc[i * " + u(fj_) + " + j][e];\n      }\n";
+      return coff + loops + "\n      " + unroll_ + lane_elements +
+             " {\n        uint idx = lane + 32u * e;\n" + "        C[coff + (m0 + wm0 + i * " + u(mma_.m) +
+             " + idx / " + u(mma_.n) + ") * N + n0 + wn0 + j * " + u(mma_.n) + " + idx % " + u(mma_.n) +
+             "] = acc[i * " + u(fj_) + " + j][e];\n      }\n";
     // Edge blocks: each fragment goes through the subgroup's staging tile, stored with bounds checks. The
     // tile is either Cs or, as raw f32 bits 4 to a uvec4, the A tiles (the K loop ended on a barrier).
     const std::string cs = "warp * " + u(mma_.m * mma_.n);
@@ -496,10 +534,13 @@ ${BODY}    barrier();
       stage = "      " + unroll_ + lane_elements + " " + staged(cs + " + lane + 32u * e") + " = " +
               (stage_in_a_ ? "floatBitsToUint(" : "(") + "acc[i * " + u(fj_) + " + j][e]);\n";
     else if (stage_in_a_)
-      stage = "      coopMatStoreNV(acc[i * " + u(fj_) + " + j], As, (" + cs + ") / 4u, " + u(mma_.n / 4) + ", false);\n";
+      stage = "      coopMatStoreNV(acc[i * " + u(fj_) + " + j], As, (" + cs + ") / 4u, " + u(mma_.n / 4) +
+              ", false);\n";
     else
-      stage = "      coopMatStoreNV(acc[i * " + u(fj_) + " + j], Cs, " + cs + ", " + u(mma_.n) + ", false);\n";
-    return gl::render(R"(${COFF}${NOTE}${LOOPS} {
+      stage =
+          "      coopMatStoreNV(acc[i * " + u(fj_) + " + j], Cs, " + cs + ", " + u(mma_.n) + ", false);\n";
+    return gl::render(
+        R"(${COFF}${NOTE}${LOOPS} {
 ${STAGE}      barrier();
       ${UNROLL}${LANE_ELEMENTS} {
         uint idx = lane + 32u * e;
@@ -509,22 +550,24 @@ ${STAGE}      barrier();
       barrier();
     }
 )",
-                      {{"COFF", coff},
-                       {"NOTE", stage_in_a_ ? "  // edge staging in the A tiles: " + su(coop_staging_bytes(c_)) + " bytes\n" : ""},
-                       {"LOOPS", loops},
-                       {"STAGE", stage},
-                       {"UNROLL", unroll_},
-                       {"LANE_ELEMENTS", lane_elements},
-                       {"MM", u(mma_.m)},
-                       {"MN", u(mma_.n)},
-                       {"VALUE", stage_in_a_ ? "uintBitsToFloat(" + staged(cs + " + idx") + ")" : staged(cs + " + idx")}});
+        {{"COFF", coff},
+         {"NOTE",
+          stage_in_a_ ? "  // edge staging in the A tiles: " + su(coop_staging_bytes(c_)) + " bytes\n" : ""},
+         {"LOOPS", loops},
+         {"STAGE", stage},
+         {"UNROLL", unroll_},
+         {"LANE_ELEMENTS", lane_elements},
+         {"MM", u(mma_.m)},
+         {"MN", u(mma_.n)},
+         {"VALUE", stage_in_a_ ? "uintBitsToFloat(" + staged(cs + " + idx") + ")" : staged(cs + " + idx")}});
   }
 
   const GemmShape& s_;
   const CoopConfig& c_;
   const CoopMatShape& mma_;
   const bool emulate_;
-  const std::string unroll_;  // the emulation is for tests on software devices, where unrolled code only costs JIT time
+  const std::string
+      unroll_;  // the emulation is for tests on software devices, where unrolled code only costs JIT time
   const uint32_t warps_n_, warps_, nt_, fi_, fj_, per_lane_;
   const uint64_t nb_, tiles_m_, tiles_n_;
   const bool split_;

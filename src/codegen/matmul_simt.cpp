@@ -165,10 +165,10 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
   const bool split = c.splits > 1;
   const bool a_vec = s.transpose_a && s.m % 4 == 0, b_vec = !s.transpose_b && s.n % 4 == 0;
   const bool c_vec = s.n % 4 == 0;
-  const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) + "_l" +
-                          su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) + (split ? "_s" + su(c.splits) : "") +
-                          (a_vec ? "_va" : "") + (b_vec ? "_vb" : "") + "_t" + su(s.transpose_a) +
-                          su(s.transpose_b);
+  const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
+                          "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +
+                          (split ? "_s" + su(c.splits) : "") + (a_vec ? "_va" : "") + (b_vec ? "_vb" : "") +
+                          "_t" + su(s.transpose_a) + su(s.transpose_b);
   auto buffer = [](int binding, bool vec, const std::string& name, bool write) {
     return gl::buffer_as(binding, vec ? "vec4" : "float", vec ? name + "4" : name,
                          write ? "writeonly restrict " : "readonly restrict ");
@@ -181,7 +181,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
   g.name = "matmul_tiled_" + key;
   g.header = gl::render(
       R"(// archetype: matmul tiled (SIMT, double-buffered) ${KEY}: ${BM}x${BN} block, ${BK}-deep K slices, ${TM}x${TN} per thread as ${SM}x${SN} 4x4 sub-tiles
-// M=${M} N=${N} K=${K} batch=${NB}${SPLIT}
+// ${DIMS}${SPLIT}
 )",
       {{"KEY", key},
        {"BM", su(c.bm)},
@@ -191,10 +191,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
        {"TN", su(c.tn)},
        {"SM", su(sm)},
        {"SN", su(sn)},
-       {"M", su(s.m)},
-       {"N", su(s.n)},
-       {"K", su(s.k)},
-       {"NB", su(nb)},
+       {"DIMS", gemm_dims(s)},
        {"SPLIT", split ? " K split " + su(c.splits) + " ways of " + su(c.k_chunk) : ""}});
   g.schedule = GemmSchedule::DoubleBufferedVec4;
   g.m = s.m, g.n = s.n, g.k = s.k, g.outer = nb * c.splits;
@@ -203,9 +200,10 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
   g.k_chunk = split ? c.k_chunk : 0;
   g.order = TileOrder::RowMajor, g.group_m = c.group_m;
   g.buffers = buffer(0, a_vec, "A", false) + buffer(1, b_vec, "B", false) + buffer(2, c_vec, "C", true);
-  g.state = "vec4 ra[" + su(div_up(items_a, nt)) + "], rb[" + su(div_up(items_b, nt)) +
-            "];  // this thread's items of the next K slice\nuint a_off, b_off;  // word offsets of this batch's "
-            "matrices\n";
+  g.state =
+      "vec4 ra[" + su(div_up(items_a, nt)) + "], rb[" + su(div_up(items_b, nt)) +
+      "];  // this thread's items of the next K slice\nuint a_off, b_off;  // word offsets of this batch's "
+      "matrices\n";
   g.loaders = emit_loader(la, s, c.bk, nt) + emit_loader(lb, s, c.bk, nt) +
               "void load_slice(uint k0) {\n  load_a(k0);\n  load_b(k0);\n}\n"
               "void stage_slice(uint buf) {\n  store_a(buf);\n  store_b(buf);\n}\n";

@@ -24,7 +24,9 @@ std::string k_sum(const GemmShape& s, const std::string& loop) {
          b_index(s, "k", "n") + "], acc);\n";
 }
 
-std::string transposes(const GemmShape& s) { return "t" + su(s.transpose_a) + su(s.transpose_b); }
+std::string transposes(const GemmShape& s) {
+  return "t" + su(s.transpose_a) + su(s.transpose_b);
+}
 
 }  // namespace
 
@@ -45,7 +47,7 @@ Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps) {
     k.name = "matmul_small_ksplit_" + transposes(s);
     const gl::Grid grid = gl::flat_groups(outs, caps, k.name);
     k.glsl = gl::render(R"(#version 450
-// archetype: matmul small ${T}: workgroup-per-output K reduction
+// archetype: matmul small ${T} ${DIMS}: workgroup-per-output K reduction
 layout(local_size_x = ${WG}) in;
 ${DECLS}shared float partial[${WG}];
 void main() {
@@ -58,6 +60,7 @@ ${REDUCE}  if (t == 0u) C[gid] = partial[0];
 }
 )",
                         {{"T", transposes(s)},
+                         {"DIMS", gemm_dims(s)},
                          {"WG", std::to_string(wg)},
                          {"DECLS", decls()},
                          {"GRID", grid.glsl},
@@ -72,15 +75,16 @@ ${REDUCE}  if (t == 0u) C[gid] = partial[0];
   }
   // One thread per output; consecutive threads take consecutive elements of the large operand's
   // contiguous axis (n for B, m for a transposed A).
-  const std::string coords = b_large ? "  uint batch = i / " + MN + ", mn = i % " + MN + ";\n  uint m = mn / " +
-                                           u(s.n) + ", n = mn % " + u(s.n) + ";\n"
-                                     : "  uint batch = i / " + MN + ", nm = i % " + MN + ";\n  uint n = nm / " +
-                                           u(s.m) + ", m = nm % " + u(s.m) + ";\n";
-  const std::string body = coords + batch_offsets(s) + k_sum(s, "  for (uint k = 0u; k < " + u(s.k) + "; ++k)\n") +
-                           "  C[batch * " + MN + " + m * " + u(s.n) + " + n] = acc;\n";
+  const std::string coords = b_large ? "  uint batch = i / " + MN + ", mn = i % " + MN +
+                                           ";\n  uint m = mn / " + u(s.n) + ", n = mn % " + u(s.n) + ";\n"
+                                     : "  uint batch = i / " + MN + ", nm = i % " + MN +
+                                           ";\n  uint n = nm / " + u(s.m) + ", m = nm % " + u(s.m) + ";\n";
+  const std::string body = coords + batch_offsets(s) +
+                           k_sum(s, "  for (uint k = 0u; k < " + u(s.k) + "; ++k)\n") + "  C[batch * " + MN +
+                           " + m * " + u(s.n) + " + n] = acc;\n";
   return gl::elementwise("matmul_small_thread_" + transposes(s),
-                         "matmul small " + transposes(s) + ": thread-per-output K loop", decls(), body, outs,
-                         gemm_bindings(), caps);
+                         "matmul small " + transposes(s) + " " + gemm_dims(s) + ": thread-per-output K loop",
+                         decls(), body, outs, gemm_bindings(), caps);
 }
 
 }  // namespace mgn::codegen

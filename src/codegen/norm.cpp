@@ -26,6 +26,7 @@ Lowering lower_norm(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
   Kind kind = Kind::Layer;
   bool grad = false;
+  // clang-format off
   switch (n.op) {
     case ir::Op::LayerNorm: kind = Kind::Layer; break;
     case ir::Op::RmsNorm: kind = Kind::Rms; break;
@@ -39,6 +40,7 @@ Lowering lower_norm(const LowerContext& ctx) {
 #include "codegen/other_ops.inc"
       throw Error(ctx.graph.describe(n.id) + ": not a norm op");
   }
+  // clang-format on
   const Shape& x = ctx.input(0).shape;
   const uint64_t total = gl::numel_u(x);
   uint64_t feat, spatial = 1, groups, m;
@@ -82,17 +84,18 @@ Lowering lower_norm(const LowerContext& ctx) {
   const std::string elem = kind == Kind::Batch ? "((j / " + u(spatial) + ") * " + u(feat) + " + grp) * " +
                                                      u(spatial) + " + j % " + u(spatial)
                                                : "grp * " + u(m) + " + j";
-  const std::string feature = kind == Kind::Layer || kind == Kind::Rms
-                                  ? "f % " + u(feat)
-                                  : "(f / " + u(spatial) + ") % " + u(feat);
+  const std::string feature =
+      kind == Kind::Layer || kind == Kind::Rms ? "f % " + u(feat) : "(f / " + u(spatial) + ") % " + u(feat);
   // The loop over this thread's elements of the group: `f` is the flat index.
-  const std::string loop = "  for (uint j = t; j < " + u(m) + "; j += " + u(wg) + ") {\n    uint f = elem(gid, j);\n";
+  const std::string loop =
+      "  for (uint j = t; j < " + u(m) + "; j += " + u(wg) + ") {\n    uint f = elem(gid, j);\n";
   // The mean is taken around the group's first element: with |mean| >> std a plain f32 sum of x rounds
   // away digits of the deviations that the normalized output depends on. rms has none.
-  const std::string mean = kind == Kind::Rms ? "  float mean = 0.0;\n"
-                                             : "  float shift = X[elem(gid, 0u)];\n  float s = 0.0;\n" + loop +
-                                                   "    s += X[f] - shift;\n  }\n"
-                                                   "  float mean = shift + reduce2(s, 0.0).x * inv_m;\n";
+  const std::string mean = kind == Kind::Rms
+                               ? "  float mean = 0.0;\n"
+                               : "  float shift = X[elem(gid, 0u)];\n  float s = 0.0;\n" + loop +
+                                     "    s += X[f] - shift;\n  }\n"
+                                     "  float mean = shift + reduce2(s, 0.0).x * inv_m;\n";
   const std::string wv = has_w ? " * W[feature(f)]" : "";
   std::string out;
   if (!grad) {
@@ -107,8 +110,9 @@ Lowering lower_norm(const LowerContext& ctx) {
                              : "    Y[f] = rstd * (gv - means.x - (X[f] - mean) * rstd * means.y);\n  }\n";
   }
   // reduce2 sums v0 and v1 over the workgroup (both at once: the grad pass needs two sums).
-  k.glsl = gl::render(R"(#version 450
-// archetype: norm ${OP}: one workgroup per statistic group of ${M} elements
+  k.glsl = gl::render(
+      R"(#version 450
+// archetype: norm ${OP}: one workgroup per statistic group, ${G} groups of ${M} elements
 layout(local_size_x = ${WG}) in;
 ${BUFFERS}shared float red0[${WG}];
 shared float red1[${WG}];
@@ -133,19 +137,20 @@ ${LOOP}    float d = X[f] - mean;
   float rstd = inversesqrt(reduce2(q, 0.0).x * inv_m + ${EPS});
 ${OUT}}
 )",
-                      {{"OP", ir::op_name(n.op)},
-                       {"M", std::to_string(m)},
-                       {"WG", std::to_string(wg)},
-                       {"BUFFERS", buffers},
-                       {"REDUCE", gl::tree_reduce(wg, " { red0[t] += red0[t + s]; red1[t] += red1[t + s]; }", "  ")},
-                       {"ELEM", elem},
-                       {"FEATURE", feature},
-                       {"GRID", grid.glsl},
-                       {"MU", u(m)},
-                       {"MEAN", mean},
-                       {"LOOP", loop},
-                       {"EPS", gl::flit(eps)},
-                       {"OUT", out}});
+      {{"OP", ir::op_name(n.op)},
+       {"G", std::to_string(groups)},
+       {"M", std::to_string(m)},
+       {"WG", std::to_string(wg)},
+       {"BUFFERS", buffers},
+       {"REDUCE", gl::tree_reduce(wg, " { red0[t] += red0[t + s]; red1[t] += red1[t + s]; }", "  ")},
+       {"ELEM", elem},
+       {"FEATURE", feature},
+       {"GRID", grid.glsl},
+       {"MU", u(m)},
+       {"MEAN", mean},
+       {"LOOP", loop},
+       {"EPS", gl::flit(eps)},
+       {"OUT", out}});
   for (size_t i = 0; i < n_in; ++i) k.bindings.push_back(gl::input(int(i)));
   k.bindings.push_back(gl::output());
   k.groups = grid.groups;
