@@ -105,10 +105,14 @@ Lowering lower_rope(const LowerContext& ctx) {
                       gl::buffer(2, "sn", DType::F32, true) + gl::buffer(3, "y", DType::F32, false, true) +
                       gl::broadcast_fn("idx_cs", ctx.input(1).shape, half);
   // Pairs (d, d + D/2): y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin.
-  std::string body = "  uint d = i % " + u(uint64_t(D)) + ";\n  uint j = d % " + u(uint64_t(H)) + ";\n" +
-                     "  uint h = idx_cs((i / " + u(uint64_t(D)) + ") * " + u(uint64_t(H)) + " + j);\n" +
-                     "  float c = cs[h], s = sn[h];\n" + "  if (d < " + u(uint64_t(H)) + ") y[i] = x[i] * c - x[i + " +
-                     u(uint64_t(H)) + "] * s;\n" + "  else y[i] = x[i] * c + x[i - " + u(uint64_t(H)) + "] * s;\n";
+  std::string body = gl::render(R"(  uint d = i % ${D};
+  uint j = d % ${H};
+  uint h = idx_cs((i / ${D}) * ${H} + j);
+  float c = cs[h], s = sn[h];
+  if (d < ${H}) y[i] = x[i] * c - x[i + ${H}] * s;
+  else y[i] = x[i] * c + x[i - ${H}] * s;
+)",
+                                {{"D", u(uint64_t(D))}, {"H", u(uint64_t(H))}});
   Lowering l;
   l.kernels.push_back(gl::elementwise("rope_" + shape_str(xs), "pointwise rope x " + shape_str(xs) + " cos " +
                                           shape_str(ctx.input(1).shape),
