@@ -3,7 +3,7 @@
 // lists) and one_hot. Index arithmetic is specialized to the shapes.
 #include <algorithm>
 
-#include "codegen/glsl_util.h"
+#include "codegen/glsl.h"
 
 namespace mgn::codegen {
 namespace {
@@ -16,13 +16,18 @@ std::string io_decls(const ir::Node& in, const ir::Node& out) {
   return gl::buffer(0, "x", in.dtype, true) + gl::buffer(1, "y", out.dtype, false, true);
 }
 
-Lowering one(Kernel k) {
-  Lowering l;
-  l.kernels.push_back(std::move(k));
-  return l;
-}
+Lowering one(Kernel k) { return gl::one_kernel(std::move(k)); }
 
 std::string name_of(const ir::Node& n, const Shape& s) { return std::string(ir::op_name(n.op)) + "_" + shape_str(s); }
+
+// y[i] = x[start + the offset of i over `dims`]: a strided view of x copied out (permute, slice).
+Lowering strided_copy(const LowerContext& ctx, uint64_t start, const std::vector<gl::Dim>& dims,
+                      const std::string& comment) {
+  const ir::Node& n = ctx.node;
+  std::string body = "  uint src = " + u(start) + ";\n" + gl::offset_code(dims, "i", "src", "pt") + "  y[i] = x[src];\n";
+  return one(gl::elementwise(name_of(n, ctx.input(0).shape), "data " + comment, io_decls(ctx.input(0), n), body,
+                             gl::numel_u(n.shape), kUnary, ctx.caps));
+}
 
 Lowering lower_permute(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
@@ -32,9 +37,7 @@ Lowering lower_permute(const LowerContext& ctx) {
   std::vector<int64_t> xst = gl::strides(xs);
   std::vector<gl::Dim> dims;
   for (int i = 0; i < r; ++i) dims.push_back({n.shape[size_t(i)], xst[size_t((perm[size_t(i)] + r) % r)]});
-  std::string body = "  uint src = 0u;\n" + gl::offset_code(dims, "i", "src", "pt") + "  y[i] = x[src];\n";
-  return one(gl::elementwise(name_of(n, xs), "data permute " + shape_str(xs) + " perm " + shape_str(perm),
-                             io_decls(ctx.input(0), n), body, gl::numel_u(n.shape), kUnary, ctx.caps));
+  return strided_copy(ctx, 0, dims, "permute " + shape_str(xs) + " perm " + shape_str(perm));
 }
 
 Lowering lower_slice(const LowerContext& ctx) {
@@ -48,10 +51,7 @@ Lowering lower_slice(const LowerContext& ctx) {
     start += uint64_t(st[i] * xst[i]);
     dims.push_back({n.shape[i], sp[i] * xst[i]});
   }
-  std::string body = "  uint src = " + u(start) + ";\n" + gl::offset_code(dims, "i", "src", "pt") + "  y[i] = x[src];\n";
-  return one(gl::elementwise(name_of(n, xs), "data slice " + shape_str(xs) + " starts " + shape_str(st) + " steps " +
-                                                 shape_str(sp),
-                             io_decls(ctx.input(0), n), body, gl::numel_u(n.shape), kUnary, ctx.caps));
+  return strided_copy(ctx, start, dims, "slice " + shape_str(xs) + " starts " + shape_str(st) + " steps " + shape_str(sp));
 }
 
 // Each output element finds the dy element that maps to it, if any: a gather, so no atomics.
@@ -181,34 +181,52 @@ Lowering lower_gather_grad(const LowerContext& ctx) {
   // scratch 0: start[n + 1] (counts, then exclusive prefix sums); scratch 1: list[ni]
   Lowering l;
   l.scratch_words = {s.n + 1, std::max<uint64_t>(ni, 1)};
-  std::string norm = "  int k = idx[j];\n  if (k < 0) k += " + NS + ";\n";
-  std::string idx_decl = gl::buffer(0, "idx", DType::I32, true);
+  // Each index, wrapped like the CPU reference's negative indices; `hit` runs for those naming row i.
+  auto scan_indices = [&](const std::string& hit) {
+    return gl::render(R"(  for (uint j = 0u; j < ${NI}; ++j) {
+    int k = idx[j];
+    if (k < 0) k += ${NS};
+    if (k == int(i)) ${HIT}
+  }
+)",
+                      {{"NI", NI}, {"NS", NS}, {"HIT", hit}});
+  };
+  const std::string idx_decl = gl::buffer(0, "idx", DType::I32, true);
   l.kernels.push_back(gl::elementwise(
       "gather_grad_count_" + shape_str(n.shape), "data gather_grad count " + key,
       idx_decl + gl::buffer(1, "cnt", DType::I32, false, true),
-      "  int c = 0;\n  for (uint j = 0u; j < " + NI + "; ++j) {\n  " + norm + "    if (k == int(i)) ++c;\n  }\n"
-      "  cnt[i] = c;\n",
-      s.n, {{BindingKind::Input, 1}, {BindingKind::Scratch, 0, true}}, ctx.caps));
+      "  int c = 0;\n" + scan_indices("++c;") + "  cnt[i] = c;\n", s.n,
+      {{BindingKind::Input, 1}, {BindingKind::Scratch, 0, true}}, ctx.caps));
   // One thread: exclusive prefix sum over the table rows (n is a table size, at most a vocabulary).
-  l.kernels.push_back(gl::elementwise(
-      "gather_grad_scan_" + shape_str(n.shape), "data gather_grad scan " + key,
-      gl::buffer(0, "cnt", DType::I32, false),
-      "  int acc = 0;\n  for (uint k = 0u; k < " + N + "; ++k) {\n    int c = cnt[k];\n    cnt[k] = acc;\n"
-      "    acc += c;\n  }\n  cnt[" + N + "] = acc;\n",
-      1, {{BindingKind::Scratch, 0, true}}, ctx.caps));
+  l.kernels.push_back(gl::elementwise("gather_grad_scan_" + shape_str(n.shape), "data gather_grad scan " + key,
+                                      gl::buffer(0, "cnt", DType::I32, false),
+                                      gl::render(R"(  int acc = 0;
+  for (uint k = 0u; k < ${N}; ++k) {
+    int c = cnt[k];
+    cnt[k] = acc;
+    acc += c;
+  }
+  cnt[${N}] = acc;
+)",
+                                                 {{"N", N}}),
+                                      1, {{BindingKind::Scratch, 0, true}}, ctx.caps));
   l.kernels.push_back(gl::elementwise(
       "gather_grad_list_" + shape_str(n.shape), "data gather_grad list " + key,
       idx_decl + gl::buffer(1, "start", DType::I32, true) + gl::buffer(2, "list", DType::I32, false, true),
-      "  int p = start[i];\n  for (uint j = 0u; j < " + NI + "; ++j) {\n  " + norm +
-          "    if (k == int(i)) list[p++] = int(j);\n  }\n",
-      s.n, {{BindingKind::Input, 1}, {BindingKind::Scratch, 0}, {BindingKind::Scratch, 1, true}}, ctx.caps));
+      "  int p = start[i];\n" + scan_indices("list[p++] = int(j);"), s.n,
+      {{BindingKind::Input, 1}, {BindingKind::Scratch, 0}, {BindingKind::Scratch, 1, true}}, ctx.caps));
   l.kernels.push_back(gl::elementwise(
       "gather_grad_sum_" + shape_str(n.shape), "data gather_grad sum " + key,
       gl::buffer(0, "dy", DType::F32, true) + gl::buffer(1, "start", DType::I32, true) +
           gl::buffer(2, "list", DType::I32, true) + gl::buffer(3, "y", DType::F32, false, true),
-      "  uint ii = i % " + u(s.inner) + ", r = i / " + u(s.inner) + ";\n  uint k = r % " + N + ", o = r / " + N +
-          ";\n  float acc = 0.0;\n  for (int p = start[k]; p < start[k + 1u]; ++p)\n"
-          "    acc += dy[(o * " + NI + " + uint(list[p])) * " + u(s.inner) + " + ii];\n  y[i] = acc;\n",
+      gl::render(R"(  uint ii = i % ${INNER}, r = i / ${INNER};
+  uint k = r % ${N}, o = r / ${N};
+  float acc = 0.0;
+  for (int p = start[k]; p < start[k + 1u]; ++p)
+    acc += dy[(o * ${NI} + uint(list[p])) * ${INNER} + ii];
+  y[i] = acc;
+)",
+                 {{"INNER", u(s.inner)}, {"N", N}, {"NI", NI}}),
       gl::numel_u(n.shape),
       {{BindingKind::Input, 0}, {BindingKind::Scratch, 0}, {BindingKind::Scratch, 1}, {BindingKind::Output, 0, true}},
       ctx.caps));
@@ -237,7 +255,9 @@ Lowering lower_data(const LowerContext& ctx) {
     case ir::Op::Gather: return lower_gather(ctx);
     case ir::Op::GatherGrad: return lower_gather_grad(ctx);
     case ir::Op::OneHot: return lower_one_hot(ctx);
-    default: break;
+#define MGN_FAMILY_DataMovement
+#include "codegen/other_ops.inc"
+      break;
   }
   throw Error("internal: " + ctx.graph.describe(ctx.node.id) + " is not a data-movement op");
 }

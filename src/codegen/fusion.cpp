@@ -1,5 +1,5 @@
 // Fusion: which nodes of a graph share one dispatch (find_fusions), and the kernel of a pointwise fusion
-// (lower_pointwise_fusion; the dK+dV kernel lives with the other attention kernels in attention.cpp).
+// (lower_pointwise_fusion; the two attention fusions are lowered in attention.cpp).
 //
 // Grouping is one pass in node (topological) order that keeps an ASAP level per group, every source at -1
 // and every group above all groups it reads. A merge gives the merged group the level its outside inputs
@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "codegen/glsl_util.h"
+#include "codegen/glsl.h"
 
 namespace mgn::codegen {
 

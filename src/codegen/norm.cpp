@@ -10,13 +10,13 @@
 // rms: dx = r·g - x·r³·mean(g·x).
 #include <string>
 
-#include "codegen/kernels_common.h"
+#include "codegen/glsl.h"
 #include "mgn/types.h"
 
 namespace mgn::codegen {
 namespace {
 
-using detail::u;
+using gl::u;
 
 enum class Kind { Layer, Rms, Group, Batch };
 
@@ -24,8 +24,9 @@ enum class Kind { Layer, Rms, Group, Batch };
 
 Lowering lower_norm(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
-  Kind kind;
+  Kind kind = Kind::Layer;
   bool grad = false;
+  // clang-format off
   switch (n.op) {
     case ir::Op::LayerNorm: kind = Kind::Layer; break;
     case ir::Op::RmsNorm: kind = Kind::Rms; break;
@@ -35,10 +36,13 @@ Lowering lower_norm(const LowerContext& ctx) {
     case ir::Op::RmsNormGrad: kind = Kind::Rms, grad = true; break;
     case ir::Op::GroupNormGrad: kind = Kind::Group, grad = true; break;
     case ir::Op::BatchNormGrad: kind = Kind::Batch, grad = true; break;
-    default: throw Error(ctx.graph.describe(n.id) + ": not a norm op");
+#define MGN_FAMILY_Norm
+#include "codegen/other_ops.inc"
+      throw Error(ctx.graph.describe(n.id) + ": not a norm op");
   }
+  // clang-format on
   const Shape& x = ctx.input(0).shape;
-  const uint64_t total = detail::numel_u(x);
+  const uint64_t total = gl::numel_u(x);
   uint64_t feat, spatial = 1, groups, m;
   if (kind == Kind::Layer || kind == Kind::Rms) {
     feat = uint64_t(x.back());
@@ -68,69 +72,89 @@ Lowering lower_norm(const LowerContext& ctx) {
   uint32_t wg = 32;
   while (wg < 256 && wg < m && wg * 2 <= ctx.caps.max_workgroup_invocations) wg *= 2;
 
-  std::string g = "#version 450\n// " + std::string(ir::op_name(n.op)) + ": one workgroup per statistic group\n";
-  g += "layout(local_size_x = " + std::to_string(wg) + ") in;\n";
-  g += detail::buffer_decl(0, "X", false);
-  if (grad) g += detail::buffer_decl(1, "DY", false);
-  if (has_w) g += detail::buffer_decl(w_binding, "W", false);
-  if (has_b) g += detail::buffer_decl(2, "Bias", false);
-  const int out_binding = int(n_in);
-  g += detail::buffer_decl(out_binding, "Y", true, false);
-  g += "shared float red0[" + std::to_string(wg) + "];\nshared float red1[" + std::to_string(wg) + "];\n";
-  // Sums v0 and v1 over the workgroup (both at once: the grad pass needs two sums).
-  g += "vec2 reduce2(float v0, float v1) {\n  uint t = gl_LocalInvocationID.x;\n  red0[t] = v0;\n  red1[t] = v1;\n"
-       "  barrier();\n  for (uint w = " + u(wg / 2) + "; w > 0u; w >>= 1) {\n"
-       "    if (t < w) { red0[t] += red0[t + w]; red1[t] += red1[t + w]; }\n    barrier();\n  }\n"
-       "  vec2 r = vec2(red0[0], red1[0]);\n  barrier();\n  return r;\n}\n";
-  // Flat index of element j of group `grp`, and the feature (weight index) of a flat index.
-  if (kind == Kind::Batch)
-    g += "uint elem(uint grp, uint j) { return ((j / " + u(spatial) + ") * " + u(feat) + " + grp) * " +
-         u(spatial) + " + j % " + u(spatial) + "; }\n";
-  else
-    g += "uint elem(uint grp, uint j) { return grp * " + u(m) + " + j; }\n";
-  if (kind == Kind::Layer || kind == Kind::Rms)
-    g += "uint feature(uint f) { return f % " + u(feat) + "; }\n";
-  else
-    g += "uint feature(uint f) { return (f / " + u(spatial) + ") % " + u(feat) + "; }\n";
-
-  detail::Grid grid = detail::flat_grid(groups, ctx.caps);
-  g += "void main() {\n" + grid.glsl;
-  g += "  uint t = gl_LocalInvocationID.x;\n";
-  g += "  const float inv_m = 1.0 / float(" + u(m) + ");\n";
-  const std::string loop = "  for (uint j = t; j < " + u(m) + "; j += " + u(wg) + ") {\n    uint f = elem(gid, j);\n";
-  if (kind == Kind::Rms) {
-    g += "  float mean = 0.0;\n";
-  } else {
-    // The sum is taken around the group's first element: with |mean| >> std a plain f32 sum of x rounds
-    // away digits of the deviations that the normalized output depends on.
-    g += "  float shift = X[elem(gid, 0u)];\n  float s = 0.0;\n" + loop + "    s += X[f] - shift;\n  }\n"
-         "  float mean = shift + reduce2(s, 0.0).x * inv_m;\n";
-  }
-  g += "  float q = 0.0;\n" + loop + "    float d = X[f] - mean;\n    q += d * d;\n  }\n";
-  g += "  float rstd = inversesqrt(reduce2(q, 0.0).x * inv_m + " + detail::flit(eps) + ");\n";
-  const std::string wv = has_w ? " * W[feature(f)]" : "";
-  if (!grad) {
-    g += loop + "    Y[f] = (X[f] - mean) * rstd" + wv + (has_b ? " + Bias[feature(f)]" : "") + ";\n  }\n";
-  } else {
-    g += "  float sg = 0.0, sgx = 0.0;\n" + loop + "    float gv = DY[f]" + wv + ";\n";
-    g += kind == Kind::Rms ? "    sg += gv;\n    sgx += gv * X[f];\n  }\n"
-                           : "    sg += gv;\n    sgx += gv * (X[f] - mean) * rstd;\n  }\n";
-    g += "  vec2 means = reduce2(sg, sgx) * inv_m;\n";
-    g += loop + "    float gv = DY[f]" + wv + ";\n";
-    g += kind == Kind::Rms ? "    Y[f] = rstd * gv - X[f] * rstd * rstd * rstd * means.y;\n  }\n"
-                           : "    Y[f] = rstd * (gv - means.x - (X[f] - mean) * rstd * means.y);\n  }\n";
-  }
-  g += "}\n";
-
   Kernel k;
   k.name = std::string(ir::op_name(n.op)) + "_wg" + std::to_string(wg);
-  k.glsl = g;
-  for (size_t i = 0; i < n_in; ++i) k.bindings.push_back({BindingKind::Input, int(i), false});
-  k.bindings.push_back({BindingKind::Output, 0, true});
+  const gl::Grid grid = gl::flat_groups(groups, ctx.caps, k.name);
+  std::string buffers = gl::buffer(0, "X", DType::F32, true);
+  if (grad) buffers += gl::buffer(1, "DY", DType::F32, true);
+  if (has_w) buffers += gl::buffer(w_binding, "W", DType::F32, true);
+  if (has_b) buffers += gl::buffer(2, "Bias", DType::F32, true);
+  buffers += gl::buffer(int(n_in), "Y", DType::F32, false, true);
+  // Flat index of element j of group `grp`, and the feature (weight index) of a flat index.
+  const std::string elem = kind == Kind::Batch ? "((j / " + u(spatial) + ") * " + u(feat) + " + grp) * " +
+                                                     u(spatial) + " + j % " + u(spatial)
+                                               : "grp * " + u(m) + " + j";
+  const std::string feature =
+      kind == Kind::Layer || kind == Kind::Rms ? "f % " + u(feat) : "(f / " + u(spatial) + ") % " + u(feat);
+  // The loop over this thread's elements of the group: `f` is the flat index.
+  const std::string loop =
+      "  for (uint j = t; j < " + u(m) + "; j += " + u(wg) + ") {\n    uint f = elem(gid, j);\n";
+  // The mean is taken around the group's first element: with |mean| >> std a plain f32 sum of x rounds
+  // away digits of the deviations that the normalized output depends on. rms has none.
+  const std::string mean = kind == Kind::Rms
+                               ? "  float mean = 0.0;\n"
+                               : "  float shift = X[elem(gid, 0u)];\n  float s = 0.0;\n" + loop +
+                                     "    s += X[f] - shift;\n  }\n"
+                                     "  float mean = shift + reduce2(s, 0.0).x * inv_m;\n";
+  const std::string wv = has_w ? " * W[feature(f)]" : "";
+  std::string out;
+  if (!grad) {
+    out = loop + "    Y[f] = (X[f] - mean) * rstd" + wv + (has_b ? " + Bias[feature(f)]" : "") + ";\n  }\n";
+  } else {
+    out = "  float sg = 0.0, sgx = 0.0;\n" + loop + "    float gv = DY[f]" + wv + ";\n";
+    out += kind == Kind::Rms ? "    sg += gv;\n    sgx += gv * X[f];\n  }\n"
+                             : "    sg += gv;\n    sgx += gv * (X[f] - mean) * rstd;\n  }\n";
+    out += "  vec2 means = reduce2(sg, sgx) * inv_m;\n";
+    out += loop + "    float gv = DY[f]" + wv + ";\n";
+    out += kind == Kind::Rms ? "    Y[f] = rstd * gv - X[f] * rstd * rstd * rstd * means.y;\n  }\n"
+                             : "    Y[f] = rstd * (gv - means.x - (X[f] - mean) * rstd * means.y);\n  }\n";
+  }
+  // reduce2 sums v0 and v1 over the workgroup (both at once: the grad pass needs two sums).
+  k.glsl = gl::render(
+      R"(#version 450
+// archetype: norm ${OP}: one workgroup per statistic group, ${G} groups of ${M} elements
+layout(local_size_x = ${WG}) in;
+${BUFFERS}shared float red0[${WG}];
+shared float red1[${WG}];
+vec2 reduce2(float v0, float v1) {
+  uint t = gl_LocalInvocationID.x;
+  red0[t] = v0;
+  red1[t] = v1;
+  barrier();
+${REDUCE}  vec2 r = vec2(red0[0], red1[0]);
+  barrier();
+  return r;
+}
+uint elem(uint grp, uint j) { return ${ELEM}; }
+uint feature(uint f) { return ${FEATURE}; }
+void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  const float inv_m = 1.0 / float(${MU});
+${MEAN}  float q = 0.0;
+${LOOP}    float d = X[f] - mean;
+    q += d * d;
+  }
+  float rstd = inversesqrt(reduce2(q, 0.0).x * inv_m + ${EPS});
+${OUT}}
+)",
+      {{"OP", ir::op_name(n.op)},
+       {"G", std::to_string(groups)},
+       {"M", std::to_string(m)},
+       {"WG", std::to_string(wg)},
+       {"BUFFERS", buffers},
+       {"REDUCE", gl::tree_reduce(wg, " { red0[t] += red0[t + s]; red1[t] += red1[t + s]; }", "  ")},
+       {"ELEM", elem},
+       {"FEATURE", feature},
+       {"GRID", grid.glsl},
+       {"MU", u(m)},
+       {"MEAN", mean},
+       {"LOOP", loop},
+       {"EPS", gl::flit(eps)},
+       {"OUT", out}});
+  for (size_t i = 0; i < n_in; ++i) k.bindings.push_back(gl::input(int(i)));
+  k.bindings.push_back(gl::output());
   k.groups = grid.groups;
-  Lowering l;
-  l.kernels.push_back(std::move(k));
-  return l;
+  return gl::one_kernel(std::move(k));
 }
 
 }  // namespace mgn::codegen

@@ -3,7 +3,7 @@
 // the derivative helpers and rope.
 #include <cmath>
 
-#include "codegen/glsl_util.h"
+#include "codegen/glsl.h"
 
 namespace mgn::codegen {
 namespace {
@@ -85,7 +85,10 @@ std::string pointwise_expr(const ir::Node& n, DType in0) {
     case Op::Greater: return "a > b ? 1u : 0u";
     case Op::GreaterEqual: return "a >= b ? 1u : 0u";
     case Op::Where: return "a != 0u ? b : c";
-    default: break;
+    case Op::Rope: break;  // reads its input at other elements: lower_rope
+#define MGN_FAMILY_Pointwise
+#include "codegen/other_ops.inc"
+      break;
   }
   throw Error(std::string("internal: ") + ir::op_name(n.op) + " is not a pointwise op");
 }
@@ -102,10 +105,14 @@ Lowering lower_rope(const LowerContext& ctx) {
                       gl::buffer(2, "sn", DType::F32, true) + gl::buffer(3, "y", DType::F32, false, true) +
                       gl::broadcast_fn("idx_cs", ctx.input(1).shape, half);
   // Pairs (d, d + D/2): y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin.
-  std::string body = "  uint d = i % " + u(uint64_t(D)) + ";\n  uint j = d % " + u(uint64_t(H)) + ";\n" +
-                     "  uint h = idx_cs((i / " + u(uint64_t(D)) + ") * " + u(uint64_t(H)) + " + j);\n" +
-                     "  float c = cs[h], s = sn[h];\n" + "  if (d < " + u(uint64_t(H)) + ") y[i] = x[i] * c - x[i + " +
-                     u(uint64_t(H)) + "] * s;\n" + "  else y[i] = x[i] * c + x[i - " + u(uint64_t(H)) + "] * s;\n";
+  std::string body = gl::render(R"(  uint d = i % ${D};
+  uint j = d % ${H};
+  uint h = idx_cs((i / ${D}) * ${H} + j);
+  float c = cs[h], s = sn[h];
+  if (d < ${H}) y[i] = x[i] * c - x[i + ${H}] * s;
+  else y[i] = x[i] * c + x[i - ${H}] * s;
+)",
+                                {{"D", u(uint64_t(D))}, {"H", u(uint64_t(H))}});
   Lowering l;
   l.kernels.push_back(gl::elementwise("rope_" + shape_str(xs), "pointwise rope x " + shape_str(xs) + " cos " +
                                           shape_str(ctx.input(1).shape),

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "codegen/glsl_util.h"
+#include "codegen/glsl.h"
 
 namespace mgn::codegen {
 namespace {
@@ -77,7 +77,12 @@ Lowering lower_reduce(const LowerContext& ctx, const std::set<int>& axes) {
       init = flt ? "uintBitsToFloat(0x7f800000u)" : "int(0x7fffffffu)";
       comb = flt ? "(isnan(a) || isnan(b)) ? mgn_nan() : min(a, b)" : "min(a, b)";
       break;
-    default: throw Error("internal: not a reduce op");
+    case ir::Op::Softmax:
+    case ir::Op::LogSoftmax:
+    case ir::Op::LogSumExp:
+#define MGN_FAMILY_Reduction
+#include "codegen/other_ops.inc"
+      throw Error("internal: " + ctx.graph.describe(n.id) + " is not a reduce op");
   }
   std::string fin = "acc";
   if (n.op == ir::Op::ReduceMean) fin = "acc / " + gl::flit(double(v.m));
@@ -93,42 +98,80 @@ Lowering lower_reduce(const LowerContext& ctx, const std::set<int>& axes) {
                         dtype_name(x.dtype);
   std::vector<Binding> bindings = {{BindingKind::Input, 0}, {BindingKind::Output, 0, true}};
   Lowering l;
+  // argmax's scan over this thread's elements (from `first`, by `step`) of the output's reduced elements.
+  auto arg_scan = [&](const std::string& first, const std::string& step) {
+    return gl::render(R"(  ${T} best = x[base];
+  uint bi = 0u;
+  for (uint r = ${FIRST}; r < ${M}; ${STEP}) {
+    ${T} e = x[base + roff(r)];
+    if (better(e, r, best, bi)) { best = e; bi = r; }
+  }
+)",
+                      {{"T", T}, {"FIRST", first}, {"M", u(v.m)}, {"STEP", step}});
+  };
   if (v.m <= kSerialMax) {
     std::string body = "  uint base = base_of(i);\n";
-    if (is_arg) {
-      body += "  " + T + " best = x[base];\n  uint bi = 0u;\n  for (uint r = 1u; r < " + u(v.m) +
-              "; ++r) {\n    " + T + " e = x[base + roff(r)];\n    if (better(e, r, best, bi)) { best = e; bi = r; }\n  }\n"
-              "  y[i] = int(bi);\n";
-    } else {
+    if (is_arg)
+      body += arg_scan("1u", "++r") + "  y[i] = int(bi);\n";
+    else
       body += "  " + T + " acc = " + init + ";\n  for (uint r = 0u; r < " + u(v.m) +
               "; ++r) acc = comb(acc, x[base + roff(r)]);\n  y[i] = " + fin + ";\n";
-    }
     l.kernels.push_back(gl::elementwise(name, comment + " serial", decls, body, v.outputs, bindings, ctx.caps));
     return l;
   }
   const uint32_t wg = gl::row_workgroup(v.m, ctx.caps);
   gl::Grid grid = gl::flat_groups(v.outputs, ctx.caps, name);
-  std::string W = u(wg);
-  std::string g = "#version 450\n// archetype: " + comment + " workgroup-per-output\nlayout(local_size_x = " +
-                  std::to_string(wg) + ") in;\n" + decls + "shared " + T + " s_v[" + W + "];\n";
-  if (is_arg) g += "shared uint s_i[" + W + "];\n";
-  g += "void main() {\n" + grid.glsl + "  uint o = gid, t = gl_LocalInvocationID.x;\n  uint base = base_of(o);\n";
-  if (is_arg) {
-    g += "  " + T + " best = x[base];\n  uint bi = 0u;\n  for (uint r = t; r < " + u(v.m) + "; r += " + W +
-         ") {\n    " + T + " e = x[base + roff(r)];\n    if (better(e, r, best, bi)) { best = e; bi = r; }\n  }\n"
-         "  s_v[t] = best;\n  s_i[t] = bi;\n  barrier();\n"
-         "  for (uint s = " + u(wg / 2) + "; s > 0u; s >>= 1) {\n    if (t < s && better(s_v[t + s], s_i[t + s], s_v[t], s_i[t])) {\n"
-         "      s_v[t] = s_v[t + s];\n      s_i[t] = s_i[t + s];\n    }\n    barrier();\n  }\n"
-         "  if (t == 0u) y[o] = int(s_i[0]);\n}\n";
-  } else {
-    g += "  " + T + " acc = " + init + ";\n  for (uint r = t; r < " + u(v.m) + "; r += " + W +
-         ") acc = comb(acc, x[base + roff(r)]);\n  s_v[t] = acc;\n  barrier();\n"
-         "  for (uint s = " + u(wg / 2) + "; s > 0u; s >>= 1) {\n    if (t < s) s_v[t] = comb(s_v[t], s_v[t + s]);\n"
-         "    barrier();\n  }\n  if (t == 0u) {\n    acc = s_v[0];\n    y[o] = " + fin + ";\n  }\n}\n";
+  const std::string W = u(wg);
+  std::string reduce;
+  if (is_arg)
+    reduce = arg_scan("t", "r += " + W) + gl::render(R"(  s_v[t] = best;
+  s_i[t] = bi;
+  barrier();
+  for (uint s = ${HALF}; s > 0u; s >>= 1) {
+    if (t < s && better(s_v[t + s], s_i[t + s], s_v[t], s_i[t])) {
+      s_v[t] = s_v[t + s];
+      s_i[t] = s_i[t + s];
+    }
+    barrier();
   }
+  if (t == 0u) y[o] = int(s_i[0]);
+)",
+                                                     {{"HALF", u(wg / 2)}});
+  else
+    reduce = gl::render(R"(  ${T} acc = ${INIT};
+  for (uint r = t; r < ${M}; r += ${W}) acc = comb(acc, x[base + roff(r)]);
+  s_v[t] = acc;
+  barrier();
+${TREE}  if (t == 0u) {
+    acc = s_v[0];
+    y[o] = ${FIN};
+  }
+)",
+                        {{"T", T},
+                         {"INIT", init},
+                         {"M", u(v.m)},
+                         {"W", W},
+                         {"TREE", gl::tree_reduce(wg, " s_v[t] = comb(s_v[t], s_v[t + s]);", "  ")},
+                         {"FIN", fin}});
   Kernel k;
   k.name = name;
-  k.glsl = g;
+  k.glsl = gl::render(R"(#version 450
+// archetype: ${COMMENT} workgroup-per-output
+layout(local_size_x = ${WG}) in;
+${DECLS}shared ${T} s_v[${W}];
+${SHARED_I}void main() {
+${GRID}  uint o = gid, t = gl_LocalInvocationID.x;
+  uint base = base_of(o);
+${REDUCE}}
+)",
+                      {{"COMMENT", comment},
+                       {"WG", std::to_string(wg)},
+                       {"DECLS", decls},
+                       {"T", T},
+                       {"W", W},
+                       {"SHARED_I", is_arg ? "shared uint s_i[" + W + "];\n" : ""},
+                       {"GRID", grid.glsl},
+                       {"REDUCE", reduce}});
   k.bindings = bindings;
   k.groups = grid.groups;
   l.kernels.push_back(std::move(k));
@@ -144,24 +187,38 @@ Lowering lower_softmax_like(const LowerContext& ctx, int axis) {
   const uint32_t wg = gl::row_workgroup(v.m, ctx.caps);
   std::string name = std::string(ir::op_name(n.op)) + "_" + key_of(x.shape, {axis});
   gl::Grid grid = gl::flat_groups(v.outputs, ctx.caps, name);
-  std::string W = u(wg), M = u(v.m);
-  std::string g = "#version 450\n// archetype: reduction " + std::string(ir::op_name(n.op)) + " " +
-                  key_of(x.shape, {axis}) + " workgroup-per-row\nlayout(local_size_x = " + std::to_string(wg) +
-                  ") in;\n" + gl::buffer(0, "x", DType::F32, true) + gl::buffer(1, "y", DType::F32, false, true) +
-                  gl::math_lib() + view_fns(v) + gl::wg_reduce_lib(wg);
-  g += "void main() {\n" + grid.glsl + "  uint t = gl_LocalInvocationID.x;\n  uint base = base_of(gid);\n";
-  g += "  float m = uintBitsToFloat(0xff800000u);\n  for (uint r = t; r < " + M + "; r += " + W +
-       ") { float e = x[base + roff(r)]; m = (isnan(m) || isnan(e)) ? mgn_nan() : max(m, e); }\n  m = wg_max(m);\n";
+  const std::string W = u(wg), M = u(v.m);
   // An all -inf (or +inf / NaN) row has lse = m, like the CPU reference.
-  g += "  float s = 0.0;\n  if (!isinf(m)) for (uint r = t; r < " + M + "; r += " + W +
-       ") s += exp(x[base + roff(r)] - m);\n  s = wg_sum(s);\n  float lse = isinf(m) ? m : m + log(s);\n";
-  if (n.op == ir::Op::LogSumExp) {
-    g += "  if (t == 0u) y[gid] = lse;\n}\n";
-  } else {
-    std::string val = n.op == ir::Op::Softmax ? "exp(x[k] - lse)" : "x[k] - lse";
-    g += "  for (uint r = t; r < " + M + "; r += " + W + ") {\n    uint k = base + roff(r);\n    y[k] = " + val +
-         ";\n  }\n}\n";
-  }
+  const std::string tail =
+      n.op == ir::Op::LogSumExp
+          ? "  if (t == 0u) y[gid] = lse;\n"
+          : "  for (uint r = t; r < " + M + "; r += " + W + ") {\n    uint k = base + roff(r);\n    y[k] = " +
+                (n.op == ir::Op::Softmax ? "exp(x[k] - lse)" : "x[k] - lse") + ";\n  }\n";
+  const std::string g = gl::render(R"(#version 450
+// archetype: reduction ${OP} ${KEY} workgroup-per-row
+layout(local_size_x = ${WG}) in;
+${DECLS}void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  uint base = base_of(gid);
+  float m = uintBitsToFloat(0xff800000u);
+  for (uint r = t; r < ${M}; r += ${W}) { float e = x[base + roff(r)]; m = (isnan(m) || isnan(e)) ? mgn_nan() : max(m, e); }
+  m = wg_max(m);
+  float s = 0.0;
+  if (!isinf(m)) for (uint r = t; r < ${M}; r += ${W}) s += exp(x[base + roff(r)] - m);
+  s = wg_sum(s);
+  float lse = isinf(m) ? m : m + log(s);
+${TAIL}}
+)",
+                                   {{"OP", ir::op_name(n.op)},
+                                    {"KEY", key_of(x.shape, {axis})},
+                                    {"WG", std::to_string(wg)},
+                                    {"DECLS", gl::buffer(0, "x", DType::F32, true) +
+                                                  gl::buffer(1, "y", DType::F32, false, true) + gl::math_lib() +
+                                                  view_fns(v) + gl::wg_reduce_lib(wg)},
+                                    {"GRID", grid.glsl},
+                                    {"M", M},
+                                    {"W", W},
+                                    {"TAIL", tail}});
   Kernel k;
   k.name = name;
   k.glsl = g;
@@ -194,7 +251,9 @@ Lowering lower_reduction(const LowerContext& ctx) {
     case ir::Op::LogSoftmax:
     case ir::Op::LogSumExp:
       return lower_softmax_like(ctx, ir::normalize_axis(n.attrs.i("axis"), rank, ctx.graph.describe(n.id)));
-    default: break;
+#define MGN_FAMILY_Reduction
+#include "codegen/other_ops.inc"
+      break;
   }
   throw Error("internal: " + ctx.graph.describe(n.id) + " is not a reduction");
 }

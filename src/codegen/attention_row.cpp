@@ -1,0 +1,324 @@
+// The row attention kernels: a workgroup per query row for attention / attention_lse (online softmax over
+// key tiles of WG) and attention_grad_q; a workgroup per key row for attention_grad_k, attention_grad_v and
+// both at once (the dK+dV fusion), walking every query row of every query head that reads its kv head.
+// attention.cpp has the overview.
+#include <algorithm>
+#include <string>
+
+#include "codegen/attention_common.h"
+
+namespace mgn::codegen::attn {
+namespace {
+
+using gl::u;
+
+// Row kernels (forward, grad_q): this workgroup's query row gid unpacked into (b, h, i), the first row of
+// its kv head in K and V, the end of its visible keys, and its q staged in s_q (published by a barrier
+// the caller issues); and the scaled, masked score of the staged query against key row kbase + j.
+std::string query_row_setup(bool causal) {
+  return gl::render(
+      R"(  uint t = gl_LocalInvocationID.x;
+  uint i = gid % SQ, h = (gid / SQ) % HQ, b = gid / (SQ * HQ);
+  uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
+${KEND}  for (uint d = t; d < D; d += WG) s_q[d] = Q[gid * D + d];
+)",
+      {{"KEND", causal ? "  uint kend = uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys [0, "
+                         "kend) visible\n"
+                       : "  uint kend = SKV;\n"}});
+}
+std::string score_fn(bool has_mask) {
+  return gl::render(R"(float score(uint b, uint h, uint i, uint j, uint kbase) {
+  float a = 0.0;
+  for (uint d = 0u; d < D; ++d) a += s_q[d] * K[(kbase + j) * D + d];
+  return SCALE * a${MASK};
+}
+)",
+                    {{"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""}});
+}
+
+// Per-thread accumulators: thread t owns output dims t, t + WG, ... (n of them). acc_update adds, at
+// indentation `in`, the tile's n rows: acc[c] = acc[c] * scale + sum_r coef[r] * X[(row0 + r) * dims + e].
+std::string acc_decl(uint64_t n, const std::string& acc = "acc") {
+  return "  float " + acc + "[" + std::to_string(std::max<uint64_t>(n, 1)) + "];\n  for (uint c = 0u; c < " +
+         u(n) + "; ++c) " + acc + "[c] = 0.0;\n";
+}
+std::string acc_update(uint64_t n, const std::string& coef, const std::string& x, const std::string& row0,
+                       const std::string& dims, const std::string& scale, const std::string& in,
+                       const std::string& acc = "acc") {
+  return gl::render(R"(${I}for (uint c = 0u; c < ${N}; ++c) {
+${I}  uint e = t + c * WG;
+${I}  if (e >= ${DIMS}) break;
+${I}  float a = ${ACC}[c]${SCALE};
+${I}  for (uint r = 0u; r < n; ++r)
+${I}    a += ${COEF}[r] * ${X}[(${ROW0} + r) * ${DIMS} + e];
+${I}  ${ACC}[c] = a;
+${I}}
+)",
+                    {{"I", in},
+                     {"N", u(n)},
+                     {"DIMS", dims},
+                     {"ACC", acc},
+                     {"SCALE", scale},
+                     {"COEF", coef},
+                     {"X", x},
+                     {"ROW0", row0}});
+}
+std::string acc_store(uint64_t n, const std::string& out, const std::string& dims, const std::string& factor,
+                      const std::string& acc = "acc") {
+  return gl::render(R"(  for (uint c = 0u; c < ${N}; ++c) {
+    uint e = t + c * WG;
+    if (e < ${DIMS}) ${OUT}[gid * ${DIMS} + e] = ${ACC}[c]${FACTOR};
+  }
+)",
+                    {{"N", u(n)}, {"DIMS", dims}, {"OUT", out}, {"ACC", acc}, {"FACTOR", factor}});
+}
+
+// attention / attention_lse. The maximum is reduced across the workgroup per tile (so every thread
+// rescales by the same alpha), the sum only once at the end (each thread rescales its own share).
+std::string forward_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask,
+                         uint64_t acc_n) {
+  return gl::render(
+      R"(${SCORE}void main() {
+${GRID}${SETUP}  barrier();
+  float m = NEG_INF;  // running maximum of the row's scores (uniform across the workgroup)
+  float l = 0.0;      // this thread's share of sum_j exp(s_j - m)
+${ACC}  for (uint j0 = 0u; j0 < kend; j0 += WG) {
+    uint j = j0 + t;
+    float s = j < kend ? score(b, h, i, j, kbase) : NEG_INF;
+    float mn = max(m, wg_max(s));
+    if (mn == NEG_INF) continue;  // nothing visible so far (uniform)
+    float alpha = m == NEG_INF ? 0.0 : exp(m - mn);
+    float p = s == NEG_INF ? 0.0 : exp(s - mn);
+    l = l * alpha + p;
+    m = mn;
+${ACCUMULATE}  }
+  l = wg_sum(l);
+${STORE_O}${STORE_LSE}}
+)",
+      {{"SCORE", score_fn(has_mask)},
+       {"GRID", grid},
+       {"SETUP", query_row_setup(causal)},
+       {"ACC", out_o ? acc_decl(acc_n) : ""},
+       {"ACCUMULATE", out_o ? "    s_p[t] = p;\n    barrier();\n    uint n = min(WG, kend - j0);\n" +
+                                  acc_update(acc_n, "s_p", "V", "kbase + j0", "DV", " * alpha", "    ") +
+                                  "    barrier();\n"
+                            : ""},
+       {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n" +
+                               acc_store(acc_n, "O", "DV", " * inv")
+                         : ""},
+       {"STORE_LSE", out_lse ? "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
+}
+
+// attention_grad_q: P is recomputed from the saved lse, so one pass over the keys suffices.
+std::string grad_q_main(const std::string& grid, bool causal, bool has_mask, uint64_t acc_n) {
+  return gl::render(R"(${SCORE}void main() {
+${GRID}${SETUP}  for (uint e = t; e < DV; e += WG) s_do[e] = DO[gid * DV + e];
+  float part = 0.0;
+  for (uint e = t; e < DV; e += WG) part += DO[gid * DV + e] * O[gid * DV + e];
+  float di = wg_sum(part);  // D_i = do_i . o_i; the barriers inside also publish s_q and s_do
+  float lse = LSE[gid];
+${ACC}  if (lse != NEG_INF) {  // a row with no visible key has no derivative (uniform)
+    for (uint j0 = 0u; j0 < kend; j0 += WG) {
+      uint j = j0 + t;
+      float ds = 0.0;
+      if (j < kend) {
+        float s = score(b, h, i, j, kbase);
+        if (s != NEG_INF) {
+          float dp = 0.0;
+          for (uint e = 0u; e < DV; ++e) dp += s_do[e] * V[(kbase + j) * DV + e];
+          ds = exp(s - lse) * (dp - di) * SCALE;
+        }
+      }
+      s_ds[t] = ds;
+      barrier();
+      uint n = min(WG, kend - j0);
+${ACCUMULATE}      barrier();
+    }
+  }
+${STORE}}
+)",
+                    {{"SCORE", score_fn(has_mask)},
+                     {"GRID", grid},
+                     {"SETUP", query_row_setup(causal)},
+                     {"ACC", acc_decl(acc_n)},
+                     {"ACCUMULATE", acc_update(acc_n, "s_ds", "K", "kbase + j0", "D", "", "      ")},
+                     {"STORE", acc_store(acc_n, "DQ", "D", "")}});
+}
+
+// attention_grad_k and/or attention_grad_v (dk, dv): the key row owns its outputs, so the sum over queries
+// and heads needs no atomics. Thread t of a query tile forms P_ij (dv) and dS_ij scale (dk) once; the
+// workgroup accumulates dk over the dims of q and dv over the dims of do from the same tile. `outs`: the
+// output buffers' names (dk's, dv's).
+std::string grad_kv_main(const std::string& grid, bool dk, bool dv, bool causal, bool has_mask,
+                         uint64_t acc_k, uint64_t acc_v, const std::string& out_k, const std::string& out_v) {
+  std::string updates, stores;
+  if (dk) {
+    updates += acc_update(acc_k, "s_ds", "Q", "qrow0 + i0", "D", "", "      ", "acc_k");
+    stores += acc_store(acc_k, out_k, "D", "", "acc_k");
+  }
+  if (dv) {
+    updates += acc_update(acc_v, "s_p", "DO", "qrow0 + i0", "DV", "", "      ", "acc_v");
+    stores += acc_store(acc_v, out_v, "DV", "", "acc_v");
+  }
+  return gl::render(
+      R"(void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  uint j = gid % SKV, hk = (gid / SKV) % HKV, b = gid / (SKV * HKV);
+  for (uint d = t; d < D; d += WG) s_k[d] = K[gid * D + d];
+${LOAD_V}  barrier();
+${ISTART}${ACCS}  for (uint h = hk * REP; h < (hk + 1u) * REP; ++h) {
+    uint qrow0 = (b * HQ + h) * SQ;  // row of query 0 of head h
+    for (uint i0 = istart; i0 < SQ; i0 += WG) {
+      uint i = i0 + t;
+      float p = 0.0, ds = 0.0;
+      if (i < SQ) {
+        uint r = qrow0 + i;
+        float lse = LSE[r];
+        if (lse != NEG_INF) {  // rows with no visible key contribute nothing
+          float a = 0.0;
+          for (uint d = 0u; d < D; ++d) a += Q[r * D + d] * s_k[d];
+          float s = SCALE * a${MASK};
+          if (s != NEG_INF) {
+            p = exp(s - lse);
+${DS}          }
+        }
+      }
+${PUBLISH}      barrier();
+      uint n = min(WG, SQ - i0);
+${UPDATES}      barrier();
+    }
+  }
+${STORES}}
+)",
+      {{"GRID", grid},
+       {"LOAD_V", dk ? "  for (uint e = t; e < DV; e += WG) s_v[e] = V[gid * DV + e];\n" : ""},
+       {"ISTART", causal ? "  uint istart = uint(clamp(int(j) - CAUSAL_OFF, 0, int(SQ)));  // first query "
+                           "that sees key j\n"
+                         : "  uint istart = 0u;\n"},
+       {"ACCS", (dk ? acc_decl(acc_k, "acc_k") : "") + (dv ? acc_decl(acc_v, "acc_v") : "")},
+       {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
+       {"DS", dk ? "            float dp = 0.0;\n"
+                   "            for (uint e = 0u; e < DV; ++e) dp += DO[r * DV + e] * s_v[e];\n"
+                   "            ds = p * (dp - DELTA[r]) * SCALE;  // dS_ij * scale\n"
+                 : ""},
+       {"PUBLISH", std::string(dv ? "      s_p[t] = p;\n" : "") + (dk ? "      s_ds[t] = ds;\n" : "")},
+       {"UPDATES", updates},
+       {"STORES", stores}});
+}
+
+}  // namespace
+
+uint32_t grad_kv_workgroup(const Dims& d, const DeviceCaps& caps) {
+  return workgroup_for(d.Sq, std::max(d.D, d.Dv), caps);
+}
+uint64_t grad_kv_shared_bytes(const Dims& d, uint32_t wg) {
+  return (std::max<uint64_t>(d.D, 1) + std::max<uint64_t>(d.Dv, 1) + 3 * uint64_t(wg)) * 4;
+}
+
+Lowering row_lowering(const Problem& p, Kind kind, FwdOuts outs) {
+  const Dims& d = p.d;
+  const DeviceCaps& caps = *p.caps;
+  const bool has_mask = p.mask != nullptr;
+  const int mask_input = is_forward(kind) ? 3 : 6;
+  Lowering l;
+  gl::Buffers bufs;
+  Shared shared;
+  uint32_t wg = 0;
+  std::string body, design;
+  gl::Grid grid;
+  auto grid_for = [&](uint64_t rows) {
+    grid = gl::flat_groups(rows, caps, p.who);
+    return grid.glsl;
+  };
+  switch (kind) {
+    case Kind::Forward:
+    case Kind::Lse:
+    case Kind::ForwardLse: {
+      const bool out_o = outs.o >= 0, out_lse = outs.lse >= 0;
+      bufs.add("Q", gl::input(0));
+      bufs.add("K", gl::input(1));
+      if (out_o) bufs.add("V", gl::input(2));
+      if (has_mask) bufs.add("MASK", gl::input(mask_input));
+      if (out_o) bufs.add("O", gl::output(outs.o));
+      if (out_lse) bufs.add("LSE", gl::output(outs.lse));
+      // The workgroup (and so the order of the reductions of m and l) does not depend on which outputs are
+      // written: lse alone, o alone and both together agree bitwise.
+      wg = workgroup_for(d.Skv, d.Dv, caps);
+      shared.add("s_q", d.D, "this row's query");
+      if (out_o) shared.add("s_p", wg, "the tile's probabilities");
+      body = forward_main(grid_for(d.B * d.Hq * d.Sq), out_o, out_lse, p.causal, has_mask, div_up(d.Dv, wg));
+      design = "workgroup per query row, online softmax over key tiles";
+      break;
+    }
+    case Kind::GradQ:
+      for (int i = 0; i < 6; ++i)
+        bufs.add(std::vector<std::string>{"Q", "K", "V", "O", "DO", "LSE"}[size_t(i)], gl::input(i));
+      if (has_mask) bufs.add("MASK", gl::input(mask_input));
+      bufs.add("DQ", gl::output());
+      wg = workgroup_for(d.Skv, d.D, caps);
+      shared.add("s_q", d.D, "this row's query");
+      shared.add("s_do", d.Dv, "this row's do");
+      shared.add("s_ds", wg, "the tile's dS * scale");
+      body = grad_q_main(grid_for(d.B * d.Hq * d.Sq), p.causal, has_mask, div_up(d.D, wg));
+      design = "workgroup per query row, key tiles";
+      break;
+    case Kind::GradK:
+      return row_grad_kv_lowering(p, 0, -1);
+    case Kind::GradV:
+      return row_grad_kv_lowering(p, -1, 0);
+  }
+  check_shared((shared.words + wg) * 4, p,
+               "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
+  Kernel k;
+  k.name = p.op + "_" + p.key + "_wg" + std::to_string(wg);
+  k.glsl = attention_kernel_glsl(p, false, p.op, design + " (WG = " + std::to_string(wg) + ")", wg, bufs,
+                                 gl::math_lib() + gl::wg_reduce_lib(wg) + shared.decls, body);
+  k.bindings = bufs.bindings;
+  k.groups = grid.groups;
+  l.kernels.push_back(std::move(k));
+  return l;
+}
+
+Lowering row_grad_kv_lowering(const Problem& p, int pk, int pv) {
+  const Dims& d = p.d;
+  const DeviceCaps& caps = *p.caps;
+  const bool dk = pk >= 0, dv = pv >= 0, both = dk && dv;
+  const int mask_input = 6;
+  Lowering l;
+  if (dk) add_delta_kernel(l, p);
+  gl::Buffers bufs;
+  bufs.add("Q", gl::input(0));
+  bufs.add("K", gl::input(1));
+  if (dk) bufs.add("V", gl::input(2));
+  bufs.add("DO", gl::input(4));
+  bufs.add("LSE", gl::input(5));
+  if (dk) bufs.add("DELTA", {BindingKind::Scratch, 0, false});
+  if (p.mask) bufs.add("MASK", gl::input(mask_input));
+  if (dk) bufs.add("DK", gl::output(pk));
+  if (dv) bufs.add("DVOUT", gl::output(pv));
+  const uint32_t wg = both ? grad_kv_workgroup(d, caps) : workgroup_for(d.Sq, dk ? d.D : d.Dv, caps);
+  Shared shared;
+  shared.add("s_k", d.D, "this key row");
+  if (dk) shared.add("s_v", d.Dv, "this value row");
+  if (dv) shared.add("s_p", wg, "the tile's probabilities");
+  if (dk) shared.add("s_ds", wg, "the tile's dS * scale");
+  check_shared((shared.words + wg) * 4, p,
+               "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
+  const gl::Grid grid = gl::flat_groups(d.B * d.Hkv * d.Skv, caps, p.who);
+  const std::string design =
+      std::string("workgroup per key row, tiles of the query rows of every query head reading it") +
+      (both ? "; P and dS formed once for both" : "");
+  const std::string op = both ? "attention_grad_k + attention_grad_v" : p.op;
+  Kernel k;
+  k.name = (both ? std::string("attention_grad_kv") : p.op) + "_" + p.key + "_wg" + std::to_string(wg);
+  k.glsl = attention_kernel_glsl(p, false, op, design + " (WG = " + std::to_string(wg) + ")", wg, bufs,
+                                 gl::math_lib() + gl::wg_reduce_lib(wg) + shared.decls,
+                                 grad_kv_main(grid.glsl, dk, dv, p.causal, p.mask != nullptr, div_up(d.D, wg),
+                                              div_up(d.Dv, wg), "DK", "DVOUT"));
+  k.bindings = bufs.bindings;
+  k.groups = grid.groups;
+  l.kernels.push_back(std::move(k));
+  return l;
+}
+
+}  // namespace mgn::codegen::attn

@@ -1,0 +1,237 @@
+// matmul's tiled SIMT kernel, an instantiation of the tiled GEMM emitter (gemm_tiled.h, schedule
+// DoubleBufferedVec4): the tile choice, the operand loaders (prologue) and the C stores (epilogue). A
+// workgroup owns a BM x BN block of C; BK-deep slices of A and B go global -> registers -> shared memory,
+// both k-major as vec4 rows (A transposed on the way in). Sizes are literals: interior blocks carry no bounds
+// checks when M, N, K are tile multiples, and edges clamp the load address (rows past the edge are never
+// stored) or zero the K tail. Small grids split K.
+#include <algorithm>
+#include <string>
+
+#include "codegen/gemm_tiled.h"
+#include "codegen/glsl.h"
+#include "codegen/matmul_common.h"
+
+namespace mgn::codegen {
+namespace {
+
+using gl::u;
+
+struct SimtConfig {
+  uint32_t bm, bn, bk, tm, tn, lx, ly, group_m;
+  uint64_t k_chunk;  // K range of one split (a multiple of bk); = K rounded up when not split
+  uint64_t splits;
+};
+
+uint32_t simt_shared_bytes(uint32_t bm, uint32_t bn, uint32_t bk) {
+  return 2u * bk * (bm / 4 + 1 + bn / 4 + 1) * 16u;
+}
+
+[[noreturn]] void bad_tile(const std::string& what) {
+  throw Error("GEMM tile: " + what);
+}
+
+// Fills what `want` leaves at 0. Auto: 128x128 blocks with 8x8 per thread (256 threads) when the product
+// still has at least 256 such blocks for the device (a big GPU has ~100+ compute units); otherwise 64x64
+// blocks with 4x4 per thread (32x32 when even those are few and K is too short to split), or 32x32 on
+// devices limited to fewer than 256 invocations. BK = 16 (one
+// barrier per 16-deep slice; 33 KiB of shared memory at 128x128). A grid still too small for the device
+// splits K when K is long.
+SimtConfig pick_simt(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want) {
+  SimtConfig c{};
+  const uint64_t nb = batch_count(s);
+  auto blocks = [&](uint64_t bm, uint64_t bn) { return div_up(s.m, bm) * div_up(s.n, bn) * nb; };
+  if (want.bm || want.bn) {
+    c.bm = want.bm ? want.bm : want.bn;
+    c.bn = want.bn ? want.bn : want.bm;
+  } else if (caps.max_workgroup_invocations >= 256 && blocks(128, 128) >= 256) {
+    c.bm = c.bn = 128;
+  } else if (caps.max_workgroup_invocations >= 256) {
+    c.bm = c.bn = 64;
+    // A short K cannot be split profitably: smaller blocks are then the only way to fill the device.
+    if (blocks(64, 64) < 128 && s.k < 1024 && blocks(32, 32) > blocks(64, 64)) c.bm = c.bn = 32;
+  } else {
+    c.bm = c.bn = 32;
+  }
+  c.tm = want.tm ? want.tm : (c.bm >= 128 && c.bn >= 64 ? 8 : 4);
+  c.tn = want.tn ? want.tn : (c.bn >= 128 && c.bm >= 64 ? 8 : 4);
+  if (c.tm % 4 || c.tn % 4 || c.bm % c.tm || c.bn % c.tn)
+    bad_tile("the per-thread tile must be multiples of 4 dividing the block (" + su(c.bm) + "x" + su(c.bn) +
+             " block, " + su(c.tm) + "x" + su(c.tn) + " per thread)");
+  const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty;
+  if (nt > caps.max_workgroup_invocations)
+    bad_tile(su(nt) + " threads exceed the device's " + su(caps.max_workgroup_invocations));
+  // K slice: 8 for 128x128 blocks (H200 sweep, bench/results/2026-12-03-h200-run4: 36.9 TFLOP/s at 4096^3,
+  // 74% of cuBLAS, against 29.6 with 16: half the shared memory doubles the blocks per SM), else 16.
+  c.bk = want.bk ? want.bk : (c.bm >= 128 && c.bn >= 128 ? 8 : 16);
+  if (!want.bk)
+    while (c.bk > 4 && simt_shared_bytes(c.bm, c.bn, c.bk) > caps.max_shared_bytes) c.bk /= 2;
+  if (simt_shared_bytes(c.bm, c.bn, c.bk) > caps.max_shared_bytes)
+    bad_tile(su(simt_shared_bytes(c.bm, c.bn, c.bk)) + " bytes of shared memory exceed the device's " +
+             su(caps.max_shared_bytes));
+  // Lanes of one subgroup: by default a full row of threads along N (tx x 32/tx), i.e. the plain order.
+  c.lx = want.lx ? want.lx : std::min<uint32_t>(tx, 32);
+  c.ly = want.ly ? want.ly : std::max<uint32_t>(1, std::min<uint32_t>(ty, 32 / c.lx));
+  if (tx % c.lx || ty % c.ly || nt % (c.lx * c.ly))
+    bad_tile("lane layout " + su(c.lx) + "x" + su(c.ly) + " does not tile the " + su(tx) + "x" + su(ty) +
+             " threads");
+  c.group_m = want.group_m ? want.group_m : 8;
+  // Split K when the grid would leave most of a big GPU idle and each split still has >= 256 of K.
+  const uint64_t splits = want.splits ? want.splits : auto_splits(s, blocks(c.bm, c.bn));
+  c.k_chunk = div_up(div_up(s.k, std::max<uint64_t>(splits, 1)), c.bk) * c.bk;
+  c.splits = div_up(s.k, c.k_chunk);  // no empty split
+  return c;
+}
+
+// One operand's tile loader. The tile holds `outer` (BM of A, BN of B) x BK values; an item is 4
+// consecutive outer indices at one k, stored as one vec4 of the k-major shared tile. Consecutive threads
+// take consecutive items along the operand's contiguous axis, so global loads coalesce: one vec4 load when
+// the operand is contiguous along `outer` and its row length is a multiple of 4, else 4 scalar loads.
+struct TileLoader {
+  std::string name;     // "a" / "b"
+  std::string buf;      // "A" / "B": global buffer (float) or buf + "4" (vec4)
+  std::string shared;   // "As" / "Bs"
+  std::string o0;       // "m0" / "n0"
+  std::string off;      // "a_off" / "b_off"
+  uint64_t outer_dim;   // M / N
+  uint32_t outer_tile;  // BM / BN
+  bool contig_outer;    // A transposed / B not transposed
+  bool vec;             // vec4 global loads
+  std::string index;    // GLSL word index of (o, kr) within one matrix
+};
+
+std::string emit_loader(const TileLoader& L, const GemmShape& s, uint32_t bk, uint32_t nt) {
+  const uint64_t items = uint64_t(L.outer_tile) * bk / 4, per = div_up(items, nt);
+  const bool o_edge = L.outer_dim % L.outer_tile != 0, k_edge = s.k % bk != 0;
+  const std::string q4 = u(L.outer_tile / 4);
+  // This thread's item `it`: e, and its place in the tile (q: vec4 along outer, kk: k).
+  const std::string item =
+      gl::render(R"(    uint e = tid + it * ${NT};
+    ${COORDS}
+${GUARD})",
+                 {{"NT", u(nt)},
+                  {"COORDS", L.contig_outer ? "uint q = e % " + q4 + ", kk = e / " + q4 + ";"
+                                            : "uint kk = e % " + u(bk) + ", q = e / " + u(bk) + ";"},
+                  {"GUARD", items % nt != 0 ? "    if (e >= " + u(items) + ") break;\n" : ""}});
+  std::string fetch;
+  if (L.vec)
+    fetch = gl::render(R"(    uint o = ${O0} + 4u * q;
+${O_EDGE}    vec4 v = ${BUF}4[(${OFF} >> 2) + kr * ${ROW4} + (o >> 2)];
+)",
+                       {{"O0", L.o0},
+                        {"O_EDGE", o_edge ? "    o = min(o, " + u(L.outer_dim - 4) + ");\n" : ""},
+                        {"BUF", L.buf},
+                        {"OFF", L.off},
+                        {"ROW4", u(L.outer_dim / 4)}});
+  else
+    fetch = gl::render(R"(    vec4 v;
+    [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+      uint o = ${O0} + 4u * q + c;
+${O_EDGE}      v[c] = ${BUF}[${OFF} + ${INDEX}];
+    }
+)",
+                       {{"O0", L.o0},
+                        {"O_EDGE", o_edge ? "      o = min(o, " + u(L.outer_dim - 1) + ");\n" : ""},
+                        {"BUF", L.buf},
+                        {"OFF", L.off},
+                        {"INDEX", L.index}});
+  return gl::render(R"(void load_${X}(uint k0) {
+  [[unroll]] for (uint it = 0u; it < ${PER}; ++it) {
+${ITEM}    uint k = k0 + kk;
+    uint kr = ${KR};
+${FETCH}${K_EDGE}    r${X}[it] = v;
+  }
+}
+void store_${X}(uint buf) {
+  [[unroll]] for (uint it = 0u; it < ${PER}; ++it) {
+${ITEM}    ${SHARED}[buf][kk][q] = r${X}[it];
+  }
+}
+)",
+                    {{"X", L.name},
+                     {"PER", u(per)},
+                     {"ITEM", item},
+                     {"KR", k_edge ? "min(k, " + u(s.k - 1) + ")" : "k"},
+                     {"FETCH", fetch},
+                     {"K_EDGE", k_edge ? "    if (k >= " + u(s.k) + ") v = vec4(0.0);\n" : ""},
+                     {"SHARED", L.shared}});
+}
+
+}  // namespace
+
+Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want) {
+  const SimtConfig c = pick_simt(s, caps, want);
+  const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty, sm = c.tm / 4, sn = c.tn / 4;
+  const uint64_t nb = batch_count(s), tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
+  const bool split = c.splits > 1;
+  const bool a_vec = s.transpose_a && s.m % 4 == 0, b_vec = !s.transpose_b && s.n % 4 == 0;
+  const bool c_vec = s.n % 4 == 0;
+  const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
+                          "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +
+                          (split ? "_s" + su(c.splits) : "") + (a_vec ? "_va" : "") + (b_vec ? "_vb" : "") +
+                          "_t" + su(s.transpose_a) + su(s.transpose_b);
+  auto buffer = [](int binding, bool vec, const std::string& name, bool write) {
+    return gl::buffer_as(binding, vec ? "vec4" : "float", vec ? name + "4" : name,
+                         write ? "writeonly restrict " : "readonly restrict ");
+  };
+  const TileLoader la{"a", "A", "As", "m0", "a_off", s.m, c.bm, s.transpose_a, a_vec, a_index(s, "o", "kr")};
+  const TileLoader lb{"b", "B", "Bs", "n0", "b_off", s.n, c.bn, !s.transpose_b, b_vec, b_index(s, "kr", "o")};
+  const uint64_t items_a = uint64_t(c.bm) * c.bk / 4, items_b = uint64_t(c.bn) * c.bk / 4;
+
+  TiledGemm g;
+  g.name = "matmul_tiled_" + key;
+  g.header = gl::render(
+      R"(// archetype: matmul tiled (SIMT, double-buffered) ${KEY}: ${BM}x${BN} block, ${BK}-deep K slices, ${TM}x${TN} per thread as ${SM}x${SN} 4x4 sub-tiles
+// ${DIMS}${SPLIT}
+)",
+      {{"KEY", key},
+       {"BM", su(c.bm)},
+       {"BN", su(c.bn)},
+       {"BK", su(c.bk)},
+       {"TM", su(c.tm)},
+       {"TN", su(c.tn)},
+       {"SM", su(sm)},
+       {"SN", su(sn)},
+       {"DIMS", gemm_dims(s)},
+       {"SPLIT", split ? " K split " + su(c.splits) + " ways of " + su(c.k_chunk) : ""}});
+  g.schedule = GemmSchedule::DoubleBufferedVec4;
+  g.m = s.m, g.n = s.n, g.k = s.k, g.outer = nb * c.splits;
+  g.bm = c.bm, g.bn = c.bn, g.bk = c.bk, g.tm = c.tm, g.tn = c.tn, g.tx = tx, g.ty = ty;
+  g.lane_x = c.lx, g.lane_y = c.ly;
+  g.k_chunk = split ? c.k_chunk : 0;
+  g.order = TileOrder::RowMajor, g.group_m = c.group_m;
+  g.buffers = buffer(0, a_vec, "A", false) + buffer(1, b_vec, "B", false) + buffer(2, c_vec, "C", true);
+  g.state =
+      "vec4 ra[" + su(div_up(items_a, nt)) + "], rb[" + su(div_up(items_b, nt)) +
+      "];  // this thread's items of the next K slice\nuint a_off, b_off;  // word offsets of this batch's "
+      "matrices\n";
+  g.loaders = emit_loader(la, s, c.bk, nt) + emit_loader(lb, s, c.bk, nt) +
+              "void load_slice(uint k0) {\n  load_a(k0);\n  load_b(k0);\n}\n"
+              "void stage_slice(uint buf) {\n  store_a(buf);\n  store_b(buf);\n}\n";
+  g.outer_index = "  uint split = gid / " + u(tiles * nb) + ", batch = (gid / " + u(tiles) + ") % " + u(nb) +
+                  ", tile = gid % " + u(tiles) + ";\n";
+  // Split K: this split's partial product, [split][batch][m][n] in scratch.
+  g.setup = batch_offsets(s) + "  a_off = aoff;\n  b_off = boff;\n  uint coff = " +
+            (split ? "(split * " + u(nb) + " + batch) * " + u(s.m * s.n) : "batch * " + u(s.m * s.n)) + ";\n";
+  if (c_vec)
+    g.store = std::string(s.n % c.bn != 0 ? "        if (n >= N) continue;\n" : "") +
+              "        C4[(coff >> 2) + m * (N / 4u) + (n >> 2)] = v;\n";
+  else
+    g.store =
+        "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n"
+        "          if (n + q < N) C[coff + m * N + n + q] = v[q];\n";
+  Lowering l;
+  if (!split) {
+    g.bindings = gemm_bindings();
+    l.kernels.push_back(emit_tiled_gemm(g, caps));
+    return l;
+  }
+  // Split K: partial products to scratch [split][batch][m][n], then one pass sums them in split order
+  // (deterministic, no atomics).
+  g.bindings = {gl::input(0), gl::input(1), {BindingKind::Scratch, 0, true}};
+  l.scratch_words.push_back(c.splits * nb * s.m * s.n);
+  l.kernels.push_back(emit_tiled_gemm(g, caps));
+  l.kernels.push_back(splitk_sum_kernel(c.splits, nb * s.m * s.n, 0, caps));
+  return l;
+}
+
+}  // namespace mgn::codegen
