@@ -255,6 +255,8 @@ Lowering lower_data(const LowerContext& ctx) {
     case ir::Op::Gather: return lower_gather(ctx);
     case ir::Op::GatherGrad: return lower_gather_grad(ctx);
     case ir::Op::OneHot: return lower_one_hot(ctx);
+    case ir::Op::GatherElements: return lower_gather_elements(ctx);
+    case ir::Op::ScatterElements: return lower_scatter_elements(ctx);
 #define MGN_FAMILY_DataMovement
 #include "codegen/other_ops.inc"
       break;

@@ -98,6 +98,9 @@ Lowering lower_norm(const LowerContext& ctx);       // layer/rms/group/batch nor
 Lowering lower_conv(const LowerContext& ctx);       // conv2d (+grads), pools (+grads), upsample (+grad)
 Lowering lower_attention(const LowerContext& ctx);  // attention, attention_lse, attention_grad_{q,k,v}
 Lowering lower_data(const LowerContext& ctx);       // reshape/permute/slice/concat/pad/expand/gather/one_hot
+// gather_elements / scatter_elements, which lower_data routes to (index_elements.cpp).
+Lowering lower_gather_elements(const LowerContext& ctx);
+Lowering lower_scatter_elements(const LowerContext& ctx);
 Lowering lower_loss(const LowerContext& ctx);       // cross_entropy, cross_entropy_grad
 
 // ---- Fusion (fusion.cpp): several nodes in one dispatch, one kernel ----------------------------------------
