@@ -245,7 +245,7 @@ for job in "$@"; do
       # e.g. machine code) in a cold cache. Back: f16_probe.tar.xz (f16_probe/{gemm_sweep.*,profile_*.txt}, f16_ir/), f16_ir.txt.
       MGN_PIPELINE_STATS=1 bash bench/gemm_sweep.sh "$B" --out "$OUT/f16_probe" \
         --shapes "${F16_PROBE_SHAPES:-4096x4096x4096 8192x8192x8192 128x576x1536 128x576x49152}" \
-        --only "${F16_PROBE_VARIANTS:-f16_default,f16_dab,f16_dab_bk64,f16_dab_bk16,f16_dab_w32x32,f16_dab_64x64,f16_dab_256x128,f16_da,f16_db,f16_db_p2,f16_dab_p2,f16_dab_p2_w32x32,f16_dab_p2_64x64,f16_dab_nomma,f16_default_noload,f16_default_fragonly,f16_128x128x16_fragonly,f16_default_mmaonly,f16_w32x32_mmaonly,f16_w64x64_mmaonly,f16_128x128x16_mmaonly}" \
+        --only "${F16_PROBE_VARIANTS:-f16_default,f16_default_noload,f16_default_fragonly,f16_128x128x16_fragonly,f16_default_mmaonly,f16_w32x32_mmaonly,f16_w64x64_mmaonly,f16_128x128x16_mmaonly}" \
         > "$OUT/f16_probe_stdout.txt" 2>&1
       echo "gemm_sweep rc=$?" >> "$OUT/f16_probe_stdout.txt"
       MGN_CACHE_DIR=/tmp/mgn-ir-cache MGN_PIPELINE_IR="$OUT/f16_ir" "$B/mgn" bench-gemm 4096x4096x4096 --f16 \

@@ -71,7 +71,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_GEMM_VARIANT", "small"},
       {"MGN_GEMM_TILE", "64x64x16,s2"},
       {"MGN_GEMM_F16", "no"},
-      {"MGN_GEMM_F16_TILE", "128x128x32,dab"},
+      {"MGN_GEMM_F16_TILE", "128x128x32,w64x32"},
       {"MGN_GEMM_F16_ABLATE", "mmaonly"},
       {"MGN_CONV_TILE", "64x32x16"},
   };
@@ -99,7 +99,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.kernels.gemm_tile.bm, 64u);
   EXPECT_EQ(e.kernels.gemm_tile.splits, 2u);
   EXPECT_FALSE(e.kernels.f16_gemm);
-  EXPECT_EQ(e.kernels.f16_tile.direct, 3);
+  EXPECT_EQ(e.kernels.f16_tile.wm, 64u);
   EXPECT_EQ(e.kernels.f16_ablation, GemmAblation::MmaOnly);
   EXPECT_EQ(e.kernels.conv_tile, (ConvTile{64, 32, 16}));
   EXPECT_TRUE(e.unknown.empty());

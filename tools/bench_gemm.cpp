@@ -158,7 +158,7 @@ Run declare_bench_gemm(CLI::App& app) {
                  "the f32 SIMT tile, BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]; overrides MGN_GEMM_TILE")
       ->check(tile_text(false));
   app.add_option("--f16-tile", a->f16_tile,
-                 "the f16 tile, BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,dD][,sS]; overrides MGN_GEMM_F16_TILE")
+                 "the f16 tile, BMxBNxBK[,wWMxWN][,gG][,sS]; overrides MGN_GEMM_F16_TILE")
       ->check(tile_text(true));
   add_compile_flags(app, a->compile, kBackendFlag | kDeviceFlag);
   app.footer(

@@ -28,9 +28,8 @@ enum class AttentionKernel : uint8_t { Auto, Row, Tiled };
 // and the multiplies (no barriers).
 enum class GemmAblation : uint8_t { None, NoLoad, NoMma, MmaOnly, FragOnly };
 
-// A GEMM tile; 0 (or -1 for `direct`) in a field means "let the heuristic choose". Text form, parsed by
-// parse_gemm_tile: f32 SIMT "BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]"; f16 cooperative matrix
-// "BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,dD][,sS]" (D is 0, a, b or ab).
+// A GEMM tile; 0 in a field means "let the heuristic choose". Text form, parsed by parse_gemm_tile: f32 SIMT
+// "BMxBNxBK[,tTMxTN][,lLXxLY][,gG][,sS]"; f16 cooperative matrix "BMxBNxBK[,wWMxWN][,gG][,sS]".
 struct GemmTile {
   uint32_t bm = 0, bn = 0, bk = 0;  // block tile and K slice
   uint32_t tm = 0, tn = 0;          // simt: per-thread tile (multiples of 4)
@@ -38,11 +37,6 @@ struct GemmTile {
   uint32_t wm = 0, wn = 0;          // coopmat: one subgroup's tile
   uint32_t group_m = 0;             // tile rows walked together (L2 reuse); 1 = plain row-major order
   uint32_t splits = 0;              // K split into this many partial products, then summed
-  uint32_t buffers = 0;             // coopmat: shared-memory buffers per operand (1 or 2)
-  uint32_t depth = 0;               // coopmat: K slices in flight in registers (1 or 2)
-  // coopmat: operands whose fragments each subgroup loads straight from global memory (their f16 copies),
-  // with no shared-memory tile: bit 0 A, bit 1 B; -1 = auto (both through shared memory).
-  int direct = -1;
 
   bool operator==(const GemmTile&) const = default;
   bool is_auto() const { return *this == GemmTile{}; }

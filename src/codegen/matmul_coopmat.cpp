@@ -52,18 +52,12 @@ uint32_t coop_a_stride(const GemmShape& s, const CoopConfig& c) {
 uint32_t coop_b_stride(const GemmShape& s, const CoopConfig& c) {
   return (s.transpose_b ? c.bk : c.bn) + 8;
 }
-bool coop_direct_a(const CoopConfig& c) {
-  return (c.direct & 1u) != 0;
-}
-bool coop_direct_b(const CoopConfig& c) {
-  return (c.direct & 2u) != 0;
-}
-// Halves of one shared tile of an operand (0 for an operand read straight from global memory).
+// Halves of one shared tile of an operand.
 uint32_t coop_a_halves(const GemmShape& s, const CoopConfig& c) {
-  return coop_direct_a(c) ? 0u : coop_a_stride(s, c) * (s.transpose_a ? c.bk : c.bm);
+  return coop_a_stride(s, c) * (s.transpose_a ? c.bk : c.bm);
 }
 uint32_t coop_b_halves(const GemmShape& s, const CoopConfig& c) {
-  return coop_direct_b(c) ? 0u : coop_b_stride(s, c) * (s.transpose_b ? c.bn : c.bk);
+  return coop_b_stride(s, c) * (s.transpose_b ? c.bn : c.bk);
 }
 bool coop_direct_store(const GemmShape& s, const CoopConfig& c) {
   return s.m % c.bm == 0 && s.n % c.bn == 0;
@@ -74,14 +68,14 @@ uint32_t coop_staging_bytes(const CoopConfig& c) {
   return (c.bm / c.wm) * (c.bn / c.wn) * c.mma.m * c.mma.n * 4u;
 }
 bool coop_stage_in_a(const GemmShape& s, const CoopConfig& c) {
-  return c.buffers * 2u * coop_a_halves(s, c) >= coop_staging_bytes(c);
+  return kCoopBuffers * 2u * coop_a_halves(s, c) >= coop_staging_bytes(c);
 }
 namespace {
 
-// Shared bytes: `buffers` copies of each operand's tile, plus the edge staging tiles where they do not fit
-// in the A tiles.
+// Shared bytes: two copies of each operand's tile, plus the edge staging tiles where they do not fit in the A
+// tiles.
 uint32_t coop_shared_bytes(const GemmShape& s, const CoopConfig& c) {
-  return c.buffers * 2u * (coop_a_halves(s, c) + coop_b_halves(s, c)) +
+  return kCoopBuffers * 2u * (coop_a_halves(s, c) + coop_b_halves(s, c)) +
          (coop_direct_store(s, c) || coop_stage_in_a(s, c) ? 0u : coop_staging_bytes(c));
 }
 
@@ -100,23 +94,12 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   c.wm = want.wm ? want.wm : std::min<uint32_t>(c.bm, c.bm >= 128 ? 64 : 32);
   c.wn = want.wn ? want.wn : std::min<uint32_t>(c.bn, 32);
   c.group_m = want.group_m ? want.group_m : 8;
-  c.buffers = want.buffers ? want.buffers : 2;
-  c.depth = want.depth ? want.depth : 1;
-  c.direct = want.direct >= 0 ? static_cast<uint32_t>(want.direct) : 0u;
   c.ablate = gemm_ablation_name(ablation);
-  if ((c.ablate == "noload" || c.ablate == "mmaonly" || c.ablate == "fragonly") && c.direct)
-    throw Error("f16 GEMM ablation " + c.ablate +
-                " keeps shared tiles resident; it does not apply to operands read straight from global "
-                "memory (the tile's d field)");
   auto bad = [](const std::string& what) { throw Error("f16 GEMM tile: " + what); };
-  if (c.direct > 3) bad("d: a, b, ab or 0");
   if (c.bm % c.wm || c.bn % c.wn || c.wm % mma.m || c.wn % mma.n || c.bk % mma.k || c.bk % 8 || c.bm % 8 ||
       c.bn % 8)
     bad("block " + su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + " / subgroup tile " + su(c.wm) + "x" +
         su(c.wn) + " do not tile into " + su(mma.m) + "x" + su(mma.n) + "x" + su(mma.k) + " multiplies");
-  if (c.buffers > 2) bad("b" + su(c.buffers) + ": one or two shared buffers");
-  if (c.depth > 2 || (c.depth == 2 && c.buffers != 2))
-    bad("p" + su(c.depth) + ": one or two slices in flight, two only with two shared buffers");
   const uint32_t threads = (c.bm / c.wm) * (c.bn / c.wn) * 32;
   if (threads > caps.max_workgroup_invocations) bad(su(threads) + " threads exceed the device limit");
   if (!want.bk)

@@ -11,10 +11,11 @@
 
 namespace mgn::codegen {
 
+// Each operand's K slices go global -> registers -> one of two shared buffers in turn (one barrier per slice).
+constexpr uint32_t kCoopBuffers = 2;
+
 struct CoopConfig {
-  uint32_t bm, bn, bk, wm, wn, group_m, buffers;
-  uint32_t depth;    // K slices in flight in registers (1 or 2; 2 needs two shared buffers)
-  uint32_t direct;   // bit 0: A's fragments load from global memory (no shared tile), bit 1: B's
+  uint32_t bm, bn, bk, wm, wn, group_m;
   uint64_t k_chunk;  // K range of one split (a multiple of bk)
   uint64_t splits;   // > 1: partial products to scratch 2, then summed (split K)
   CoopMatShape mma;
@@ -41,9 +42,7 @@ PackedOperand packed_b(const GemmShape& s, const CoopConfig& c);
 // 8 halves = 16 bytes so the cooperative loads' rows start on different banks and stay 16-byte aligned.
 uint32_t coop_a_stride(const GemmShape& s, const CoopConfig& c);
 uint32_t coop_b_stride(const GemmShape& s, const CoopConfig& c);
-bool coop_direct_a(const CoopConfig& c);  // A's fragments load straight from its copy
-bool coop_direct_b(const CoopConfig& c);
-// Halves of one shared tile of an operand (0 for an operand read straight from global memory).
+// Halves of one shared tile of an operand.
 uint32_t coop_a_halves(const GemmShape& s, const CoopConfig& c);
 uint32_t coop_b_halves(const GemmShape& s, const CoopConfig& c);
 // Whole blocks only: the accumulators store straight to C.

@@ -1,7 +1,7 @@
 // The f16 cooperative-matrix GEMM kernel (matmul_coopmat.h): BK-deep slices of the f16 copies go global ->
-// registers -> shared memory (one or two buffers, one or two slices in flight) as uvec4s, or an operand's
-// fragments load straight from its copy; each subgroup multiplies its WM x WN tile with
-// GL_NV_cooperative_matrix, accumulating in f32. Only the output stores of edge blocks check bounds.
+// registers -> one of two shared buffers in turn as uvec4s (slice t+1's loads in flight while slice t is
+// multiplied, one barrier per slice); each subgroup multiplies its WM x WN tile with GL_NV_cooperative_matrix,
+// accumulating in f32. Only the output stores of edge blocks check bounds.
 //
 // `emulate`: the same kernel with every cooperative-matrix operation spelled out per invocation over
 // virtual 32-lane subgroups (a fragment is its shared-memory offset; accumulators are 8 floats a lane),
@@ -40,11 +40,8 @@ class CoopKernel {
         bh_(coop_b_halves(s, c)),
         pa_(packed_a(s, c)),
         pb_(packed_b(s, c)),
-        da_(coop_direct_a(c)),
-        db_(coop_direct_b(c)),
         direct_store_(coop_direct_store(s, c)),
-        stage_in_a_(coop_stage_in_a(s, c)),
-        frag_pipe_(da_ && db_ && c.depth == 2) {
+        stage_in_a_(coop_stage_in_a(s, c)) {
     const std::string MM = su(mma_.m), MN = su(mma_.n), MK = su(mma_.k);
     t_a_ = "fcoopmatNV<16, gl_ScopeSubgroup, " + MM + ", " + MK + ">";
     t_b_ = "fcoopmatNV<16, gl_ScopeSubgroup, " + MK + ", " + MN + ">";
@@ -70,8 +67,8 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
          {"NT", su(nt_)},
          {"DECLARATIONS", declarations()},
          {"EMULATION", emulate_ ? emulation_lib() : t_c_ + " acc[" + su(fi_ * fj_) + "];\n"},
-         {"LOADERS", (da_ ? "" : loader(true)) + (db_ ? "" : loader(false))},
-         {"COMPUTE", frag_pipe_ ? fragment_pipeline() : compute()},
+         {"LOADERS", loader(true) + loader(false)},
+         {"COMPUTE", compute()},
          {"GRID", grid_.glsl},
          {"SETUP", setup()},
          {"K_LOOP", k_loop()},
@@ -87,20 +84,13 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
   std::string key() const {
     const CoopConfig& c = c_;
     return su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) + "_m" + su(mma_.m) +
-           "x" + su(mma_.n) + "x" + su(mma_.k) + "_g" + su(c.group_m) + "_b" + su(c.buffers) + "_p" +
-           su(c.depth) + (c.direct ? std::string("_d") + (da_ ? "a" : "") + (db_ ? "b" : "") : "") +
-           (split_ ? "_s" + su(c.splits) : "") + (direct_store_ ? "" : "_edge") + "_t" + su(s_.transpose_a) +
+           "x" + su(mma_.n) + "x" + su(mma_.k) + "_g" + su(c.group_m) + (split_ ? "_s" + su(c.splits) : "") + (direct_store_ ? "" : "_edge") + "_t" + su(s_.transpose_a) +
            su(s_.transpose_b) + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
   }
 
   std::string header() const {
     const CoopConfig& c = c_;
-    const std::string staging = c.direct == 3
-                                    ? std::string("fragments straight from global memory, no shared tiles")
-                                    : su(c.buffers) + " shared buffer(s)" +
-                                          (c.direct ? std::string("; ") + (da_ ? "A" : "B") +
-                                                          "'s fragments straight from global memory"
-                                                    : "");
+    const std::string staging = su(kCoopBuffers) + " shared buffer(s)";
     return gl::render(
         R"(// archetype: matmul f16 cooperative matrix${EMULATED} ${KEY}: f16 copies of A and B in, f32 accumulation
 // ${DIMS}; ${WARPS} subgroups of 32, each ${WM}x${WN} as ${FI}x${FJ} multiplies; ${STAGING}${SPLIT}
@@ -123,13 +113,8 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
     const CoopConfig& c = c_;
     const std::string a_layout = s_.transpose_a ? "[k][m]" : "[m][k]",
                       b_layout = s_.transpose_b ? "[n][k]" : "[k][n]";
-    std::string registers;
-    for (uint32_t r = 0; r < c.depth; ++r) {
-      if (!da_)
-        registers += "uvec4 ra" + su(r) + "[" + su(per_item(true)) + "];  // a K slice of A in flight\n";
-      if (!db_)
-        registers += "uvec4 rb" + su(r) + "[" + su(per_item(false)) + "];  // a K slice of B in flight\n";
-    }
+    const std::string registers = "uvec4 ra0[" + su(per_item(true)) + "];  // a K slice of A in flight\n" +
+                                  "uvec4 rb0[" + su(per_item(false)) + "];  // a K slice of B in flight\n";
     return gl::render(
         R"(// A16, B16: the operands' f16 copies, 8 halves per uvec4, ${AL} ${AR}x${AC} and ${BL} ${BR}x${BC} halves per matrix (zero padding)
 ${BUFFERS}layout(std430, set = 0, binding = 2) buffer B2 { float C[]; };
@@ -158,8 +143,8 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
          {"GA", u(pa_.cols)},
          {"GB", u(pb_.cols)},
          {"SHARED",
-          (ah_ ? "shared uvec4 As[" + su(c.buffers * ah_ / 8) + "];\n" : "") +
-              (bh_ ? "shared uvec4 Bs[" + su(c.buffers * bh_ / 8) + "];\n" : "") +
+          "shared uvec4 As[" + su(kCoopBuffers * ah_ / 8) + "];\n" +
+              "shared uvec4 Bs[" + su(kCoopBuffers * bh_ / 8) + "];\n" +
               (!direct_store_ && !stage_in_a_ ? "shared float Cs[" + su(warps_ * mma_.m * mma_.n) + "];\n"
                                               : "")},
          {"REGISTERS", registers}});
@@ -170,7 +155,7 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
     std::string s = "float acc[" + su(fi_ * fj_) + "][" + su(per_lane_) +
                     "];  // lane's elements idx = lane + 32 * e, row-major\n";
     // Half h of a shared tile (8 halves per uvec4, 2 per word, the lower address in the low bits).
-    for (const char* t : {da_ ? "A16" : "As", db_ ? "B16" : "Bs"})
+    for (const char* t : {"As", "Bs"})
       s += gl::render(R"(float half_${T}(uint h) {
   vec2 v = unpackHalf2x16(${T}[h >> 3u][(h >> 1u) & 3u]);
   return (h & 1u) != 0u ? v.y : v.x;
@@ -179,7 +164,7 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
                       {{"T", t}});
     // Row-major element (r, c) of a fragment at `off`: off + r * stride + c; column-major: off + c * stride +
     // r.
-    const std::string rs = da_ ? "GA" : "SA", rt = db_ ? "GB" : "SB";
+    const std::string rs = "SA", rt = "SB";
     return s + gl::render(R"(void mma_emul(uint ia, uint ib, uint fa, uint fb) {
   ${UNROLL}for (uint e = 0u; e < ${PER_LANE}; ++e) {
     uint idx = lane + 32u * e, r = idx / ${MN}, cc = idx % ${MN};
@@ -195,9 +180,9 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
                            {"MN", u(mma_.n)},
                            {"FJ", u(fj_)},
                            {"MK", u(mma_.k)},
-                           {"HA", da_ ? "half_A16" : "half_As"},
+                           {"HA", "half_As"},
                            {"AIDX", s_.transpose_a ? "kk * " + rs + " + r" : "r * " + rs + " + kk"},
-                           {"HB", db_ ? "half_B16" : "half_Bs"},
+                           {"HB", "half_Bs"},
                            {"BIDX", s_.transpose_b ? "cc * " + rt + " + kk" : "kk * " + rt + " + cc"}});
   }
 
@@ -205,7 +190,7 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
   uint64_t per_item(bool a) const { return div_up(items(a), nt_); }
 
   // Global -> registers -> shared for operand A (`a`) or B: an item is 8 consecutive halves along the copy's
-  // contiguous axis; one load and one store function per register set.
+  // contiguous axis; one load and one store function.
   std::string loader(bool a) const {
     const std::string name = a ? "a" : "b";
     const bool contig_k = a ? !s_.transpose_a : s_.transpose_b;
@@ -222,9 +207,8 @@ ${GUARD})",
                         ? "uint k8 = e % " + u(c_.bk / 8) + ", o = e / " + u(c_.bk / 8) + ";"
                         : "uint o8 = e % " + u(outer_tile / 8) + ", kk = e / " + u(outer_tile / 8) + ";"},
          {"GUARD", n % nt_ != 0 ? "    if (e >= " + u(n) + ") break;\n" : ""}});
-    std::string t;
-    for (uint32_t r = 0; r < c_.depth; ++r)
-      t += gl::render(
+    const uint32_t r = 0;  // the register set (names ra0, rb0; one slice in flight)
+    return gl::render(
           R"(void load_${X}${SET}(uint k0) {
   ${UNROLL}for (uint it = 0u; it < ${PER}; ++it) {
 ${ITEM}    r${X}${SET}[it] = ${SRC}[${X}_off + ${SRC_INDEX}];
@@ -247,23 +231,15 @@ ${ITEM}    ${DST}[buf * ${TILE8} + ${DST_INDEX}] = r${X}${SET}[it];
            {"DST", a ? "As" : "Bs"},
            {"TILE8", u(halves / 8)},
            {"DST_INDEX", contig_k ? "o * " + u(stride / 8) + " + k8" : "kk * " + u(stride / 8) + " + o8"}});
-    return t;
   }
 
   // Fragment (i, j) covers rows wm0 + i*MM and columns wn0 + j*MN of the block; offsets in halves
-  // (multiples of 8). A direct operand's fragment sits in its f16 copy: rows (m0 | n0) + wm0/wn0 + i*MM of
-  // the matrix, K index k0 + kk, offsets in halves from the copy's start (a_off, b_off are in uvec4s).
+  // (multiples of 8).
   std::string a_frag(const std::string& i, const std::string& kk) const {
-    if (da_)
-      return s_.transpose_a ? "(k0 + " + kk + ") * GA + m0 + wm0 + " + i + " * " + u(mma_.m)
-                            : "(m0 + wm0 + " + i + " * " + u(mma_.m) + ") * GA + k0 + " + kk;
     return s_.transpose_a ? kk + " * SA + wm0 + " + i + " * " + u(mma_.m)
                           : "(wm0 + " + i + " * " + u(mma_.m) + ") * SA + " + kk;
   }
   std::string b_frag(const std::string& j, const std::string& kk) const {
-    if (db_)
-      return s_.transpose_b ? "(n0 + wn0 + " + j + " * " + u(mma_.n) + ") * GB + k0 + " + kk
-                            : "(k0 + " + kk + ") * GB + n0 + wn0 + " + j + " * " + u(mma_.n);
     return s_.transpose_b ? "(wn0 + " + j + " * " + u(mma_.n) + ") * SB + " + kk
                           : kk + " * SB + wn0 + " + j + " * " + u(mma_.n);
   }
@@ -286,15 +262,15 @@ ${I}  coopMatLoadNV(fb[j], ${SRCB}, (${BBASE} + ${BFRAG}) / 8u, ${STRB} / 8u, ${
                        {"UNROLL", unroll_},
                        {"FIU", u(fi_)},
                        {"FJU", u(fj_)},
-                       {"SRCA", da_ ? "A16" : "As"},
+                       {"SRCA", "As"},
                        {"ABASE", abase},
                        {"AFRAG", a_frag("i", kk)},
-                       {"STRA", da_ ? "GA" : "SA"},
+                       {"STRA", "SA"},
                        {"TRA", s_.transpose_a ? "true" : "false"},
-                       {"SRCB", db_ ? "B16" : "Bs"},
+                       {"SRCB", "Bs"},
                        {"BBASE", bbase},
                        {"BFRAG", b_frag("j", kk)},
-                       {"STRB", db_ ? "GB" : "SB"},
+                       {"STRB", "SB"},
                        {"TRB", s_.transpose_b ? "true" : "false"}});
   }
 
@@ -314,7 +290,7 @@ ${I}  coopMatLoadNV(fb[j], ${SRCB}, (${BBASE} + ${BFRAG}) / 8u, ${STRB} / 8u, ${
                      : mma("fa[i]", "fb[j]"));
   }
 
-  // One subgroup's multiplies of the slice in shared buffer `buf` (or, direct, at K offset k0 of the copies).
+  // One subgroup's multiplies of the slice in shared buffer `buf` (k0: its K offset, unused by the kernel).
   std::string compute() const {
     return gl::render(R"(void compute(uint buf, uint k0) {
   uint abase = ${ABASE}, bbase = ${BBASE};
@@ -322,51 +298,12 @@ ${I}  coopMatLoadNV(fb[j], ${SRCB}, (${BBASE} + ${BFRAG}) / 8u, ${STRB} / 8u, ${
 ${LOADS}${MMAS}  }
 }
 )",
-                      {{"ABASE", da_ ? std::string("a_off * 8u") : "buf * " + u(ah_)},
-                       {"BBASE", db_ ? std::string("b_off * 8u") : "buf * " + u(bh_)},
+                      {{"ABASE", "buf * " + u(ah_)},
+                       {"BBASE", "buf * " + u(bh_)},
                        {"UNROLL", unroll_},
                        {"MK", u(mma_.k)},
                        {"LOADS", emulate_ ? "" : frag_loads("    ", "abase", "bbase", "kk")},
                        {"MMAS", step_mmas("    ", "abase", "bbase", "kk")}});
-  }
-
-  // Both operands direct with two steps in flight: fragment sets 0 and 1 alternate, so one multiply-K
-  // step's loads are issued before the previous step's multiplies (software pipelining in registers); it
-  // replaces compute().
-  std::string fragment_pipeline() const {
-    std::string g;
-    for (const char* set : {"0", "1"}) {
-      const std::string S = set;
-      // Operand X's fragments (fX<set>[idx], idx < count) at halves offset `frag` of its copy.
-      auto load = [&](const std::string& x, const std::string& idx, uint32_t count, const std::string& frag,
-                      bool transposed) {
-        const std::string X = x == "a" ? "A" : "B", f = "f" + x + S + "[" + idx + "]";
-        return "  " + unroll_ + "for (uint " + idx + " = 0u; " + idx + " < " + u(count) + "; ++" + idx +
-               ")\n    " +
-               (emulate_ ? f + " = " + x + "_off * 8u + " + frag + ";\n"
-                         : "coopMatLoadNV(" + f + ", " + X + "16, " + x + "_off + (" + frag + ") / 8u, G" +
-                               X + " / 8u, " + (transposed ? "true" : "false") + ");\n");
-      };
-      g += gl::render(R"(${DECL}void frags${S}(uint k0) {
-${LOAD_A}${LOAD_B}}
-void mma${S}() {
-  ${UNROLL}for (uint i = 0u; i < ${FI}; ++i)
-    ${UNROLL}for (uint j = 0u; j < ${FJ}; ++j)
-      ${MMA}}
-)",
-                      {{"DECL", emulate_ ? "uint fa" + S + "[" + su(fi_) + "], fb" + S + "[" + su(fj_) +
-                                               "];  // fragment offsets in halves\n"
-                                         : t_a_ + " fa" + S + "[" + su(fi_) + "];\n" + t_b_ + " fb" + S +
-                                               "[" + su(fj_) + "];\n"},
-                       {"S", S},
-                       {"LOAD_A", load("a", "i", fi_, a_frag("i", "0u"), s_.transpose_a)},
-                       {"LOAD_B", load("b", "j", fj_, b_frag("j", "0u"), s_.transpose_b)},
-                       {"UNROLL", unroll_},
-                       {"FI", u(fi_)},
-                       {"FJ", u(fj_)},
-                       {"MMA", mma("fa" + S + "[i]", "fb" + S + "[j]")}});
-    }
-    return g;
   }
 
   // main() up to the K loop: the block, this batch's matrices, the subgroup, zeroed accumulators, the K
@@ -415,12 +352,11 @@ ${ZERO}${K_RANGE}  const bool LOADS = ${LOADS}
          {"LOADS", c.ablate == "noload" ? "false;  // ABLATED" : "true;"}});
   }
 
-  // Only the operands staged through shared memory are fetched and put.
   std::string fetch(const std::string& set, const std::string& k0) const {
-    return (da_ ? "" : "load_a" + set + "(" + k0 + "); ") + (db_ ? "" : "load_b" + set + "(" + k0 + ");");
+    return "load_a" + set + "(" + k0 + "); load_b" + set + "(" + k0 + ");";
   }
   std::string put(const std::string& set, const std::string& buf) const {
-    return (da_ ? "" : "store_a" + set + "(" + buf + "); ") + (db_ ? "" : "store_b" + set + "(" + buf + ");");
+    return "store_a" + set + "(" + buf + "); store_b" + set + "(" + buf + ");";
   }
 
   std::string k_loop() const {
@@ -444,66 +380,18 @@ ${ZERO}${K_RANGE}  const bool LOADS = ${LOADS}
              "  for (uint t = 0u; t < ntiles; ++t) {\n    compute(0u, kbeg);\n    memoryBarrierShared();\n  "
              "}\n";
     }
-    if (frag_pipe_) {
-      // The copies are padded to whole slices, so every step of the split's ntiles slices is in bounds.
-      return gl::render(R"(  uint steps = ntiles * ${STEPS}, k = kbeg;
-  frags0(k);
-  for (uint st = 0u; st < steps; st += 2u, k += ${MK2}) {
-    if (st + 1u < steps) frags1(k + ${MK});
-    mma0();
-    if (st + 1u >= steps) break;
-    if (st + 2u < steps) frags0(k + ${MK2});
-    mma1();
-  }
-)",
-                        {{"STEPS", u(c.bk / mma_.k)}, {"MK2", u(2 * mma_.k)}, {"MK", u(mma_.k)}});
-    }
-    // No shared tiles: the subgroups run independently (no barrier), each reading its fragments from the
-    // f16 copies through the caches.
-    if (da_ && db_) return "  for (uint t = 0u; t < ntiles; ++t) compute(0u, kbeg + t * BK);\n";
-    if (c.depth == 1) {
-      // Slice t+1 is loaded into registers before slice t is multiplied. With two buffers it is stored to
-      // the other one right after (whose last readers, slice t-1, all passed the previous barrier): one
-      // barrier per slice. With one, everyone finishes reading it before it is overwritten: two.
-      return first + gl::render(R"(  for (uint t = 0u; t < ntiles; ++t) {
+    // Slice t+1 is loaded into registers before slice t is multiplied, and stored to the other buffer right
+    // after (whose last readers, slice t-1, all passed the previous barrier): one barrier per slice.
+    return first + gl::render(R"(  for (uint t = 0u; t < ntiles; ++t) {
     bool more = LOADS && t + 1u < ntiles;
     if (more) { ${FETCH} }
-${BODY}    barrier();
+    uint cur = t & 1u;
+    compute(cur, kbeg + t * BK);
+    if (more) { ${PUT} }
+    barrier();
   }
 )",
-                                {{"FETCH", fetch("0", "kbeg + (t + 1u) * BK")},
-                                 {"BODY", c.buffers == 2
-                                              ? "    uint cur = t & 1u;\n    compute(cur, kbeg + t * BK);\n"
-                                                "    if (more) { " +
-                                                    put("0", "cur ^ 1u") + " }\n"
-                                              : "    compute(0u, kbeg + t * BK);\n    barrier();\n"
-                                                "    if (more) { " +
-                                                    put("0", "0u") + " }\n"}});
-    }
-    // Two slices in flight: register set 0 holds the odd slices, set 1 the even ones (after slice 0), so a
-    // slice's global loads are issued two multiplies before its store to shared memory needs them. Even
-    // slices sit in buffer 0, odd ones in buffer 1; the loop body covers two slices so that every register
-    // index is a constant.
-    return first + gl::render(R"(  if (LOADS && ntiles > 1u) { ${FETCH0_1} }
-  if (LOADS && ntiles > 2u) { ${FETCH1_2} }
-  for (uint t = 0u; t < ntiles; t += 2u) {
-    compute(0u, kbeg + t * BK);
-    if (LOADS && t + 1u < ntiles) { ${PUT0} }
-    barrier();
-    if (LOADS && t + 3u < ntiles) { ${FETCH0_T3} }
-    if (t + 1u >= ntiles) break;
-    compute(1u, kbeg + (t + 1u) * BK);
-    if (LOADS && t + 2u < ntiles) { ${PUT1} }
-    barrier();
-    if (LOADS && t + 4u < ntiles) { ${FETCH1_T4} }
-  }
-)",
-                              {{"FETCH0_1", fetch("0", "kbeg + BK")},
-                               {"FETCH1_2", fetch("1", "kbeg + 2u * BK")},
-                               {"PUT0", put("0", "1u")},
-                               {"FETCH0_T3", fetch("0", "kbeg + (t + 3u) * BK")},
-                               {"PUT1", put("1", "0u")},
-                               {"FETCH1_T4", fetch("1", "kbeg + (t + 4u) * BK")}});
+                              {{"FETCH", fetch("0", "kbeg + (t + 1u) * BK")}, {"PUT", put("0", "cur ^ 1u")}});
   }
 
   // The stores of this subgroup's accumulators; split K: this split's partial product, [split][batch][m][n]
@@ -574,7 +462,7 @@ ${STAGE}      barrier();
   const gl::Grid grid_;
   const uint32_t ah_, bh_;
   const PackedOperand pa_, pb_;
-  const bool da_, db_, direct_store_, stage_in_a_, frag_pipe_;
+  const bool direct_store_, stage_in_a_;
   std::string t_a_, t_b_, t_c_;  // the fragment types
 };
 

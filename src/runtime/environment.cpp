@@ -93,7 +93,7 @@ const std::vector<Row>& rows() {
       {{"MGN_GEMM_F16", "compiler", "`1` / `0` (`1`: where the device self-test passes)",
         "`0`: Accelerated matmuls stay f32. Option: `KernelOptions::f16_gemm`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_gemm = parse_flag(v, n); }},
-      {{"MGN_GEMM_F16_TILE", "compiler", "`BMxBNxBK[,wWMxWN][,gG][,bB][,pP][,dD][,sS]` (chosen per shape)",
+      {{"MGN_GEMM_F16_TILE", "compiler", "`BMxBNxBK[,wWMxWN][,gG][,sS]` (chosen per shape)",
         "the f16 cooperative-matrix GEMM tile. Option: `KernelOptions::f16_tile`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_tile = parse_gemm_tile(v, true, n); }},
       {{"MGN_GEMM_F16_ABLATE", "compiler", "`noload`, `nomma`, `mmaonly`, `fragonly` (unset)",

@@ -79,21 +79,6 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat, const std::strin
     } else if (!coopmat && tag == 'l') {
       auto d = parse_dims(rest, 2, who);
       t.lx = d[0], t.ly = d[1];
-    } else if (coopmat && tag == 'p') {
-      t.depth = parse_dims(rest, 1, who)[0];
-    } else if (coopmat && tag == 'd') {
-      if (rest == "0")
-        t.direct = 0;
-      else if (rest == "a")
-        t.direct = 1;
-      else if (rest == "b")
-        t.direct = 2;
-      else if (rest == "ab")
-        t.direct = 3;
-      else
-        throw Error(who + ": '" + field + "': d0, da, db or dab (operands read straight from global memory)");
-    } else if (coopmat && tag == 'b') {
-      t.buffers = parse_dims(rest, 1, who)[0];
     } else if (coopmat && tag == 'w') {
       auto d = parse_dims(rest, 2, who);
       t.wm = d[0], t.wn = d[1];
@@ -101,9 +86,13 @@ GemmTile parse_gemm_tile(const std::string& text, bool coopmat, const std::strin
       t.group_m = parse_dims(rest, 1, who)[0];
     } else if (tag == 's') {
       t.splits = parse_dims(rest, 1, who)[0];
+    } else if (coopmat && (tag == 'b' || tag == 'p' || tag == 'd')) {
+      throw Error(who + ": field '" + field + "' in '" + text + "': the f16 GEMM's b (one shared buffer), p (two "
+                  "slices in flight) and d (fragments from global memory) variants were removed after they "
+                  "measured slower than the default (docs/perf-notes.md, \"Kept variants\")");
     } else {
       throw Error(who + ": unknown field '" + field + "' in '" + text + "' (expected " +
-                  (coopmat ? "BMxBNxBK, wWMxWN, gG, bB, pP, dD, sS" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
+                  (coopmat ? "BMxBNxBK, wWMxWN, gG, sS" : "BMxBNxBK, tTMxTN, lLXxLY, gG, sS") + ")");
     }
     first = false;
     if (comma == std::string::npos) break;
@@ -164,12 +153,6 @@ std::string gemm_tile_str(const GemmTile& t, bool coopmat) {
   if (!coopmat && (t.lx || t.ly)) s += ",l" + n(t.lx) + "x" + n(t.ly);
   if (coopmat && (t.wm || t.wn)) s += ",w" + n(t.wm) + "x" + n(t.wn);
   if (t.group_m) s += ",g" + n(t.group_m);
-  if (coopmat && t.buffers) s += ",b" + n(t.buffers);
-  if (coopmat && t.depth) s += ",p" + n(t.depth);
-  if (coopmat && t.direct >= 0) {
-    static const char* kDirect[] = {"0", "a", "b", "ab"};
-    s += std::string(",d") + kDirect[t.direct & 3];
-  }
   if (t.splits) s += ",s" + n(t.splits);
   return s;
 }
