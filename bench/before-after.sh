@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Speed of two builds of mgn on one GPU, in one call: SmolLM2-135M (batch 1 x 128 tokens) and ResNet-50
-# (batch 4), every phase of `mgn bench` (inference, minimal, flb, step; strict), the two binaries alternated
-# REPS times so that clock drift hits both alike. Writes the JSON lines and before_after.md (per phase: the
-# median over reps of each binary's median, and after/before) to $OUT.
+# (batch 4), every phase of `mgn bench` (compile, inference, minimal, flb, step; strict), the two binaries
+# alternated REPS times (the order flipped every rep) so that clock drift hits both alike. Writes
+# before_after.md (per phase: the median over reps of each binary's median, and after/before) and
+# before_after.tar.xz (every JSON line and the log) to $OUT.
 # Usage there: bench/before-after.sh BEFORE_DIR AFTER_DIR [REPS]   (each DIR holds mgn and lib/)
 #   WORKLOADS="smollm2-135m resnet50" (default) chooses the models; resnet50 runs at batch 4.
 set -uo pipefail
 A=$(realpath "$1") B=$(realpath "$2") REPS=${3:-3}
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+W=/tmp/before-after
+rm -rf "$W" && mkdir -p "$OUT" "$W"
 export MGN_VALIDATION=0
 run() {  # run LABEL DIR WORKLOAD REP ARGS...
   local label=$1 dir=$2 w=$3 rep=$4
   shift 4
   # Each binary keeps its own warm shader cache (filled by the first rep's compile), as users see it.
   MGN_CACHE_DIR="/tmp/cache-$label" LD_LIBRARY_PATH="$dir/lib" "$dir/mgn" bench "$w" "$@" \
-    --json "$OUT/${label}_${w}_r$rep.jsonl" > /dev/null 2>> "$OUT/log.txt"
-  echo "$label $w rep $rep rc=$?" >> "$OUT/log.txt"
+    --json "$W/${label}_${w}_r$rep.jsonl" > /dev/null 2>> "$W/log.txt"
+  echo "$label $w rep $rep rc=$?" >> "$W/log.txt"
 }
 for rep in $(seq 1 "$REPS"); do
   for w in ${WORKLOADS:-smollm2-135m resnet50}; do
@@ -29,7 +31,7 @@ for rep in $(seq 1 "$REPS"); do
     done
   done
 done
-python3 - "$OUT" "$REPS" <<'PY' > "$OUT/before_after.md"
+python3 - "$W" "$REPS" <<'PY' > "$OUT/before_after.md"
 import glob, json, statistics, sys
 out, reps = sys.argv[1], int(sys.argv[2])
 rows = {}
@@ -50,4 +52,5 @@ for (w, ph), v in sorted(rows.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][
     mb, ma = statistics.median(b), statistics.median(a)
     print(f"| {w} | {ph} | {mb:.3f} | {ma:.3f} | {ma / mb:.3f} | {len(b)}/{len(a)} |")
 PY
+tar -cJf "$OUT/before_after.tar.xz" -C "$W" .
 cat "$OUT/before_after.md"
