@@ -2,6 +2,8 @@
 // Vulkan engine opens it, described.
 #include "mgn/device.h"
 
+#include "mgn/types.h"
+
 #ifdef MGN_HAVE_VULKAN
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/gemm_selftest.h"
