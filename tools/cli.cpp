@@ -123,6 +123,12 @@ Precision precision_from_name(const std::string& name) {
   throw UsageError("precision is strict or accelerated, got '" + name + "'");
 }
 
+void add_model_dir(CLI::App& app, std::string& dir) {
+  app.add_option("MODEL_DIR", dir, "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+}
+
 CompileOptions compile_options(const Context& c, const CompileFlags& f, Mode mode) {
   CompileOptions o;
   c.env.apply(o);

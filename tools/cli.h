@@ -60,6 +60,8 @@ enum CompileFlag : unsigned { kBackendFlag = 1, kDeviceFlag = 2, kPrecisionFlag 
 void add_compile_flags(CLI::App& app, CompileFlags& flags, unsigned which = kAllCompileFlags,
                        const std::string& precision_names = "--precision");
 Precision precision_from_name(const std::string& name);  // "strict", "accelerated"
+// The positional MODEL_DIR of the Llama-family commands: an existing Hugging Face directory.
+void add_model_dir(CLI::App& app, std::string& dir);
 // The environment's options (mgn::Environment::apply), then the flags, then the mode.
 CompileOptions compile_options(const Context& c, const CompileFlags& flags, Mode mode);
 

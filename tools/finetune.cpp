@@ -118,10 +118,7 @@ int finetune(const FinetuneArgs& a, const Context& c) {
 
 Run declare_finetune(CLI::App& app) {
   auto a = std::make_shared<FinetuneArgs>();
-  app.add_option("MODEL_DIR", a->dir,
-                 "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
-      ->required()
-      ->check(CLI::ExistingDirectory);
+  add_model_dir(app, a->dir);
   app.add_option("--text", a->text, "the training text (UTF-8)")->required()->check(CLI::ExistingFile);
   app.add_option("--out", a->out, "output directory (not MODEL_DIR)")->required()->type_name("DIR");
   app.add_option("--steps", a->steps, "AdamW steps")->check(at_least(1));

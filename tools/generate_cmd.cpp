@@ -78,10 +78,7 @@ int generate_text(const GenerateArgs& a, const Context& c) {
 
 Run declare_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  app.add_option("MODEL_DIR", a->dir,
-                 "a Hugging Face Llama-family directory (config.json, weights, tokenizer.json)")
-      ->required()
-      ->check(CLI::ExistingDirectory);
+  add_model_dir(app, a->dir);
   app.add_option("--prompt", a->prompt, "the text to continue")->required();
   app.add_option("--max-tokens", a->max_tokens, "new tokens at most (eos ends earlier)")->check(at_least(1));
   app.add_option("--temperature", a->temperature, "0: greedy; else sampling at this temperature")

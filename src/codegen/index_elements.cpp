@@ -26,45 +26,49 @@ ${I}bool ok = k >= 0 && k < ${DIM};
                     {{"I", indent}, {"P", p}, {"DIM", std::to_string(dim)}});
 }
 
+// What both kernels share: the 32-bit checks, data and indices bound as x and idx, the axis and the
+// specialization key (data shape, axis, indices shape).
+struct ElementsOp {
+  int axis;
+  std::string key;
+  gl::Buffers buffers;
+};
+
+ElementsOp elements_op(const LowerContext& ctx) {
+  const ir::Node &n = ctx.node, &data = ctx.input(0), &idx = ctx.input(1);
+  const std::string who = ctx.graph.describe(n.id);
+  gl::check_32bit(gl::numel_u(data.shape), who);
+  gl::check_32bit(gl::numel_u(idx.shape), who);
+  ElementsOp e{int(n.attrs.i("axis")), "", {}};
+  e.key = shape_str(data.shape) + "_a" + std::to_string(e.axis) + "_idx" + shape_str(idx.shape);
+  e.buffers.add("x", gl::input(0), data.dtype);
+  e.buffers.add("idx", gl::input(1), DType::I32);
+  return e;
+}
+
 }  // namespace
 
 Lowering lower_gather_elements(const LowerContext& ctx) {
-  const ir::Node& n = ctx.node;
-  const ir::Node &data = ctx.input(0), &idx = ctx.input(1);
-  const int axis = int(n.attrs.i("axis"));
-  const std::string who = ctx.graph.describe(n.id);
-  gl::check_32bit(gl::numel_u(data.shape), who);
-  gl::check_32bit(gl::numel_u(idx.shape), who);
-  gl::Buffers b;
-  b.add("x", gl::input(0), data.dtype);
-  b.add("idx", gl::input(1), DType::I32);
-  b.add("y", gl::output(), n.dtype);
+  const ir::Node &n = ctx.node, &data = ctx.input(0), &idx = ctx.input(1);
+  ElementsOp e = elements_op(ctx);
+  e.buffers.add("y", gl::output(), n.dtype);
   const std::vector<int64_t> ds = gl::strides(data.shape);
-  std::string body = gl::unravel(idx.shape, "i", "c") + offset_without_axis(ds, axis, "off") + load_index("i", data.shape[size_t(axis)], "  ") +
-                     gl::render("  y[i] = ok ? x[off + uint(k) * ${STRIDE}] : ${ZERO};\n",
-                                {{"STRIDE", u(uint64_t(ds[size_t(axis)]))},
-                                 {"ZERO", std::string(gl::type_of(n.dtype)) + "(0)"}});
-  const std::string key = "data " + shape_str(data.shape) + " axis " + std::to_string(axis) + " indices " +
-                          shape_str(idx.shape);
-  return gl::one_kernel(gl::elementwise("gather_elements_" + shape_str(data.shape) + "_a" + std::to_string(axis) +
-                                            "_idx" + shape_str(idx.shape),
-                                        "data gather_elements " + key, b.decls, body, gl::numel_u(n.shape),
-                                        b.bindings, ctx.caps));
+  const std::string body =
+      gl::unravel(idx.shape, "i", "c") + offset_without_axis(ds, e.axis, "off") +
+      load_index("i", data.shape[size_t(e.axis)], "  ") +
+      gl::render("  y[i] = ok ? x[off + uint(k) * ${STRIDE}] : ${ZERO};\n",
+                 {{"STRIDE", u(uint64_t(ds[size_t(e.axis)]))}, {"ZERO", std::string(gl::type_of(n.dtype)) + "(0)"}});
+  return gl::one_kernel(gl::elementwise("gather_elements_" + e.key, "data gather_elements " + e.key, e.buffers.decls,
+                                        body, gl::numel_u(n.shape), e.buffers.bindings, ctx.caps));
 }
 
 Lowering lower_scatter_elements(const LowerContext& ctx) {
-  const ir::Node& n = ctx.node;
-  const ir::Node &data = ctx.input(0), &idx = ctx.input(1);
-  const int axis = int(n.attrs.i("axis"));
+  const ir::Node &n = ctx.node, &data = ctx.input(0), &idx = ctx.input(1);
   const std::string& reduction = n.attrs.s("reduction");
-  const std::string who = ctx.graph.describe(n.id);
-  gl::check_32bit(gl::numel_u(data.shape), who);
-  gl::check_32bit(gl::numel_u(idx.shape), who);
-  gl::Buffers b;
-  b.add("x", gl::input(0), data.dtype);
-  b.add("idx", gl::input(1), DType::I32);
-  b.add("upd", gl::input(2), data.dtype);
-  b.add("y", gl::output(), n.dtype);
+  ElementsOp e = elements_op(ctx);
+  const int axis = e.axis;
+  e.buffers.add("upd", gl::input(2), data.dtype);
+  e.buffers.add("y", gl::output(), n.dtype);
   // The index positions that may write output element i lie on one line along `axis`: the one whose other
   // coordinates are i's, which exists only where every such coordinate is within the indices' extent.
   std::string inside = "true";
@@ -97,12 +101,10 @@ ${LOAD}      if (ok && uint(k) == c${AXIS}) {
                                  {"LOAD", load_index("p", data.shape[size_t(axis)], "      ")},
                                  {"AXIS", std::to_string(axis)},
                                  {"COMBINE", combine}});
-  const std::string key = "data " + shape_str(data.shape) + " axis " + std::to_string(axis) + " indices " +
-                          shape_str(idx.shape) + " reduction " + reduction;
-  return gl::one_kernel(gl::elementwise("scatter_elements_" + reduction + "_" + shape_str(data.shape) + "_a" +
-                                            std::to_string(axis) + "_idx" + shape_str(idx.shape),
-                                        "data scatter_elements " + key, b.decls + gl::math_lib(), body,
-                                        gl::numel_u(n.shape), b.bindings, ctx.caps));
+  return gl::one_kernel(gl::elementwise("scatter_elements_" + reduction + "_" + e.key,
+                                        "data scatter_elements " + e.key + " reduction " + reduction,
+                                        e.buffers.decls + gl::math_lib(), body, gl::numel_u(n.shape),
+                                        e.buffers.bindings, ctx.caps));
 }
 
 }  // namespace mgn::codegen
