@@ -7,9 +7,11 @@ PKGS=(
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   libshaderc-dev glslang-dev spirv-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
+  libsndfile1-dev libsamplerate0-dev libfftw3-dev
   python3-torch python3-torchvision python3-numpy python3-onnx libopenblas0-pthread
   clang libclang-rt-14-dev
   dataset-fashion-mnist
+  alsa-utils espeak-ng
 )
 # Node.js runs the Hugging Face tokenizers library (npm package) as the tokenizer tests' reference.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
