@@ -2,6 +2,7 @@
 // checked, and the model directory's config and weights are read, before anything compiles; then one
 // encoder session (compiled once for --batch rows) encodes the files batch by batch, the log-mel
 // spectrograms computed on the host (FFTW, one thread per core) while nothing else waits on them.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,8 +24,8 @@ constexpr int64_t kRate = 16000, kWindow = 30 * kRate;  // Whisper's 30-s window
 
 struct WhisperArgs {
   std::vector<std::string> audio;
-  std::string model, out, long_audio = "refuse";
-  int64_t batch = 0;
+  std::string model, out, long_audio = "refuse", features = "host", dump_features;
+  int64_t batch = 0, repeat = 1;
   CompileFlags compile;
 };
 
@@ -72,8 +73,19 @@ int whisper_encode(const WhisperArgs& a, const Context& c) {
       throw UsageError("--out " + a.out + ": the folder " + parent.string() + " does not exist");
   }
 
+  if (!a.dump_features.empty()) {
+    std::vector<StoredTensor> f;
+    for (const Clip& clip : clips) {
+      f.push_back(StoredTensor::from_f32(clip.name + ".pcm", {kWindow}, clip.pcm));
+      f.push_back(StoredTensor::from_f32(clip.name + ".log_mel", {80, 3000}, audio::log_mel(clip.pcm)));
+    }
+    write_safetensors(a.dump_features, f, {{"sample_rate", "16000"}});
+    std::fprintf(stderr, "wrote the 16-kHz samples and log-mel spectrograms to %s\n", a.dump_features.c_str());
+  }
+
   const int64_t B = a.batch ? a.batch : std::min<int64_t>(int64_t(clips.size()), 8);
-  Graph g = whisper::encoder_graph(cfg, {.batch = B});
+  const bool on_device = a.features == "graph";
+  Graph g = whisper::encoder_graph(cfg, {.batch = B, .audio_input = on_device});
   Session s = compile(g, compile_options(c, a.compile, Mode::Infer));
   whisper::load_weights(s, weights);
   std::fprintf(stderr, "whisper encoder: %lld layers, d_model %lld, batch %lld, backend %s; ready in %.2f s\n",
@@ -82,15 +94,30 @@ int whisper_encode(const WhisperArgs& a, const Context& c) {
 
   const int64_t T = cfg.max_source_positions, D = cfg.d_model, per = T * D;
   std::vector<StoredTensor> out;
+  std::vector<double> batch_ms;
   auto t1 = Clock::now();
+  for (int64_t rep = 0; rep < a.repeat; ++rep)
   for (size_t first = 0; first < clips.size(); first += size_t(B)) {
+    auto tb = Clock::now();
     std::vector<std::vector<float>> rows;
     for (size_t i = first; i < std::min(clips.size(), first + size_t(B)); ++i) rows.push_back(clips[i].pcm);
     const size_t used = rows.size();
     while (int64_t(rows.size()) < B) rows.push_back(std::vector<float>(size_t(kWindow), 0.0f));  // unused rows
-    s.set_input("mel", audio::log_mel_batch(rows));
+    if (on_device) {
+      std::vector<float> padded;
+      padded.reserve(size_t(B) * size_t(kWindow + 400));
+      for (const auto& r : rows) {
+        std::vector<float> p = audio::reflect_pad(r, 200);
+        padded.insert(padded.end(), p.begin(), p.end());
+      }
+      s.set_input("audio", padded);
+    } else {
+      s.set_input("mel", audio::log_mel_batch(rows));
+    }
     s.run();
     std::vector<float> h = s.read("last_hidden_state");
+    batch_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - tb).count());
+    if (rep + 1 < a.repeat) continue;
     for (size_t r = 0; r < used; ++r) {
       const Clip& clip = clips[first + r];
       std::vector<float> v(h.begin() + ptrdiff_t(r) * per, h.begin() + ptrdiff_t(r + 1) * per);
@@ -104,8 +131,15 @@ int whisper_encode(const WhisperArgs& a, const Context& c) {
       if (!a.out.empty()) out.push_back(StoredTensor::from_f32(clip.name, {T, D}, v));
     }
   }
-  std::fprintf(stderr, "encoded %zu window(s) in %.2f s\n", clips.size(),
-               std::chrono::duration<double>(Clock::now() - t1).count());
+  std::fprintf(stderr, "encoded %zu window(s) in %.2f s (features on the %s)\n", clips.size(),
+               std::chrono::duration<double>(Clock::now() - t1).count(), on_device ? "device" : "host");
+  if (a.repeat > 1) {
+    // Per batch: features + upload + encoder + download, the first repetition left out (warm-up).
+    std::vector<double> t(batch_ms.begin() + ptrdiff_t(batch_ms.size() / size_t(a.repeat)), batch_ms.end());
+    std::sort(t.begin(), t.end());
+    std::printf("timing: features %s, batch %lld, %zu batches: median %.3f ms, min %.3f ms per batch\n",
+                a.features.c_str(), (long long)B, t.size(), t[t.size() / 2], t.front());
+  }
   if (!a.out.empty()) {
     write_safetensors(a.out, out, {{"model", a.model}, {"tensor", "last_hidden_state [positions, d_model]"}});
     std::fprintf(stderr, "wrote %s\n", a.out.c_str());
@@ -125,6 +159,14 @@ Run declare_whisper_encode(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--out", a->out, "write the encoder states, one tensor per file, to this safetensors file");
   app.add_option("--batch", a->batch, "rows per encoder run (default: the file count, at most 8)")->check(at_least(1));
+  app.add_option("--features", a->features,
+                 "where the log-mel spectrogram is computed: host (FFTW, default) or graph (on the device, in the "
+                 "encoder's graph)")
+      ->check(CLI::IsMember({"host", "graph"}));
+  app.add_option("--repeat", a->repeat, "encode everything this many times and print the per-batch time")
+      ->check(at_least(1));
+  app.add_option("--dump-features", a->dump_features,
+                 "also write each window's 16-kHz samples and host log-mel spectrogram to this safetensors file");
   app.add_option("--long", a->long_audio, "audio over 30 s: refuse (default) or chunk into 30-s windows")
       ->check(CLI::IsMember({"refuse", "chunk"}));
   add_compile_flags(app, a->compile);

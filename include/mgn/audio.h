@@ -61,6 +61,8 @@ std::vector<float> log_mel_batch(const std::vector<std::vector<float>>& signals,
 // reflect-padded by n_fft / 2 at both ends: reflect_pad()) -> output "log_mel" [batch, n_mels, samples / hop].
 // The DFT is a strided convolution with the windowed cos/sin basis, computed in f32.
 Graph log_mel_graph(int64_t batch, int64_t samples, const LogMelOptions& opt = {});
+// The same computation appended to a graph: audio [batch, 1, samples + n_fft] -> [batch, n_mels, samples / hop].
+Tensor log_mel(Graph& g, Tensor audio, const LogMelOptions& opt = {});
 std::vector<float> reflect_pad(const std::vector<float>& samples, int64_t pad);
 
 }  // namespace mgn::audio

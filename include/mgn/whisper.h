@@ -66,6 +66,9 @@ struct GraphOptions {
   int64_t frames = 0;  // mel frames per row; 0: cfg.frames() (a full 30-s window)
   Init init = Init::PaperSine;
   uint64_t seed = 0;  // Init::Hf only
+  // The input is audio, not mel: "audio" f32 [B, 1, frames·160 + 400] (16-kHz samples reflect-padded by 200,
+  // audio::reflect_pad), and the log-mel spectrogram (audio::log_mel) runs inside the graph, on the device.
+  bool audio_input = false;
 };
 
 // Every tensor of the encoder, name -> shape, in graph order; the last is the non-trainable
@@ -73,7 +76,7 @@ struct GraphOptions {
 std::vector<std::pair<std::string, Shape>> parameter_shapes(const Config& cfg);
 int64_t trainable_parameter_count(const Config& cfg);  // whisper-tiny: 7,632,384
 
-// Input "mel" f32 [B, n_mels, frames] -> output "last_hidden_state" f32 [B, ceil(frames / 2), d_model].
+// Input "mel" f32 [B, n_mels, frames] (or "audio", GraphOptions::audio_input) -> output "last_hidden_state" f32 [B, ceil(frames / 2), d_model].
 // Mode::Train adds the output "loss" = mean(last_hidden_state²) (the paper's objective: MSE against zero).
 Graph encoder_graph(const Config& cfg, const GraphOptions& opt, Mode mode = Mode::Infer);
 

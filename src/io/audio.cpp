@@ -262,14 +262,15 @@ std::vector<float> log_mel_batch(const std::vector<std::vector<float>>& signals,
   return out;
 }
 
-Graph log_mel_graph(int64_t batch, int64_t samples, const LogMelOptions& o) {
+Tensor log_mel(Graph& g, Tensor audio, const LogMelOptions& o) {
   check_options(o);
-  if (batch <= 0 || samples <= o.n_fft / 2)
-    throw Error("audio::log_mel_graph: needs a positive batch and more than n_fft / 2 samples, got batch " +
-                str(batch) + ", " + str(samples) + " samples");
+  if (audio.rank() != 3 || audio.dim(1) != 1 || audio.dim(2) <= o.n_fft + o.n_fft / 2)
+    throw Error("audio::log_mel: the audio tensor must be [batch, 1, samples + n_fft] (reflect-padded), got " +
+                shape_str(audio.shape()));
+  const int64_t batch = audio.dim(0), samples = audio.dim(2) - o.n_fft;
   const int64_t bins = o.n_fft / 2 + 1, frames = samples / o.hop;
   // The windowed DFT basis: rows 0..bins-1 the cosines, bins..2·bins-1 the sines.
-  std::vector<float> basis(size_t(2 * bins * o.n_fft));
+  std::vector<float> basis(static_cast<size_t>(2 * bins * o.n_fft));
   for (int64_t k = 0; k < bins; ++k)
     for (int64_t i = 0; i < o.n_fft; ++i) {
       const double w = 0.5 - 0.5 * std::cos(2.0 * std::numbers::pi * double(i) / double(o.n_fft));
@@ -279,15 +280,22 @@ Graph log_mel_graph(int64_t batch, int64_t samples, const LogMelOptions& o) {
     }
   std::vector<double> fd = mel_filters(o);
   std::vector<float> filters(fd.begin(), fd.end());
-  Graph g;
-  Tensor audio = g.input("audio", {batch, 1, samples + o.n_fft});
   Tensor spec = conv1d(audio, g.constant({2 * bins, 1, o.n_fft}, basis), {.stride = o.hop});  // [B, 2·bins, frames+1]
   spec = slice(spec, 2, 0, frames);
   Tensor power = sum(reshape(square(spec), {batch, 2, bins, frames}), {1});  // [B, bins, frames]
   Tensor mel = matmul(g.constant({o.n_mels, bins}, filters), power);         // [B, n_mels, frames]
   Tensor lg = log(maximum(mel, g.scalar(1e-10))) * (1.0 / std::log(10.0));
   Tensor top = max(lg, {1, 2}, true);
-  g.output("log_mel", (maximum(lg, top - 8.0) + 4.0) * 0.25);
+  return (maximum(lg, top - 8.0) + 4.0) * 0.25;
+}
+
+Graph log_mel_graph(int64_t batch, int64_t samples, const LogMelOptions& o) {
+  check_options(o);
+  if (batch <= 0 || samples <= o.n_fft / 2)
+    throw Error("audio::log_mel_graph: needs a positive batch and more than n_fft / 2 samples, got batch " +
+                str(batch) + ", " + str(samples) + " samples");
+  Graph g;
+  g.output("log_mel", log_mel(g, g.input("audio", {batch, 1, samples + o.n_fft}), o));
   return g;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mgn/audio.h"
 #include "mgn/checkpoint.h"
 #include "mgn/nn.h"
 #include "mgn/session.h"
@@ -197,7 +198,9 @@ Graph encoder_graph(const Config& c, const GraphOptions& opt, Mode mode) {
     else
       w[name] = g.parameter(name, shape, init_of(name, shape, opt));
   }
-  Tensor mel = g.input("mel", {B, c.num_mel_bins, frames});
+  Tensor mel = opt.audio_input ? audio::log_mel(g, g.input("audio", {B, 1, frames * 160 + 400}),
+                                                {.n_mels = c.num_mel_bins})
+                                : g.input("mel", {B, c.num_mel_bins, frames});
   Tensor x = gelu(conv1d(mel, w["conv1.weight"], {.padding = 1}, w["conv1.bias"]));
   x = gelu(conv1d(x, w["conv2.weight"], {.stride = 2, .padding = 1}, w["conv2.bias"]));  // [B, D, T]
   x = transpose(x, 1, 2);                                                                  // [B, T, D]

@@ -100,6 +100,17 @@ def main():
             err = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
             check(ours.shape == ref.shape and err < 1e-4, f"{name}: encoder states vs NumPy log-mel + torch f64: rel-L2 {err:.2e}")
 
+    # The spectrogram inside the encoder's graph (on the device): the same states, to the f32 DFT's accuracy.
+    r2 = subprocess.run([mgn, "whisper-encode", out + "/a.wav", out + "/b.wav", "--model", out + "/model", "--batch", "2",
+                         "--features", "graph", "--out", out + "/states_graph.safetensors"], capture_output=True, text=True)
+    check(r2.returncode == 0, f"--features graph exits 0: {r2.stderr.strip()[-200:]}")
+    if r.returncode == 0 and r2.returncode == 0:
+        host, dev = st_io.read(out + "/states.safetensors"), st_io.read(out + "/states_graph.safetensors")
+        for name in ("a.wav", "b.wav"):
+            k = out + "/" + name
+            err = np.linalg.norm(dev[k] - host[k]) / np.linalg.norm(host[k])
+            check(err < 1e-3, f"{name}: --features graph vs host: rel-L2 {err:.2e}")
+
     # 48 kHz stereo (two different channels) goes through the mixdown and the resampler.
     t48 = np.arange(48000) / 48000.0
     st = np.stack([0.4 * np.sin(2 * np.pi * 300 * t48), 0.2 * np.sin(2 * np.pi * 500 * t48)], axis=1).ravel()
