@@ -3,7 +3,8 @@ record per optimizer step (step numbers 1..N in order, a finite loss that starts
 for near-uniform logits at PyTorch's default init — and falls, a batch accuracy in [0, 1], the lr given, a
 positive throughput), one epoch record per epoch whose mean loss is the mean of its steps' losses and whose
 test accuracy is the one printed, and an end record. stderr, not a terminal here, has plain progress lines
-(no carriage returns) with a rate and an ETA. scripts/plot-training.py then draws the file to a PNG.
+(no carriage returns) with a rate and an ETA; under a pseudo-terminal (util-linux `script`) the line is
+redrawn with carriage returns instead. scripts/plot-training.py then draws the file to a PNG.
 
 usage: metrics_check.py MGN SOURCE_DIR WORKDIR
 """
@@ -34,6 +35,16 @@ def main():
     assert re.search(r"epoch 1/2 \[=+\s*\] \d+/20 .* steps/s  ETA", r.stderr), r.stderr
     assert re.search(r"epoch 2/2 \[=+\] 20/20 .* in \d+s", r.stderr), r.stderr
     assert f"metrics: {metrics}" in r.stdout, r.stdout
+
+    if shutil.which("script"):
+        cmd = " ".join([mgn, "train-fashion-mnist", "--model", "mlp", "--backend", "cpu", "--epochs", "1",
+                        "--limit-train", "640", "--limit-test", "100", "--metrics", "none", "--out",
+                        os.path.join(work, "tty.safetensors")])
+        # Bytes: text mode would turn the carriage returns into newlines.
+        t = subprocess.run(["script", "-qfec", cmd, "/dev/null"], capture_output=True, timeout=120)
+        assert t.returncode == 0, t.stdout + t.stderr
+        assert re.search(rb"\repoch 1/1 \[=+\] 10/10 .* in \d+s", t.stdout), repr(t.stdout)
+        assert not os.path.exists(os.path.join(work, "tty.metrics.jsonl")), "--metrics none writes nothing"
 
     recs = [json.loads(line) for line in open(metrics)]
     kinds = [x["kind"] for x in recs]
