@@ -27,7 +27,8 @@ void MetricsLog::write(const std::string& kind, nlohmann::json record) {
   if (!f_) return;
   nlohmann::json line = {{"kind", kind}};
   line.update(record);
-  line["unix_time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  line["unix_time"] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string text = line.dump() + "\n";
   std::fwrite(text.data(), 1, text.size(), f_);
   std::fflush(f_);

@@ -1,5 +1,5 @@
-// Training metrics as JSON Lines: one object per line, flushed as it is written, so a run can be plotted while
-// it goes (scripts/plot-training.py) and a killed run keeps what it measured. Records (field "kind"):
+// Training metrics as JSON Lines: one object per line, flushed as it is written, so a run can be plotted
+// while it goes (scripts/plot-training.py) and a killed run keeps what it measured. Records (field "kind"):
 //   run:   command, model, backend, device, batch, optimizer, base lr, ...   (first line)
 //   step:  step, epoch, loss, accuracy (of the batch, when known), lr, samples_per_s, time_s
 //   epoch: epoch, steps, mean_loss, test_accuracy (when evaluated), seconds

@@ -8,7 +8,9 @@
 
 namespace mgn::tool {
 
-bool stderr_is_terminal() { return ::isatty(2) != 0; }
+bool stderr_is_terminal() {
+  return ::isatty(2) != 0;
+}
 
 std::string format_duration(double s) {
   char buf[32];
@@ -55,14 +57,15 @@ void Progress::finish(const std::string& extra) {
 void Progress::print(int64_t done, const std::string& extra, bool final) {
   double el = seconds();
   double rate = double(done) / std::max(el, 1e-9);
-  std::string when = final ? "in " + format_duration(el)
-                           : "ETA " + (done > 0 ? format_duration(double(total_ - done) / rate) : std::string("?"));
+  std::string when =
+      final ? "in " + format_duration(el)
+            : "ETA " + (done > 0 ? format_duration(double(total_ - done) / rate) : std::string("?"));
   const int width = 24;
   int filled = int(width * std::min(done, total_) / total_);
   std::string bar = std::string(size_t(filled), '=') + std::string(size_t(width - filled), ' ');
-  std::fprintf(stderr, "%s%s [%s] %lld/%lld  %.1f %s/s  %s%s%s%s", tty_ ? "\r" : "", label_.c_str(), bar.c_str(),
-               (long long)done, (long long)total_, rate, unit_.c_str(), when.c_str(), extra.empty() ? "" : "  ",
-               extra.c_str(), tty_ ? (final ? "\033[K\n" : "\033[K") : "\n");
+  std::fprintf(stderr, "%s%s [%s] %lld/%lld  %.1f %s/s  %s%s%s%s", tty_ ? "\r" : "", label_.c_str(),
+               bar.c_str(), (long long)done, (long long)total_, rate, unit_.c_str(), when.c_str(),
+               extra.empty() ? "" : "  ", extra.c_str(), tty_ ? (final ? "\033[K\n" : "\033[K") : "\n");
   std::fflush(stderr);
 }
 

@@ -58,7 +58,8 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   std::fprintf(stderr, "loading Fashion-MNIST from %s ...", dir.c_str());
   Dataset train = load_fashion_mnist(dir, Split::Train, a.limit_train.value_or(0));
   Dataset test = load_fashion_mnist(dir, Split::Test, a.limit_test);
-  std::fprintf(stderr, " %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::fprintf(stderr, " %.1f s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   Graph g = models::fashion_mnist({.arch = arch, .batch = a.batch, .mode = Mode::Train, .seed = a.seed});
   CompileOptions copt = compile_options(c, a.compile, Mode::Train);
@@ -105,20 +106,22 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   const bool show = !a.no_progress;
   auto on_step = [&](const StepReport& r) {
     if (r.step_in_epoch == 1)
-      bar = std::make_unique<Progress>("epoch " + std::to_string(r.epoch + 1) + "/" + std::to_string(r.epochs),
-                                       r.steps_in_epoch, "steps", show);
+      bar =
+          std::make_unique<Progress>("epoch " + std::to_string(r.epoch + 1) + "/" + std::to_string(r.epochs),
+                                     r.steps_in_epoch, "steps", show);
     char extra[64];
     std::snprintf(extra, sizeof extra, "loss %.4f (mean %.4f)", r.loss, r.mean_loss);
     if (r.step_in_epoch == r.steps_in_epoch)
       bar->finish(extra);
     else
       bar->update(r.step_in_epoch, extra);
-    nlohmann::json rec = {{"step", r.step},
-                          {"epoch", r.epoch + 1},
-                          {"loss", r.loss},
-                          {"lr", r.lr},
-                          {"samples_per_s", r.samples_per_second},
-                          {"time_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+    nlohmann::json rec = {
+        {"step", r.step},
+        {"epoch", r.epoch + 1},
+        {"loss", r.loss},
+        {"lr", r.lr},
+        {"samples_per_s", r.samples_per_second},
+        {"time_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
     if (r.batch_accuracy >= 0) rec["accuracy"] = r.batch_accuracy;
     metrics.write("step", rec);
   };
@@ -144,11 +147,14 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
                             {"seconds", r.seconds},
                             {"steps_per_s", r.steps_per_second}});
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  metrics.write("end", {{"test_accuracy", ev.accuracy}, {"steps", session.step_count()}, {"seconds", total_s}});
+  metrics.write("end",
+                {{"test_accuracy", ev.accuracy}, {"steps", session.step_count()}, {"seconds", total_s}});
   for (const EpochReport& r : reports)
-    std::printf("epoch %lld: mean loss %.4f (first batch %.4f, last %.4f), %.1f s, %.1f steps/s, test accuracy %.2f%%\n",
-                (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds, r.steps_per_second,
-                100 * r.eval_accuracy);
+    std::printf(
+        "epoch %lld: mean loss %.4f (first batch %.4f, last %.4f), %.1f s, %.1f steps/s, test accuracy "
+        "%.2f%%\n",
+        (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds, r.steps_per_second,
+        100 * r.eval_accuracy);
   std::printf("checkpoint: %s (%lld steps)\n", out.c_str(), (long long)session.step_count());
   if (metrics.enabled())
     std::printf("metrics: %s (scripts/plot-training.py %s draws them)\n", metrics.path().c_str(),
@@ -186,12 +192,11 @@ Run declare_train_fashion_mnist(CLI::App& app) {
   app.add_flag("--full", a->full, "the whole job even without a GPU");
   add_compile_flags(app, a->compile);
   app.footer(
-      "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, loads it into a\n"
-      "fresh inference graph and reports the test accuracy; every step's loss, batch accuracy, lr and\n"
-      "throughput go to the metrics file (scripts/plot-training.py draws them). Without a GPU\n"
-      "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version (1 "
-      "epoch\n"
-      "over 6400 images) unless --full is given.");
+      "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, loads it\n"
+      "into a fresh inference graph and reports the test accuracy; every step's loss, batch accuracy, lr\n"
+      "and throughput go to the metrics file (scripts/plot-training.py draws them). Without a GPU\n"
+      "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version\n"
+      "(1 epoch over 6400 images) unless --full is given.");
   return [a](const Context& c) { return train_fashion_mnist(*a, c); };
 }
 
