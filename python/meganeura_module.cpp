@@ -44,9 +44,12 @@ struct PyTensor {
   GraphPtr g;
 };
 
-PyTensor wrap(mgn::Tensor t, const GraphPtr& g) { return {t, g}; }
+PyTensor wrap(mgn::Tensor t, const GraphPtr& g) {
+  return {t, g};
+}
 
-// Builds every op of graph.h as a Python function over PyTensors: the result shares the first operand's graph.
+// Builds every op of graph.h as a Python function over PyTensors: the result shares the first operand's
+// graph.
 template <class F>
 auto unary(F f) {
   return [f](const PyTensor& x) { return wrap(f(x.t), x.g); };
@@ -63,7 +66,9 @@ std::optional<mgn::Tensor> opt(const std::optional<PyTensor>& t) {
   return t ? std::optional<mgn::Tensor>(t->t) : std::nullopt;
 }
 
-mgn::DType dtype_of(const std::string& name) { return mgn::dtype_from_name(name); }
+mgn::DType dtype_of(const std::string& name) {
+  return mgn::dtype_from_name(name);
+}
 
 // ---- arrays
 
@@ -112,7 +117,9 @@ struct PySession {
   }
 };
 
-mgn::Backend backend_of(const std::string& s) { return mgn::backend_from_name(s); }
+mgn::Backend backend_of(const std::string& s) {
+  return mgn::backend_from_name(s);
+}
 
 mgn::Precision precision_of(const std::string& s) {
   if (s == "strict") return mgn::Precision::Strict;
@@ -192,10 +199,15 @@ PYBIND11_MODULE(_meganeura, m) {
   // ---- graphs
   py::class_<PyTensor>(m, "Tensor", "A node of a Graph (keeps the graph alive).")
       .def_property_readonly("shape", [](const PyTensor& t) { return t.t.shape(); })
-      .def_property_readonly("dtype", [](const PyTensor& t) { return std::string(mgn::dtype_name(t.t.dtype())); })
+      .def_property_readonly("dtype",
+                             [](const PyTensor& t) { return std::string(mgn::dtype_name(t.t.dtype())); })
       .def_property_readonly("id", [](const PyTensor& t) { return t.t.id(); })
       .def_property_readonly("graph", [](const PyTensor& t) { return t.g; })
-      .def("set_name", [](PyTensor& t, const std::string& n) { t.t.set_name(n); return t; })
+      .def("set_name",
+           [](PyTensor& t, const std::string& n) {
+             t.t.set_name(n);
+             return t;
+           })
       .def("__add__", binary([](mgn::Tensor a, mgn::Tensor b) { return a + b; }))
       .def("__sub__", binary([](mgn::Tensor a, mgn::Tensor b) { return a - b; }))
       .def("__mul__", binary([](mgn::Tensor a, mgn::Tensor b) { return a * b; }))
@@ -227,7 +239,8 @@ PYBIND11_MODULE(_meganeura, m) {
           "parameter",
           [](const GraphPtr& g, const std::string& name, const Shape& shape, std::optional<F32Array> value) {
             mgn::Init init = mgn::Init::zeros();
-            if (value) init = mgn::Init::from_data(std::vector<float>(value->data(), value->data() + value->size()));
+            if (value)
+              init = mgn::Init::from_data(std::vector<float>(value->data(), value->data() + value->size()));
             return wrap(g->parameter(name, shape, init), g);
           },
           py::arg("name"), py::arg("shape"), py::arg("value") = std::nullopt,
@@ -247,7 +260,8 @@ PYBIND11_MODULE(_meganeura, m) {
       .def(
           "scalar", [](const GraphPtr& g, double v) { return wrap(g->scalar(v), g); }, py::arg("value"))
       .def(
-          "output", [](const GraphPtr& g, const std::string& name, const PyTensor& t) { g->output(name, t.t); },
+          "output",
+          [](const GraphPtr& g, const std::string& name, const PyTensor& t) { g->output(name, t.t); },
           py::arg("name"), py::arg("tensor"))
       .def("get", [](const GraphPtr& g, const std::string& name) { return wrap(g->get(name), g); })
       .def("parameters",
@@ -283,8 +297,9 @@ PYBIND11_MODULE(_meganeura, m) {
   MGN_UNARY(stop_gradient);
   MGN_UNARY(global_avg_pool);
 #undef MGN_UNARY
-#define MGN_BINARY(name) \
-  m.def(#name, binary([](mgn::Tensor a, mgn::Tensor b) { return mgn::name(a, b); }), py::arg("a"), py::arg("b"))
+#define MGN_BINARY(name)                                                                           \
+  m.def(#name, binary([](mgn::Tensor a, mgn::Tensor b) { return mgn::name(a, b); }), py::arg("a"), \
+        py::arg("b"))
   MGN_BINARY(add);
   MGN_BINARY(sub);
   MGN_BINARY(mul);
@@ -300,43 +315,62 @@ PYBIND11_MODULE(_meganeura, m) {
   MGN_BINARY(embedding);
   MGN_BINARY(assign);
 #undef MGN_BINARY
-  m.def("pow", [](const PyTensor& x, double e) { return wrap(mgn::pow(x.t, e), x.g); }, py::arg("x"), py::arg("exponent"));
-  m.def("leaky_relu", [](const PyTensor& x, double a) { return wrap(mgn::leaky_relu(x.t, a), x.g); }, py::arg("x"),
-        py::arg("alpha") = 0.01);
-  m.def("clamp", [](const PyTensor& x, double lo, double hi) { return wrap(mgn::clamp(x.t, lo, hi), x.g); },
-        py::arg("x"), py::arg("lo"), py::arg("hi"));
-  m.def("cast", [](const PyTensor& x, const std::string& to) { return wrap(mgn::cast(x.t, dtype_of(to)), x.g); },
-        py::arg("x"), py::arg("dtype"));
-  m.def("where", [](const PyTensor& c, const PyTensor& a, const PyTensor& b) { return wrap(mgn::where(c.t, a.t, b.t), c.g); },
-        py::arg("cond"), py::arg("a"), py::arg("b"));
-#define MGN_REDUCE(name)                                                                                   \
-  m.def(                                                                                                   \
-      #name,                                                                                               \
-      [](const PyTensor& x, std::vector<int64_t> axes, bool keepdim) {                                     \
-        return wrap(mgn::name(x.t, std::move(axes), keepdim), x.g);                                        \
-      },                                                                                                   \
+  m.def(
+      "pow", [](const PyTensor& x, double e) { return wrap(mgn::pow(x.t, e), x.g); }, py::arg("x"),
+      py::arg("exponent"));
+  m.def(
+      "leaky_relu", [](const PyTensor& x, double a) { return wrap(mgn::leaky_relu(x.t, a), x.g); },
+      py::arg("x"), py::arg("alpha") = 0.01);
+  m.def(
+      "clamp", [](const PyTensor& x, double lo, double hi) { return wrap(mgn::clamp(x.t, lo, hi), x.g); },
+      py::arg("x"), py::arg("lo"), py::arg("hi"));
+  m.def(
+      "cast",
+      [](const PyTensor& x, const std::string& to) { return wrap(mgn::cast(x.t, dtype_of(to)), x.g); },
+      py::arg("x"), py::arg("dtype"));
+  m.def(
+      "where",
+      [](const PyTensor& c, const PyTensor& a, const PyTensor& b) {
+        return wrap(mgn::where(c.t, a.t, b.t), c.g);
+      },
+      py::arg("cond"), py::arg("a"), py::arg("b"));
+#define MGN_REDUCE(name)                                               \
+  m.def(                                                               \
+      #name,                                                           \
+      [](const PyTensor& x, std::vector<int64_t> axes, bool keepdim) { \
+        return wrap(mgn::name(x.t, std::move(axes), keepdim), x.g);    \
+      },                                                               \
       py::arg("x"), py::arg("axes") = std::vector<int64_t>{}, py::arg("keepdim") = false)
   MGN_REDUCE(sum);
   MGN_REDUCE(mean);
   MGN_REDUCE(max);
   MGN_REDUCE(min);
 #undef MGN_REDUCE
-  m.def("argmax", [](const PyTensor& x, int64_t axis, bool keepdim) { return wrap(mgn::argmax(x.t, axis, keepdim), x.g); },
-        py::arg("x"), py::arg("axis") = -1, py::arg("keepdim") = false);
-  m.def("softmax", [](const PyTensor& x, int64_t axis) { return wrap(mgn::softmax(x.t, axis), x.g); }, py::arg("x"),
-        py::arg("axis") = -1);
-  m.def("log_softmax", [](const PyTensor& x, int64_t axis) { return wrap(mgn::log_softmax(x.t, axis), x.g); },
-        py::arg("x"), py::arg("axis") = -1);
+  m.def(
+      "argmax",
+      [](const PyTensor& x, int64_t axis, bool keepdim) {
+        return wrap(mgn::argmax(x.t, axis, keepdim), x.g);
+      },
+      py::arg("x"), py::arg("axis") = -1, py::arg("keepdim") = false);
+  m.def(
+      "softmax", [](const PyTensor& x, int64_t axis) { return wrap(mgn::softmax(x.t, axis), x.g); },
+      py::arg("x"), py::arg("axis") = -1);
+  m.def(
+      "log_softmax", [](const PyTensor& x, int64_t axis) { return wrap(mgn::log_softmax(x.t, axis), x.g); },
+      py::arg("x"), py::arg("axis") = -1);
   m.def(
       "matmul",
-      [](const PyTensor& a, const PyTensor& b, bool ta, bool tb) { return wrap(mgn::matmul(a.t, b.t, ta, tb), a.g); },
+      [](const PyTensor& a, const PyTensor& b, bool ta, bool tb) {
+        return wrap(mgn::matmul(a.t, b.t, ta, tb), a.g);
+      },
       py::arg("a"), py::arg("b"), py::arg("transpose_a") = false, py::arg("transpose_b") = false);
   m.def(
       "linear",
       [](const PyTensor& x, const PyTensor& w, const std::optional<PyTensor>& b) {
         return wrap(mgn::linear(x.t, w.t, opt(b)), x.g);
       },
-      py::arg("x"), py::arg("weight"), py::arg("bias") = std::nullopt, "x · weightᵀ (+ bias); weight [out, in]");
+      py::arg("x"), py::arg("weight"), py::arg("bias") = std::nullopt,
+      "x · weightᵀ (+ bias); weight [out, in]");
   m.def(
       "layer_norm",
       [](const PyTensor& x, const std::optional<PyTensor>& w, const std::optional<PyTensor>& b, double eps) {
@@ -353,41 +387,52 @@ PYBIND11_MODULE(_meganeura, m) {
       "conv2d",
       [](const PyTensor& x, const PyTensor& w, const std::optional<PyTensor>& b, std::vector<int64_t> stride,
          std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
-        return wrap(mgn::conv2d(x.t, w.t, {.stride = stride, .padding = padding, .dilation = dilation, .groups = groups},
-                                opt(b)),
-                    x.g);
+        return wrap(
+            mgn::conv2d(x.t, w.t,
+                        {.stride = stride, .padding = padding, .dilation = dilation, .groups = groups},
+                        opt(b)),
+            x.g);
       },
-      py::arg("x"), py::arg("weight"), py::arg("bias") = std::nullopt, py::arg("stride") = std::vector<int64_t>{1, 1},
-      py::arg("padding") = std::vector<int64_t>{0, 0}, py::arg("dilation") = std::vector<int64_t>{1, 1},
-      py::arg("groups") = 1);
+      py::arg("x"), py::arg("weight"), py::arg("bias") = std::nullopt,
+      py::arg("stride") = std::vector<int64_t>{1, 1}, py::arg("padding") = std::vector<int64_t>{0, 0},
+      py::arg("dilation") = std::vector<int64_t>{1, 1}, py::arg("groups") = 1);
   m.def(
       "max_pool2d",
-      [](const PyTensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+      [](const PyTensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+         std::vector<int64_t> padding) {
         return wrap(mgn::max_pool2d(x.t, {.kernel = kernel, .stride = stride, .padding = padding}), x.g);
       },
-      py::arg("x"), py::arg("kernel") = std::vector<int64_t>{2, 2}, py::arg("stride") = std::vector<int64_t>{},
-      py::arg("padding") = std::vector<int64_t>{0, 0});
+      py::arg("x"), py::arg("kernel") = std::vector<int64_t>{2, 2},
+      py::arg("stride") = std::vector<int64_t>{}, py::arg("padding") = std::vector<int64_t>{0, 0});
   m.def(
       "avg_pool2d",
-      [](const PyTensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+      [](const PyTensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+         std::vector<int64_t> padding) {
         return wrap(mgn::avg_pool2d(x.t, {.kernel = kernel, .stride = stride, .padding = padding}), x.g);
       },
-      py::arg("x"), py::arg("kernel") = std::vector<int64_t>{2, 2}, py::arg("stride") = std::vector<int64_t>{},
-      py::arg("padding") = std::vector<int64_t>{0, 0});
+      py::arg("x"), py::arg("kernel") = std::vector<int64_t>{2, 2},
+      py::arg("stride") = std::vector<int64_t>{}, py::arg("padding") = std::vector<int64_t>{0, 0});
   m.def(
       "attention",
       [](const PyTensor& q, const PyTensor& k, const PyTensor& v, bool causal, double scale) {
         return wrap(mgn::attention(q.t, k.t, v.t, {.scale = scale, .causal = causal}), q.g);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("scale") = 0.0);
-  m.def("reshape", [](const PyTensor& x, std::vector<int64_t> s) { return wrap(mgn::reshape(x.t, std::move(s)), x.g); },
-        py::arg("x"), py::arg("shape"));
-  m.def("permute", [](const PyTensor& x, std::vector<int64_t> p) { return wrap(mgn::permute(x.t, std::move(p)), x.g); },
-        py::arg("x"), py::arg("perm"));
-  m.def("transpose", [](const PyTensor& x, int64_t a, int64_t b) { return wrap(mgn::transpose(x.t, a, b), x.g); },
-        py::arg("x"), py::arg("a"), py::arg("b"));
-  m.def("flatten", [](const PyTensor& x, int64_t start) { return wrap(mgn::flatten(x.t, start), x.g); }, py::arg("x"),
-        py::arg("start_axis") = 1);
+  m.def(
+      "reshape",
+      [](const PyTensor& x, std::vector<int64_t> s) { return wrap(mgn::reshape(x.t, std::move(s)), x.g); },
+      py::arg("x"), py::arg("shape"));
+  m.def(
+      "permute",
+      [](const PyTensor& x, std::vector<int64_t> p) { return wrap(mgn::permute(x.t, std::move(p)), x.g); },
+      py::arg("x"), py::arg("perm"));
+  m.def(
+      "transpose",
+      [](const PyTensor& x, int64_t a, int64_t b) { return wrap(mgn::transpose(x.t, a, b), x.g); },
+      py::arg("x"), py::arg("a"), py::arg("b"));
+  m.def(
+      "flatten", [](const PyTensor& x, int64_t start) { return wrap(mgn::flatten(x.t, start), x.g); },
+      py::arg("x"), py::arg("start_axis") = 1);
   m.def(
       "slice",
       [](const PyTensor& x, int64_t axis, int64_t start, int64_t end, int64_t step) {
@@ -403,24 +448,31 @@ PYBIND11_MODULE(_meganeura, m) {
         return wrap(mgn::concat(ts, axis), xs[0].g);
       },
       py::arg("tensors"), py::arg("axis"));
-  m.def("squeeze", [](const PyTensor& x, int64_t a) { return wrap(mgn::squeeze(x.t, a), x.g); }, py::arg("x"), py::arg("axis"));
-  m.def("unsqueeze", [](const PyTensor& x, int64_t a) { return wrap(mgn::unsqueeze(x.t, a), x.g); }, py::arg("x"),
-        py::arg("axis"));
-  m.def("one_hot", [](const PyTensor& x, int64_t d) { return wrap(mgn::one_hot(x.t, d), x.g); }, py::arg("indices"),
-        py::arg("depth"));
+  m.def(
+      "squeeze", [](const PyTensor& x, int64_t a) { return wrap(mgn::squeeze(x.t, a), x.g); }, py::arg("x"),
+      py::arg("axis"));
+  m.def(
+      "unsqueeze", [](const PyTensor& x, int64_t a) { return wrap(mgn::unsqueeze(x.t, a), x.g); },
+      py::arg("x"), py::arg("axis"));
+  m.def(
+      "one_hot", [](const PyTensor& x, int64_t d) { return wrap(mgn::one_hot(x.t, d), x.g); },
+      py::arg("indices"), py::arg("depth"));
   m.def(
       "cross_entropy",
       [](const PyTensor& logits, const PyTensor& labels, int64_t ignore_index, double smoothing) {
-        return wrap(mgn::cross_entropy(logits.t, labels.t, {.ignore_index = ignore_index, .label_smoothing = smoothing}),
+        return wrap(mgn::cross_entropy(logits.t, labels.t,
+                                       {.ignore_index = ignore_index, .label_smoothing = smoothing}),
                     logits.g);
       },
       py::arg("logits"), py::arg("labels"), py::arg("ignore_index") = -100, py::arg("label_smoothing") = 0.0);
 
   // Layer helpers (PyTorch initializers, Hugging Face names).
-  py::module_ nn = m.def_submodule("nn", "Layer helpers: parameters under a name prefix, PyTorch's initializers.");
+  py::module_ nn =
+      m.def_submodule("nn", "Layer helpers: parameters under a name prefix, PyTorch's initializers.");
   nn.def(
       "linear",
-      [](const GraphPtr& g, const std::string& name, const PyTensor& x, int64_t out, bool bias, uint64_t seed) {
+      [](const GraphPtr& g, const std::string& name, const PyTensor& x, int64_t out, bool bias,
+         uint64_t seed) {
         return wrap(mgn::nn::linear(*g, name, x.t, out, {.bias = bias, .seed = seed}), g);
       },
       py::arg("graph"), py::arg("name"), py::arg("x"), py::arg("out_features"), py::arg("bias") = true,
@@ -454,22 +506,25 @@ PYBIND11_MODULE(_meganeura, m) {
   models.def(
       "fashion_mnist",
       [](const std::string& arch, int64_t batch, const std::string& mode, int64_t hidden, uint64_t seed) {
-        return std::make_shared<mgn::Graph>(mgn::models::fashion_mnist({.arch = mgn::models::fashion_arch_from_name(arch),
-                                                                        .batch = batch,
-                                                                        .mode = mode_of(mode),
-                                                                        .hidden = hidden,
-                                                                        .seed = seed}));
+        return std::make_shared<mgn::Graph>(
+            mgn::models::fashion_mnist({.arch = mgn::models::fashion_arch_from_name(arch),
+                                        .batch = batch,
+                                        .mode = mode_of(mode),
+                                        .hidden = hidden,
+                                        .seed = seed}));
       },
       py::arg("arch") = "mlp", py::arg("batch") = 64, py::arg("mode") = "train", py::arg("hidden") = 0,
       py::arg("seed") = 0,
-      "Fashion-MNIST classifier: input x [batch, 1, 28, 28], output logits [batch, 10]; train adds labels and loss.");
+      "Fashion-MNIST classifier: input x [batch, 1, 28, 28], output logits [batch, 10]; train adds labels "
+      "and loss.");
 
   // ---- compiling and sessions
   py::class_<mgn::SGD>(m, "SGD")
       .def(py::init([](double lr, double momentum, bool nesterov, double wd) {
              return mgn::SGD{.lr = lr, .momentum = momentum, .nesterov = nesterov, .weight_decay = wd};
            }),
-           py::arg("lr") = 1e-2, py::arg("momentum") = 0.0, py::arg("nesterov") = false, py::arg("weight_decay") = 0.0)
+           py::arg("lr") = 1e-2, py::arg("momentum") = 0.0, py::arg("nesterov") = false,
+           py::arg("weight_decay") = 0.0)
       .def_readwrite("lr", &mgn::SGD::lr);
   py::class_<mgn::Adam>(m, "Adam")
       .def(py::init([](double lr, double b1, double b2, double eps, double wd) {
@@ -487,8 +542,9 @@ PYBIND11_MODULE(_meganeura, m) {
       .def_readwrite("lr", &mgn::AdamW::lr);
 
   // CompileOptions with text-valued enums ("train"/"infer", "auto"/"cpu"/"vulkan", "strict"/"accelerated").
-  py::class_<mgn::CompileOptions>(m, "CompileOptions",
-                                  "Typed compile options (include/mgn/session.h); compile() also takes them as keywords.")
+  py::class_<mgn::CompileOptions>(
+      m, "CompileOptions",
+      "Typed compile options (include/mgn/session.h); compile() also takes them as keywords.")
       .def(py::init<>())
       .def_property(
           "mode", [](const mgn::CompileOptions& o) { return o.mode == mgn::Mode::Train ? "train" : "infer"; },
@@ -500,7 +556,8 @@ PYBIND11_MODULE(_meganeura, m) {
           "optimizer", [](const mgn::CompileOptions& o) { return o.optimizer; },
           [](mgn::CompileOptions& o, const mgn::Optimizer& v) { o.optimizer = v; })
       .def_property(
-          "precision", [](const mgn::CompileOptions& o) { return std::string(mgn::precision_name(o.default_precision)); },
+          "precision",
+          [](const mgn::CompileOptions& o) { return std::string(mgn::precision_name(o.default_precision)); },
           [](mgn::CompileOptions& o, const std::string& s) { o.default_precision = precision_of(s); })
       .def_property(
           "device", [](const mgn::CompileOptions& o) { return o.device.device; },
@@ -527,14 +584,17 @@ PYBIND11_MODULE(_meganeura, m) {
         return o;
       },
       py::arg("mode") = "infer",
-      "CompileOptions with the MGN_* variables applied (device, kernels, cache folder), as the mgn tool does.");
+      "CompileOptions with the MGN_* variables applied (device, kernels, cache folder), as the mgn tool "
+      "does.");
 
   py::class_<PySession>(m, "Session", "A compiled graph bound to a device.")
-      .def_property_readonly("mode", [](const PySession& s) { return s.s.mode() == mgn::Mode::Train ? "train" : "infer"; })
+      .def_property_readonly(
+          "mode", [](const PySession& s) { return s.s.mode() == mgn::Mode::Train ? "train" : "infer"; })
       .def_property_readonly("backend", [](const PySession& s) { return std::string(s.s.backend()); })
       .def_property_readonly("device_type", [](const PySession& s) { return std::string(s.s.device_type()); })
       .def("set_input", &PySession::set_input, py::arg("name"), py::arg("values"),
-           "Feed an input from an array of its shape (float32 or int32 C-contiguous arrays are read in place).")
+           "Feed an input from an array of its shape (float32 or int32 C-contiguous arrays are read in "
+           "place).")
       .def("set_inputs", &PySession::set_inputs, py::arg("inputs"))
       .def(
           "step",
@@ -579,12 +639,16 @@ PYBIND11_MODULE(_meganeura, m) {
            [](PySession& s, const py::dict& d) {
              for (auto [k, v] : d) {
                F32Array a = F32Array::ensure(v);
-               s.s.write_parameter(py::cast<std::string>(k), std::span<const float>(a.data(), size_t(a.size())));
+               s.s.write_parameter(py::cast<std::string>(k),
+                                   std::span<const float>(a.data(), size_t(a.size())));
              }
            })
-      .def_property("lr", [](const PySession& s) { return s.s.lr(); }, [](PySession& s, double v) { s.s.set_lr(v); })
+      .def_property(
+          "lr", [](const PySession& s) { return s.s.lr(); }, [](PySession& s, double v) { s.s.set_lr(v); })
       .def_property_readonly("step_count", [](const PySession& s) { return s.s.step_count(); })
-      .def("save_checkpoint", [](PySession& s, const std::string& p) { s.s.save_checkpoint(p); }, py::arg("path"))
+      .def(
+          "save_checkpoint", [](PySession& s, const std::string& p) { s.s.save_checkpoint(p); },
+          py::arg("path"))
       .def(
           "load_checkpoint",
           [](PySession& s, const std::string& p, bool require_optimizer_state) {
@@ -593,18 +657,23 @@ PYBIND11_MODULE(_meganeura, m) {
           py::arg("path"), py::arg("require_optimizer_state") = true)
       .def("kernel_sources", [](const PySession& s) { return s.s.kernel_sources(); });
 
-  m.def("compile", &compile_graph, py::arg("graph"), py::arg("options") = std::nullopt,
-        "Compile a graph: compile(g, mode='train', optimizer=AdamW(lr=1e-3), backend='auto', device='', ...). "
-        "In train mode the backward pass and the update are appended to the graph itself: compile it once.");
+  m.def(
+      "compile", &compile_graph, py::arg("graph"), py::arg("options") = std::nullopt,
+      "Compile a graph: compile(g, mode='train', optimizer=AdamW(lr=1e-3), backend='auto', device='', ...). "
+      "In train mode the backward pass and the update are appended to the graph itself: compile it once.");
 
   // ---- devices
-  m.def("devices", [] {
-    py::list out;
-    for (const mgn::DeviceDescription& d : mgn::list_devices()) out.append(device_dict(d));
-    return out;
-  }, "The Vulkan devices, as dicts (index, name, type, api_version, driver).");
   m.def(
-      "describe_device", [](const std::string& device) { return device_dict(mgn::describe_device({.device = device})); },
+      "devices",
+      [] {
+        py::list out;
+        for (const mgn::DeviceDescription& d : mgn::list_devices()) out.append(device_dict(d));
+        return out;
+      },
+      "The Vulkan devices, as dicts (index, name, type, api_version, driver).");
+  m.def(
+      "describe_device",
+      [](const std::string& device) { return device_dict(mgn::describe_device({.device = device})); },
       py::arg("device") = "", "The selected device with its features and the f16 GEMM self-test verdict.");
 
   // ---- files
@@ -623,18 +692,21 @@ PYBIND11_MODULE(_meganeura, m) {
       [](const std::string& path, const py::dict& tensors, const std::map<std::string, std::string>& metadata,
          const std::string& dtype) {
         std::vector<mgn::StoredTensor> ts;
-        for (auto [k, v] : tensors) ts.push_back(stored_from_array(py::cast<std::string>(k), py::cast<py::array>(v), dtype));
+        for (auto [k, v] : tensors)
+          ts.push_back(stored_from_array(py::cast<std::string>(k), py::cast<py::array>(v), dtype));
         mgn::write_safetensors(path, ts, metadata);
       },
       py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{},
-      py::arg("dtype") = "f32", "Write arrays (float as `dtype`: f32, f16 or bf16; integers as I32) atomically.");
+      py::arg("dtype") = "f32",
+      "Write arrays (float as `dtype`: f32, f16 or bf16; integers as I32) atomically.");
 
   // ---- ONNX
   py::module_ onnx = m.def_submodule("onnx", "ONNX import (opsets 13-17).");
   onnx.def(
       "import_file",
       [](const std::string& path, const std::map<std::string, Shape>& input_shapes, bool trainable) {
-        mgn::onnx::Imported im = mgn::onnx::import_file(path, {.input_shapes = input_shapes, .trainable = trainable});
+        mgn::onnx::Imported im =
+            mgn::onnx::import_file(path, {.input_shapes = input_shapes, .trainable = trainable});
         py::dict r;
         r["graph"] = std::make_shared<mgn::Graph>(std::move(im.graph));
         r["inputs"] = im.inputs;
@@ -652,7 +724,8 @@ PYBIND11_MODULE(_meganeura, m) {
   py::module_ llama = m.def_submodule("llama", "Llama-family models from Hugging Face directories.");
   py::class_<mgn::llama::Config>(llama, "Config")
       .def_static("from_file", &mgn::llama::Config::from_file, py::arg("path"))
-      .def_static("from_json", &mgn::llama::Config::from_json, py::arg("text"), py::arg("origin") = "config.json")
+      .def_static("from_json", &mgn::llama::Config::from_json, py::arg("text"),
+                  py::arg("origin") = "config.json")
       .def_static("tiny", &mgn::llama::Config::tiny)
       .def_readwrite("vocab_size", &mgn::llama::Config::vocab_size)
       .def_readwrite("hidden_size", &mgn::llama::Config::hidden_size)
@@ -664,14 +737,16 @@ PYBIND11_MODULE(_meganeura, m) {
   llama.def(
       "prefill_graph",
       [](const mgn::llama::Config& c, int64_t batch, int64_t seq, uint64_t seed) {
-        return std::make_shared<mgn::Graph>(mgn::llama::prefill_graph(c, {.batch = batch, .seq = seq, .seed = seed}));
+        return std::make_shared<mgn::Graph>(
+            mgn::llama::prefill_graph(c, {.batch = batch, .seq = seq, .seed = seed}));
       },
       py::arg("config"), py::arg("batch") = 1, py::arg("seq") = 1, py::arg("seed") = 0,
       "ids i32 [batch, seq] -> logits [batch, seq, vocab]");
   llama.def(
       "loss_graph",
       [](const mgn::llama::Config& c, int64_t batch, int64_t seq, uint64_t seed) {
-        return std::make_shared<mgn::Graph>(mgn::llama::loss_graph(c, {.batch = batch, .seq = seq, .seed = seed}));
+        return std::make_shared<mgn::Graph>(
+            mgn::llama::loss_graph(c, {.batch = batch, .seq = seq, .seed = seed}));
       },
       py::arg("config"), py::arg("batch") = 1, py::arg("seq") = 1, py::arg("seed") = 0,
       "ids, labels i32 [batch, seq] -> loss, logits");
@@ -688,7 +763,9 @@ PYBIND11_MODULE(_meganeura, m) {
       .def_static("from_file", &mgn::Tokenizer::from_file, py::arg("path"))
       .def(
           "encode",
-          [](const mgn::Tokenizer& t, const std::string& text, bool add_special) { return t.encode(text, add_special); },
+          [](const mgn::Tokenizer& t, const std::string& text, bool add_special) {
+            return t.encode(text, add_special);
+          },
           py::arg("text"), py::arg("add_special") = false)
       .def("decode", &mgn::Tokenizer::decode, py::arg("ids"), py::arg("skip_special") = false)
       .def_property_readonly("vocab_size", &mgn::Tokenizer::vocab_size);

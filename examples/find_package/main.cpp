@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
     infer.run();
     std::vector<float> z = infer.read("logits");
     int right = 0;
-    for (int i = 0; i < 4; ++i) right += (z[size_t(2 * i + 1)] > z[size_t(2 * i)]) == (labels[size_t(i)] == 1);
+    for (int i = 0; i < 4; ++i)
+      right += (z[size_t(2 * i + 1)] > z[size_t(2 * i)]) == (labels[size_t(i)] == 1);
     std::printf("backend %s: loss %.4f after 300 steps, %d of 4 right after reloading %s\n", s.backend(),
                 s.read_scalar("loss"), right, ckpt.c_str());
     return right == 4 ? 0 : 1;

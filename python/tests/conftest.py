@@ -1,13 +1,11 @@
-"""Shared settings of the Python module's tests: the Vulkan validation layer is on (any message fails the
-step that caused it), and the temporary folder is under the build tree when ctest gives one."""
-import os
-
+"""Shared settings of the Python module's tests: the Vulkan validation layer is on, and any message it reports
+fails the step that caused it (as the C++ tests' test::device_options())."""
 import pytest
 
 
 @pytest.fixture
 def opts():
-    """Compile options every test passes: validation on, as the C++ tests' test::device_options()."""
+    """Compile options every test passes."""
     return {"validation": True}
 
 
