@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The main job: build (Release), install (mgn on PATH, the library, headers, CMake and pkg-config files, the
-# Python module; prefix MGN_PREFIX, default /usr/local), then train the Fashion-MNIST model on the default
+# Python module; prefix MEGANEURA_PREFIX, default /usr/local), then train the Fashion-MNIST model on the default
 # device, save a checkpoint, reload it into a fresh inference session and report test accuracy. Extra
 # arguments go to `mgn train-fashion-mnist`. Outputs land in the current folder: fashion_mnist_cnn.safetensors
 # (checkpoint) and fashion_mnist_cnn.metrics.jsonl (scripts/plot-training.py draws it).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$SRC/build-release}
-PREFIX=${MGN_PREFIX:-/usr/local}
+PREFIX=${MEGANEURA_PREFIX:-/usr/local}
 mkdir -p "$BUILD"
 cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMGN_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREFIX="$PREFIX" \
   > "$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
