@@ -24,8 +24,6 @@ import numpy as _np
 from ._meganeura import *  # noqa: F401,F403
 from ._meganeura import Error, llama, models, nn, onnx  # noqa: F401
 
-__all__ = [n for n in dir() if not n.startswith("_")]
-
 
 def batches(images, labels, batch, shuffle=True, seed=0):
     """Yields (images, labels) batches of exactly `batch` rows (the remainder is dropped), shuffled with a
@@ -51,3 +49,6 @@ def evaluate(session, images, labels, input="x", logits="logits"):
         out = session.run()[logits]
         correct += int((out[:real].argmax(axis=1) == labels[i:i + real]).sum())
     return correct / len(labels)
+
+
+__all__ = [n for n in dir() if not n.startswith("_")]
