@@ -203,6 +203,14 @@ TEST(TrainToDeploy, FashionMnistMlpSubset) {
   for (size_t i = 0; i < want.size(); ++i) differ += ev.predictions[i] != want[i];
   EXPECT_EQ(differ, 0);
   EXPECT_GT(ev.accuracy, 0.6);  // 2000 images, 2 epochs: far above chance (0.1)
+
+  // accuracy_every: the batch accuracy only on steps whose number is a multiple of it.
+  std::vector<StepReport> sparse;
+  Trainer again(s, {.logits = "logits", .accuracy_every = 3,
+                    .on_step = [&](const StepReport& sr) { sparse.push_back(sr); }});
+  again.fit(loader);
+  ASSERT_EQ(sparse.size(), 40u);
+  for (const StepReport& sr : sparse) EXPECT_EQ(sr.batch_accuracy >= 0, sr.step % 3 == 0) << sr.step;
   fs::remove_all(dir);
 }
 

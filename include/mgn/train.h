@@ -37,8 +37,10 @@ struct TrainerOptions {
   std::string input = "x";
   std::string labels = "labels";
   std::string loss = "loss";
-  // Non-empty: an output [batch, classes] whose argmax gives StepReport::batch_accuracy (one more read).
+  // Non-empty: an output [batch, classes] whose argmax gives StepReport::batch_accuracy, on the steps whose
+  // number (Session::step_count) is a multiple of accuracy_every: each costs one more read from the device.
   std::string logits;
+  int64_t accuracy_every = 1;
   // Called on the host after every step (the loss is read); exceptions propagate out of fit().
   std::function<void(const StepReport&)> on_step;
 };

@@ -42,6 +42,7 @@ double batch_accuracy(const std::vector<float>& logits, const std::vector<int32_
 Trainer::Trainer(Session& session, TrainerOptions opt) : s_(session), opt_(std::move(opt)) {
   if (s_.mode() != Mode::Train) throw Error("Trainer: the session was compiled for inference");
   if (opt_.epochs <= 0) throw Error("Trainer: epochs must be positive");
+  if (opt_.accuracy_every <= 0) throw Error("Trainer: accuracy_every must be positive");
 }
 
 EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {
@@ -83,7 +84,8 @@ EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {
       sr.loss = loss;
       sr.mean_loss = sum / double(r.steps);
       sr.lr = lr;
-      if (!opt_.logits.empty()) sr.batch_accuracy = batch_accuracy(s_.read(opt_.logits), b.labels);
+      if (!opt_.logits.empty() && sr.step % opt_.accuracy_every == 0)
+        sr.batch_accuracy = batch_accuracy(s_.read(opt_.logits), b.labels);
       sr.epoch_seconds = seconds_since(t0);
       sr.samples_per_second = double(r.steps * batch) / std::max(sr.epoch_seconds, 1e-9);
       opt_.on_step(sr);
