@@ -168,6 +168,41 @@ for job in "$@"; do
       model_bench resnet resnet50 4 "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" "resnet_bench.py" "--f64-reference" \
         bench/pytorch/resnet_bench.py --inputs /tmp/bench_resnet/resnet50_b4.mgn_out.safetensors
       ;;
+    bench-whisper)
+      # The Whisper-tiny encoder (3000 mel frames, the paper's objective and init) at batch $WHISPER_BATCHES (default
+      # "1 8"): ours strict and accelerated next to whisper_bench.py (transformers' WhisperEncoder: eager and
+      # eager + CUDA-graph replay, strict and accelerated; torch.compile strict, capped at
+      # $BENCH_WHISPER_COMPILE_TIMEOUT s, default 200). Back: bench_whisper_bN_{mgn,torch}.jsonl, _table.md, _log.txt.
+      for WB in ${WHISPER_BATCHES:-1 8}; do
+        model_bench "whisper_b$WB" whisper-tiny-encoder "$WB" "${BENCH_WHISPER_COMPILE_TIMEOUT:-200}" whisper_bench.py \
+          "--impls eager,cudagraph" bench/pytorch/whisper_bench.py \
+          --inputs "/tmp/bench_whisper_b$WB/whisper-tiny-encoder_b$WB.mgn_out.safetensors"
+      done
+      ;;
+    whisper-audio)
+      # Real speech (AUDIO_DIR, default .h200/audio) with the paper-init whisper-tiny weights as a model directory:
+      # our front end and encoder against transformers' WhisperFeatureExtractor and WhisperEncoder, then the time
+      # per batch of features + encoder with the spectrogram on the host (FFTW) and in the graph (device), batch 1
+      # and 16. Back: whisper_audio_check.jsonl, whisper_features_timing.txt, whisper_audio_log.txt.
+      L="$OUT/whisper_audio_log.txt" T=/tmp/whisper_audio AUD=$(realpath "${AUDIO_DIR:-.h200/audio}")
+      rm -rf "$T" && mkdir -p "$T/model"
+      "$B/mgn" bench whisper-tiny-encoder --phases compile --weights "$T/model/model.safetensors" > /dev/null 2>> "$L"
+      echo '{"d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536, "num_mel_bins": 80, "max_source_positions": 1500, "activation_function": "gelu"}' > "$T/model/config.json"
+      "$B/mgn" whisper-encode "$AUD"/*.wav --model "$T/model" --dump-features "$T/feat.safetensors" \
+        --out "$T/states.safetensors" >> "$L" 2>&1
+      echo "mgn whisper-encode rc=$?" >> "$L"
+      python3 bench/pytorch/whisper_audio_check.py --features "$T/feat.safetensors" --states "$T/states.safetensors" \
+        --model "$T/model" > "$OUT/whisper_audio_check.jsonl" 2>> "$L"
+      echo "whisper_audio_check rc=$?" >> "$L"
+      FILES16=""
+      for i in $(seq 1 16); do cp "$AUD/espeak.wav" "$T/clip$i.wav"; FILES16="$FILES16 $T/clip$i.wav"; done
+      for F in host graph; do
+        # shellcheck disable=SC2086 # FILES16: words
+        "$B/mgn" whisper-encode $FILES16 --model "$T/model" --features "$F" --batch 1 --repeat 3 2>> "$L" | grep timing
+        # shellcheck disable=SC2086
+        "$B/mgn" whisper-encode $FILES16 --model "$T/model" --features "$F" --batch 16 --repeat 6 2>> "$L" | grep timing
+      done > "$OUT/whisper_features_timing.txt"
+      ;;
     micro)
       # Back: micro_{mgn,torch}.jsonl, micro_table.md, micro_log.txt.
       L="$OUT/micro_log.txt" T=/tmp/micro

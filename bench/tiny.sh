@@ -4,12 +4,13 @@
 # own, and compare.py applies the gates and writes one table. It checks that the harness runs and that both
 # sides compute the same function; it asserts nothing about timings.
 # Usage: bench/tiny.sh MGN PYTHON OUT_DIR [WORKLOAD...]
-#   workloads: fashion-cnn fashion-mlp llama-tiny resnet-tiny attention conv gemm (default: all of them)
+#   workloads: fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test attention conv gemm (default:
+#   all of them)
 #   BENCH_BACKEND=cpu|vulkan|auto (default auto) picks our side's backend (bench-gemm always uses auto)
 set -eu
 MGN=$1 PY=$2 OUT=$3
 shift 3
-[ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny attention conv gemm
+[ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test attention conv gemm
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
 RUNS="--warmup 1 --warmup-ms 0 --samples 2"
@@ -51,6 +52,15 @@ for W in "$@"; do
         --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/resnet_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
         --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" --f64-reference
+      ;;
+    whisper-encoder-test)
+      # The Whisper encoder at 2 layers, d_model 64, 300 frames, batch 2 (the paper's objective); PyTorch runs the
+      # plain-torch encoder with WhisperEncoder's names (transformers is not in Debian).
+      "$MGN" bench whisper-encoder-test $BACKEND $RUNS --batch 2 --weights "$P.weights.safetensors" \
+        --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
+      "$PY" "$HERE/pytorch/whisper_bench.py" $RUNS --impls eager --device cpu --model plain \
+        --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
+        --json "$P.torch.jsonl"
       ;;
     attention|conv)
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"

@@ -12,7 +12,7 @@ install(TARGETS mgn EXPORT meganeuraTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_
 install(DIRECTORY include/mgn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # The static library's private dependencies (zlib, protobuf and ONNX's generated proto, Vulkan, the shader
-# compiler archives) are in the exported target's link interface; the package config finds them again.
+# compiler archives, the audio libraries as absolute paths) are in the exported target's link interface; the package config finds them again.
 install(EXPORT meganeuraTargets NAMESPACE meganeura:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/meganeura)
 configure_package_config_file(cmake/meganeuraConfig.cmake.in ${CMAKE_BINARY_DIR}/meganeuraConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/meganeura)
@@ -30,7 +30,11 @@ if(MGN_VULKAN)
   string(APPEND MGN_PC_LIBS " -lvulkan")
   set(MGN_PC_CFLAGS "-DMGN_HAVE_VULKAN=1")
 endif()
-string(APPEND MGN_PC_LIBS " -lonnx_proto -lprotobuf -lz -lpthread")
+string(APPEND MGN_PC_LIBS " -lonnx_proto -lprotobuf")
+foreach(lib ${MGN_AUDIO_LINK_LIBRARIES})  # libsndfile, libsamplerate, FFTW (pkg-config paths)
+  string(APPEND MGN_PC_LIBS " ${lib}")
+endforeach()
+string(APPEND MGN_PC_LIBS " -lz -lpthread")
 file(RELATIVE_PATH MGN_PC_UP /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
 configure_file(cmake/meganeura.pc.in ${CMAKE_BINARY_DIR}/meganeura.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/meganeura.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

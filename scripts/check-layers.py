@@ -48,6 +48,7 @@ PUBLIC = {
     "checkpoint.h": "src/io",
     "data.h": "src/io",
     "onnx.h": "src/io",
+    "audio.h": "src/io",
     "session.h": "src/runtime",
     "train.h": "src/runtime",
     "plan.h": "src/runtime",
@@ -55,6 +56,7 @@ PUBLIC = {
     "device.h": "src/runtime",
     "models.h": "src/models",
     "llama.h": "src/models",
+    "whisper.h": "src/models",
     "tokenizer.h": "src/models",
 }
 

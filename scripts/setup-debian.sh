@@ -3,8 +3,9 @@
 #   scripts/setup-debian.sh           what the main job needs: build, install, train (mgn, the library, the
 #                                     Python module, the Fashion-MNIST data, Mesa's Vulkan drivers)
 #   scripts/setup-debian.sh --tests   that, and what the test suite needs: GoogleTest, the validation layer,
-#                                     PyTorch and ONNX (the oracles), pytest, clang (fuzzing), and Node.js with
-#                                     the pinned npm reference package of the tokenizer tests (tests/ref)
+#                                     PyTorch and ONNX (the oracles), pytest, clang (fuzzing), test audio
+#                                     (alsa-utils' recordings, espeak-ng), and Node.js with the pinned npm
+#                                     reference package of the tokenizer tests (tests/ref)
 set -euo pipefail
 TESTS=0
 for arg in "$@"; do
@@ -20,6 +21,7 @@ PKGS=(
   libshaderc-dev glslang-dev spirv-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   pybind11-dev python3-dev python3-numpy python3-matplotlib
+  libsndfile1-dev libsamplerate0-dev libfftw3-dev
   dataset-fashion-mnist
 )
 if [ "$TESTS" = 1 ]; then
@@ -27,6 +29,7 @@ if [ "$TESTS" = 1 ]; then
     libgtest-dev libgmock-dev vulkan-validationlayers
     python3-torch python3-torchvision python3-onnx python3-pytest libopenblas0-pthread
     clang libclang-rt-14-dev
+    alsa-utils espeak-ng
   )
   # Node.js runs the Hugging Face tokenizers library (npm package) as the tokenizer tests' reference.
   command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)

@@ -15,7 +15,7 @@ import time
 
 # The command table of tools/mgn.cpp, in its order. A command added there is added here (and gets the checks).
 COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "generate", "finetune",
-            "llama-check", "bench", "bench-gemm", "devices", "help"]
+            "whisper-encode", "llama-check", "bench", "bench-gemm", "devices", "help"]
 # A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
 # a loaded machine), and nothing is compiled (checked through the kernel cache).
 FAST_S = 2.0
@@ -63,6 +63,7 @@ def main():
         "train-fashion-mnist": [], "dump-checkpoint": [some_file], "kernels": [], "plan": [],
         "inspect": [some_file], "run": [some_file], "generate": [some_dir, "--prompt", "x"],
         "finetune": [some_dir, "--text", some_file, "--out", out_dir], "llama-check": [some_dir],
+        "whisper-encode": [some_file, "--model", some_dir],
         "bench": ["fashion-cnn"], "bench-gemm": [], "devices": [], "help": [],
     }
     check(sorted(valid) == sorted(COMMANDS), "every command has valid arguments in this test")
@@ -148,6 +149,10 @@ def main():
         ("finetune", [some_dir, "--text", missing, "--out", out_dir], "missing"),
         ("finetune", [some_dir, "--text", some_file, "--out", out_dir, "--seq", "1"], "--seq"),
         ("finetune", [some_dir, "--text", some_file, "--out", some_dir], "--out"),
+        ("whisper-encode", [missing, "--model", some_dir], "missing"),
+        ("whisper-encode", [some_file], "--model"),
+        ("whisper-encode", [some_file, "--model", some_dir, "--long", "cut"], "--long"),
+        ("whisper-encode", [some_file, "--model", some_dir, "--batch", "0"], "--batch"),
         ("llama-check", [missing], "missing"),
         ("llama-check", [some_dir, "--tol-grad", "0"], "--tol-grad"),
         ("bench", ["fashion-cnn", "--samples", "0"], "--samples"),

@@ -18,6 +18,7 @@
 #include "mgn/llama.h"
 #include "mgn/models.h"
 #include "mgn/safetensors.h"
+#include "mgn/whisper.h"
 
 namespace mgn::bench {
 
@@ -46,8 +47,9 @@ struct Feed {
 struct ModelSpec {
   int64_t batch = 0;
   Json extra;  // fields added to every JSON line (e.g. the sequence length)
-  // Infer: a graph with the output "logits"; Train: one with the output "loss".
+  // Infer: a graph with the output `output`; Train: one with the output "loss".
   std::function<Graph(Mode)> graph;
+  std::string output = "logits";  // the inference output, gated under the name "logits"
   std::vector<Feed> infer_feeds, train_feeds;
   // The minimal phase (optional): its graph (output "logits"), what runs once after the weights are in
   // (e.g. filling a KV cache) and the timed call, which sets its own inputs.
@@ -170,7 +172,7 @@ int run_model(const Args& a, const ModelSpec& m) {
     std::vector<StoredTensor> out;
     for (const Feed& f : m.train_feeds) out.push_back(f.stored("input." + f.name));
     infer.run();
-    out.push_back(StoredTensor::from_f32("logits", infer.shape_of("logits"), infer.read("logits")));
+    out.push_back(StoredTensor::from_f32("logits", infer.shape_of(m.output), infer.read(m.output)));
     if (minimal) {
       m.minimal_call(*minimal);
       out.push_back(
@@ -218,7 +220,7 @@ int run_model(const Args& a, const ModelSpec& m) {
       emit("compile", Samples{.ms = {total}}, {{"parts_ms", parts}});
     } else if (phase == "inference") {
       const Samples ms = time_calls(a.warmup, a.samples, [&] { infer.run(); }, label);
-      require_finite(infer.read("logits")[0], "a logit after the inference phase");
+      require_finite(infer.read(m.output)[0], "the output after the inference phase");
       emit(phase, ms, memory_fields(infer, gi));
     } else if (phase == "minimal") {
       if (!minimal) throw Error(a.workload + " has no minimal phase");
@@ -448,16 +450,56 @@ ModelSpec resnet_spec(Args& a) {
   return m;
 }
 
+// ---- Whisper encoder
+
+// The paper's Whisper workload: the encoder, objective mean(last_hidden_state²), the paper's sine init;
+// whisper-encoder-test is a reduced config (2 layers, d_model 64, 300 frames) for CI's harness run. Input: mel
+// frames uniform in [-1, 1) (the range of Whisper's normalized log-mel), both sides read it from the gate file.
+ModelSpec whisper_spec(Args& a) {
+  a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
+  if (a.seq || !a.cases.empty() || a.tiny)
+    throw tool::UsageError(a.workload + " takes no --seq, --cases or --tiny (other workloads do)");
+  whisper::Config cfg = whisper::Config::tiny();
+  if (a.workload == "whisper-encoder-test")
+    cfg = {.d_model = 64, .encoder_layers = 2, .encoder_attention_heads = 4, .encoder_ffn_dim = 96,
+           .max_source_positions = 150};
+  if (!a.config.empty()) cfg = whisper::Config::from_file(a.config);
+  ModelSpec m;
+  const int64_t B = a.batch ? a.batch : 1, F = cfg.frames();
+  m.batch = B;
+  m.extra = {{"frames", F}};
+  m.output = "last_hidden_state";
+  m.graph = [=](Mode mode) {
+    return whisper::encoder_graph(cfg, {.batch = B, .init = whisper::Init::PaperSine}, mode);
+  };
+  Feed mel{.name = "mel", .shape = {B, cfg.num_mel_bins, F},
+           .f32 = uniform(size_t(B * cfg.num_mel_bins * F), a.seed * 131 + 11, -1.0f, 1.0f)};
+  m.infer_feeds = {mel};
+  m.train_feeds = {mel};
+  m.is_state = [](const std::string& n) { return n == "embed_positions.weight"; };
+  const std::string cj = Json{{"d_model", cfg.d_model},
+                              {"encoder_layers", cfg.encoder_layers},
+                              {"encoder_attention_heads", cfg.encoder_attention_heads},
+                              {"encoder_ffn_dim", cfg.encoder_ffn_dim},
+                              {"num_mel_bins", cfg.num_mel_bins},
+                              {"max_source_positions", cfg.max_source_positions}}.dump();
+  m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
+  m.gate_meta = {{"frames", std::to_string(F)}, {"config", cj}};
+  return m;
+}
+
 }  // namespace
 
 bool is_model_workload(const std::string& w) {
   return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" ||
-         w == "llama" || w == "resnet50" || w == "resnet-tiny";
+         w == "llama" || w == "resnet50" || w == "resnet-tiny" || w == "whisper-tiny-encoder" ||
+         w == "whisper-encoder-test";
 }
 
 int run_model_bench(Args& a) {
   ModelSpec m = a.workload.rfind("fashion-", 0) == 0 ? fashion_spec(a)
                 : a.workload.rfind("resnet", 0) == 0 ? resnet_spec(a)
+                : a.workload.rfind("whisper", 0) == 0 ? whisper_spec(a)
                                                      : llama_spec(a);
   return run_model(a, m);
 }

@@ -74,6 +74,7 @@ Run declare_inspect(CLI::App& app);              // tools/onnx_cmd.cpp
 Run declare_run(CLI::App& app);                  // tools/onnx_cmd.cpp
 Run declare_generate(CLI::App& app);             // tools/generate_cmd.cpp
 Run declare_finetune(CLI::App& app);             // tools/finetune.cpp
+Run declare_whisper_encode(CLI::App& app);       // tools/whisper_cmd.cpp
 Run declare_llama_check(CLI::App& app);          // tools/llama_check.cpp
 Run declare_bench(CLI::App& app);                // tools/bench.cpp
 Run declare_bench_gemm(CLI::App& app);           // tools/bench_gemm.cpp

@@ -34,6 +34,8 @@ const std::vector<Command>& commands() {
       {"generate", "continue a prompt with a Hugging Face Llama-family model", declare_generate},
       {"finetune", "train a Llama-family model on a text file, save it as a model directory",
        declare_finetune},
+      {"whisper-encode", "encode sound files with a Hugging Face Whisper encoder (states per file)",
+       declare_whisper_encode},
       {"llama-check", "gate and time a Llama-family model against a PyTorch reference directory",
        declare_llama_check},
       {"bench", "time a workload phase by phase and write the tensors of the correctness gates",

@@ -198,3 +198,20 @@ def time_phases(run, common, phases, names, warmup, samples, device, emit, compi
         if not np.isfinite(v):
             raise RuntimeError(f"{common['impl']} {common['mode']} {name}: non-finite result {v}")
         emit(dict(common, phase=name, **summary(ms, warmup), **({} if peak is None else {"peak_mem_bytes": peak})))
+
+
+def cuda_graph(fn, warmup=3):
+    """fn captured once in a CUDA graph (after `warmup` calls on a side stream, as PyTorch's whole-network
+    capture recipe does); returns the replay. What fn allocates during capture lives in the graph's pool and
+    is rewritten by each replay, so tensors fn leaves behind (outputs, .grad) hold the latest replay's values."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g.replay
