@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "mgn/audio.h"
 #include "mgn/checkpoint.h"
 #include "mgn/data.h"
 #include "mgn/device.h"
@@ -29,6 +30,7 @@
 #include "mgn/session.h"
 #include "mgn/tokenizer.h"
 #include "mgn/train.h"
+#include "mgn/whisper.h"
 
 namespace py = pybind11;
 
@@ -770,7 +772,57 @@ PYBIND11_MODULE(_meganeura, m) {
       .def("decode", &mgn::Tokenizer::decode, py::arg("ids"), py::arg("skip_special") = false)
       .def_property_readonly("vocab_size", &mgn::Tokenizer::vocab_size);
 
-  // ---- data
+  // ---- audio and Whisper
+  py::module_ audio =
+      m.def_submodule("audio", "Sound files (libsndfile), resampling, Whisper's log-mel spectrogram.");
+  audio.def(
+      "read",
+      [](const std::string& path) {
+        mgn::audio::Audio a = mgn::audio::read(path);
+        const int64_t n = int64_t(a.samples.size());
+        return py::make_tuple(to_array(std::move(a.samples), {n}), a.sample_rate, a.channels, a.format);
+      },
+      py::arg("path"), "(samples float32 [n] mono, sample_rate, channels of the file, format)");
+  audio.def(
+      "resample",
+      [](const F32Array& x, int64_t from, int64_t to) {
+        std::vector<float> y =
+            mgn::audio::resample(std::vector<float>(x.data(), x.data() + x.size()), from, to);
+        const int64_t n = int64_t(y.size());
+        return to_array(std::move(y), {n});
+      },
+      py::arg("samples"), py::arg("from_rate"), py::arg("to_rate"));
+  audio.def(
+      "log_mel",
+      [](const F32Array& x, int64_t sample_rate, int64_t n_fft, int64_t hop, int64_t n_mels) {
+        mgn::audio::LogMelOptions o{.sample_rate = sample_rate, .n_fft = n_fft, .hop = hop, .n_mels = n_mels};
+        std::vector<float> y = mgn::audio::log_mel(std::vector<float>(x.data(), x.data() + x.size()), o);
+        const int64_t frames = int64_t(y.size()) / n_mels;
+        return to_array(std::move(y), {n_mels, frames});
+      },
+      py::arg("samples"), py::arg("sample_rate") = 16000, py::arg("n_fft") = 400, py::arg("hop") = 160,
+      py::arg("n_mels") = 80,
+      "Whisper's log-mel spectrogram of one signal: float32 [n_mels, samples / hop].");
+
+  py::module_ whisper = m.def_submodule("whisper", "The Whisper encoder from Hugging Face directories.");
+  py::class_<mgn::whisper::Config>(whisper, "Config")
+      .def_static("from_file", &mgn::whisper::Config::from_file, py::arg("path"))
+      .def_static("tiny", &mgn::whisper::Config::tiny);
+  whisper.def(
+      "encoder_graph",
+      [](const mgn::whisper::Config& c, int64_t batch, const std::string& mode) {
+        return std::make_shared<mgn::Graph>(mgn::whisper::encoder_graph(c, {.batch = batch}, mode_of(mode)));
+      },
+      py::arg("config"), py::arg("batch") = 1, py::arg("mode") = "infer",
+      "mel f32 [batch, n_mels, frames] -> last_hidden_state [batch, frames / 2, d_model]");
+  whisper.def(
+      "load_weights",
+      [](PySession& s, const mgn::whisper::Config& c, const std::string& path) {
+        py::gil_scoped_release nogil;
+        mgn::whisper::load_weights(s.s, mgn::whisper::read_weights(c, path));
+      },
+      py::arg("session"), py::arg("config"), py::arg("path"));
+
   m.def("fashion_mnist_dir", &mgn::fashion_mnist_dir, "Debian's dataset-fashion-mnist folder");
   m.def(
       "load_fashion_mnist",
