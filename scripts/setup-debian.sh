@@ -8,7 +8,9 @@ PKGS=(
   libshaderc-dev glslang-dev spirv-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   libsndfile1-dev libsamplerate0-dev libfftw3-dev
+  libjpeg-dev libpng-dev libwebp-dev
   python3-torch python3-torchvision python3-numpy python3-onnx libopenblas0-pthread
+  python3-pil python3-skimage opencv-doc
   clang libclang-rt-14-dev
   dataset-fashion-mnist
   alsa-utils espeak-ng
