@@ -1,7 +1,10 @@
 // DINOv3 ViT builder (include/mgn/dinov3.h) against closed forms and a plain-torch re-implementation
 // (tests/ref/dinov3_ref.py): the parameter count of the spec, config parsing and its refusals, the axial RoPE
 // tables, LayerScale on every token, weight loading under every prefix, and forward + every gradient of a
-// reduced config on a non-square image on the CPU executor (f64), the CPU backend and Vulkan (f32), at batch 2.
+// reduced config on a non-square image on the CPU executor (f64), the CPU backend and Vulkan (f32), at
+// batch 2.
+#include "mgn/dinov3.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +14,6 @@
 #include "backend/cpu/executor.h"
 #include "ir/graph.h"
 #include "mgn/autodiff.h"
-#include "mgn/dinov3.h"
 #include "mgn/session.h"
 #include "support/test_util.h"
 
@@ -44,12 +46,14 @@ dinov3::Config reduced() {
 std::map<std::string, std::vector<float>> random_weights(const dinov3::Config& c, uint64_t seed) {
   std::map<std::string, std::vector<float>> w;
   for (auto& [name, shape] : dinov3::parameter_shapes(c)) {
-    const bool around_one = name.ends_with("lambda1") || (name.find("norm") != std::string::npos && name.ends_with("weight"));
+    const bool around_one =
+        name.ends_with("lambda1") || (name.find("norm") != std::string::npos && name.ends_with("weight"));
     const double fan = shape.size() >= 2 && !name.starts_with("embeddings.") ? double(numel(shape) / shape[0])
-                       : name == "embeddings.patch_embeddings.weight"       ? double(numel(shape) / shape[0])
-                                                                            : 1.0;
+                       : name == "embeddings.patch_embeddings.weight"        ? double(numel(shape) / shape[0])
+                                                                             : 1.0;
     const double scale = shape.size() >= 2 && fan > 1 ? 1.0 / std::sqrt(fan) : 0.3;
-    std::vector<double> v = test::random_uniform(size_t(numel(shape)), seed++, -scale * std::sqrt(3.0), scale * std::sqrt(3.0));
+    std::vector<double> v =
+        test::random_uniform(size_t(numel(shape)), seed++, -scale * std::sqrt(3.0), scale * std::sqrt(3.0));
     w[name].assign(v.begin(), v.end());
     if (around_one)
       for (float& x : w[name]) x += 1.0f;
@@ -57,20 +61,30 @@ std::map<std::string, std::vector<float>> random_weights(const dinov3::Config& c
   return w;
 }
 
-std::vector<StoredTensor> ref_inputs(const dinov3::Config& c, const std::map<std::string, std::vector<float>>& w,
+std::vector<StoredTensor> ref_inputs(const dinov3::Config& c,
+                                     const std::map<std::string, std::vector<float>>& w,
                                      const std::vector<float>& px, int64_t B, int64_t H, int64_t W, bool f64,
                                      int64_t layers = 0, bool final_norm = true) {
-  std::vector<double> cfg = {double(c.hidden_size), double(layers ? layers : c.num_hidden_layers),
-                             double(c.num_attention_heads), double(c.intermediate_size), double(c.patch_size),
-                             double(c.num_register_tokens), c.rope_theta, c.layer_norm_eps, f64 ? 1.0 : 0.0,
+  std::vector<double> cfg = {double(c.hidden_size),
+                             double(layers ? layers : c.num_hidden_layers),
+                             double(c.num_attention_heads),
+                             double(c.intermediate_size),
+                             double(c.patch_size),
+                             double(c.num_register_tokens),
+                             c.rope_theta,
+                             c.layer_norm_eps,
+                             f64 ? 1.0 : 0.0,
                              final_norm ? 1.0 : 0.0};
   std::vector<StoredTensor> in = {StoredTensor::from_f64("cfg", {int64_t(cfg.size())}, cfg),
                                   StoredTensor::from_f32("pixel_values", {B, c.num_channels, H, W}, px)};
-  for (auto& [name, shape] : dinov3::parameter_shapes(c)) in.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
+  for (auto& [name, shape] : dinov3::parameter_shapes(c))
+    in.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
   return in;
 }
 
-std::vector<double> wide(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> wide(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 // The smallest cosine similarity between matching rows of width D.
 double min_row_cosine(const std::vector<double>& a, const std::vector<double>& b, int64_t D) {
@@ -100,7 +114,8 @@ TEST(DinoV3, ParameterCountOfTheSpec) {
   dinov3::Config c = dinov3::Config::vits16();
   EXPECT_EQ(dinov3::parameter_count(c), 21'596'544);
   EXPECT_EQ(dinov3::parameter_count(c), 295'296 + 6 * 384 + 12 * 1'774'848 + 768);
-  // The graph holds exactly these tensors; autodiff finds a gradient for every one but the mask token (state).
+  // The graph holds exactly these tensors; autodiff finds a gradient for every one but the mask token
+  // (state).
   Graph g = dinov3::vit_graph(c, {.batch = 1, .height = 32, .width = 32}, Mode::Train);
   Gradients grads = backward(g, *g.find_output("loss"));
   int64_t trainable = 0;
@@ -128,20 +143,29 @@ TEST(DinoV3, ConfigFromHuggingFaceJsonAndItsRefusals) {
   EXPECT_EQ(c.num_register_tokens, 4);
   EXPECT_EQ(c.head_dim(), 64);
   EXPECT_EQ(dinov3::Config::from_json("{}").num_register_tokens, 0);  // transformers' default
-  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"hidden_size": 384, "num_attention_heads": 5})", "x.json"); })
-                .find("not divisible"),
+  EXPECT_NE(error_of([] {
+              dinov3::Config::from_json(R"({"hidden_size": 384, "num_attention_heads": 5})", "x.json");
+            }).find("not divisible"),
             std::string::npos);
-  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"hidden_size": 40, "num_attention_heads": 4})"); })
-                .find("divisible by 4"),
+  EXPECT_NE(error_of([] {
+              dinov3::Config::from_json(R"({"hidden_size": 40, "num_attention_heads": 4})");
+            }).find("divisible by 4"),
             std::string::npos);
-  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"num_hidden_layers": 4294967296})"); }).find("num_hidden_layers must be in"),
+  EXPECT_NE(error_of([] {
+              dinov3::Config::from_json(R"({"num_hidden_layers": 4294967296})");
+            }).find("num_hidden_layers must be in"),
             std::string::npos);
-  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"hidden_act": "silu"})"); }).find("not supported"), std::string::npos);
-  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"use_gated_mlp": true})"); }).find("use_gated_mlp"), std::string::npos);
-  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"key_bias": 1})"); }).find("true or false"), std::string::npos);
+  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"hidden_act": "silu"})"); }).find("not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"use_gated_mlp": true})"); }).find("use_gated_mlp"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { dinov3::Config::from_json(R"({"key_bias": 1})"); }).find("true or false"),
+            std::string::npos);
   EXPECT_NE(error_of([] { dinov3::Config::from_json("[1, 2"); }).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(error_of([] { dinov3::vit_graph(reduced(), {.height = 40}); }).find("multiple of the patch size"), std::string::npos);
-  EXPECT_NE(error_of([] { dinov3::vit_graph(reduced(), {.layers = 3}); }).find("layers must be in"), std::string::npos);
+  EXPECT_NE(error_of([] { dinov3::vit_graph(reduced(), {.height = 40}); }).find("multiple of the patch size"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { dinov3::vit_graph(reduced(), {.layers = 3}); }).find("layers must be in"),
+            std::string::npos);
 }
 
 TEST(DinoV3, RopeTablesAreTheAxialFormula) {
@@ -182,14 +206,16 @@ TEST(DinoV3, ForwardLossAndEveryGradientMatchTorch) {
   Graph g = dinov3::vit_graph(c, {.batch = B, .height = H, .width = W}, Mode::Train);
   Gradients grads;
   add_gradients(g, grads);
-  ASSERT_EQ(int64_t(grads.params.size()), int64_t(dinov3::parameter_shapes(c).size()) - 1);  // not the mask token
+  ASSERT_EQ(int64_t(grads.params.size()),
+            int64_t(dinov3::parameter_shapes(c).size()) - 1);  // not the mask token
 
   cpu::Executor ex(g.ir(), {.float64 = true});
   for (auto& [name, v] : w) ex.set_state(name, wide(v));
   ex.set_input("pixel_values", pd);
   ex.run();
   EXPECT_LT(test::rel_l2(ex.output("last_hidden_state").v, want), 1e-7);
-  EXPECT_NEAR(ex.output("loss").v[0], ref.at("loss").to_f64()[0], 1e-7 * std::fabs(ref.at("loss").to_f64()[0]));
+  EXPECT_NEAR(ex.output("loss").v[0], ref.at("loss").to_f64()[0],
+              1e-7 * std::fabs(ref.at("loss").to_f64()[0]));
   for (auto& [name, t] : grads.params)
     EXPECT_LT(test::rel_l2(ex.output("grad." + name).v, ref.at("grad." + name).to_f64()), 1e-7) << name;
 
@@ -211,11 +237,15 @@ TEST(DinoV3, ForwardLossAndEveryGradientMatchTorch) {
     EXPECT_GT(min_row_cosine(got, want, c.hidden_size), 0.9999) << who;
     std::vector<double> cls = wide(s->read("pooler_output")), want_cls;
     for (int64_t b2 = 0; b2 < B; ++b2)
-      want_cls.insert(want_cls.end(), want.begin() + b2 * S * c.hidden_size, want.begin() + (b2 * S + 1) * c.hidden_size);
+      want_cls.insert(want_cls.end(), want.begin() + b2 * S * c.hidden_size,
+                      want.begin() + (b2 * S + 1) * c.hidden_size);
     EXPECT_LT(test::rel_l2(cls, want_cls), 1e-4) << who;
-    EXPECT_NEAR(s->read_scalar("loss"), ref.at("loss").to_f64()[0], 1e-4 * std::fabs(ref.at("loss").to_f64()[0])) << who;
+    EXPECT_NEAR(s->read_scalar("loss"), ref.at("loss").to_f64()[0],
+                1e-4 * std::fabs(ref.at("loss").to_f64()[0]))
+        << who;
     for (auto& [name, t] : gr.params)
-      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3) << who << " " << name;
+      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3)
+          << who << " " << name;
   }
 }
 
@@ -262,15 +292,19 @@ TEST(DinoV3, LayerScaleActsOnEveryToken) {
   for (int64_t r = 0; r < 4; ++r) {
     double mean = 0, var = 0;
     for (int64_t j = 0; j < D; ++j) mean += w["embeddings.register_tokens"][size_t(r * D + j)] / double(D);
-    for (int64_t j = 0; j < D; ++j) var += std::pow(w["embeddings.register_tokens"][size_t(r * D + j)] - mean, 2) / double(D);
+    for (int64_t j = 0; j < D; ++j)
+      var += std::pow(w["embeddings.register_tokens"][size_t(r * D + j)] - mean, 2) / double(D);
     for (int64_t j = 0; j < D; ++j) {
-      const double n = (w["embeddings.register_tokens"][size_t(r * D + j)] - mean) / std::sqrt(var + c.layer_norm_eps);
-      EXPECT_NEAR(zero[size_t((1 + r) * D + j)], n * w["norm.weight"][size_t(j)] + w["norm.bias"][size_t(j)], 1e-4);
+      const double n =
+          (w["embeddings.register_tokens"][size_t(r * D + j)] - mean) / std::sqrt(var + c.layer_norm_eps);
+      EXPECT_NEAR(zero[size_t((1 + r) * D + j)], n * w["norm.weight"][size_t(j)] + w["norm.bias"][size_t(j)],
+                  1e-4);
     }
   }
   // Every token's row moves with λ.
   for (int64_t t = 0; t < S; ++t) {
-    std::vector<double> a(full.begin() + t * D, full.begin() + (t + 1) * D), b(half.begin() + t * D, half.begin() + (t + 1) * D);
+    std::vector<double> a(full.begin() + t * D, full.begin() + (t + 1) * D),
+        b(half.begin() + t * D, half.begin() + (t + 1) * D);
     EXPECT_GT(test::rel_l2(b, a), 1e-2) << "token " << t;
   }
 }
@@ -281,7 +315,8 @@ TEST(DinoV3, ReadsWeightsUnderEveryPrefixAndNamesWhatIsMissing) {
   const std::string dir = test::make_temp_dir("dinov3_weights");
   for (const std::string& prefix : {std::string(), std::string("dinov3_vit.")}) {
     std::vector<StoredTensor> t;
-    for (auto& [name, shape] : dinov3::parameter_shapes(c)) t.push_back(StoredTensor::from_f32(prefix + name, shape, w.at(name)));
+    for (auto& [name, shape] : dinov3::parameter_shapes(c))
+      t.push_back(StoredTensor::from_f32(prefix + name, shape, w.at(name)));
     write_safetensors(dir + "/model.safetensors", t);
     auto got = dinov3::read_weights(c, dir);
     ASSERT_EQ(got.size(), w.size()) << prefix;
@@ -301,7 +336,8 @@ TEST(DinoV3, ReadsWeightsUnderEveryPrefixAndNamesWhatIsMissing) {
   EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
   // A key bias the config says is absent, and a layer the config does not have, are refused.
   t.clear();
-  for (auto& [name, shape] : dinov3::parameter_shapes(c)) t.push_back(StoredTensor::from_f32(name, shape, w.at(name)));
+  for (auto& [name, shape] : dinov3::parameter_shapes(c))
+    t.push_back(StoredTensor::from_f32(name, shape, w.at(name)));
   t.push_back(StoredTensor::from_f32("layer.0.attention.k_proj.bias", {64}, std::vector<float>(64, 0.0f)));
   write_safetensors(dir + "/model.safetensors", t);
   e = error_of([&] { dinov3::read_weights(c, dir); });
@@ -330,12 +366,15 @@ TEST(DinoV3, PaperSineInit) {
     for (unsigned char ch : n) h = (h * 31 + ch) % 4294967296ull;
     return double(h % 10000);
   };
-  const std::string up = "layer.1.mlp.up_proj.weight";  // [96, 64]: element (o, i) is generated at j = i·96 + o
+  const std::string up =
+      "layer.1.mlp.up_proj.weight";  // [96, 64]: element (o, i) is generated at j = i·96 + o
   std::vector<float> v = sess.read(up);
   for (int64_t o : {0, 5, 95})
-    for (int64_t i : {0, 7, 63}) EXPECT_NEAR(v[size_t(o * 64 + i)], 0.02 * std::sin(0.01 * double(i * 96 + o) + seed_of(up)), 1e-7);
+    for (int64_t i : {0, 7, 63})
+      EXPECT_NEAR(v[size_t(o * 64 + i)], 0.02 * std::sin(0.01 * double(i * 96 + o) + seed_of(up)), 1e-7);
   for (const char* n : {"layer.0.layer_scale2.lambda1", "norm.weight"}) {
     std::vector<float> l = sess.read(n);
-    for (int64_t j : {0, 33}) EXPECT_NEAR(l[size_t(j)], 1.0 + 0.02 * std::sin(0.01 * double(j) + seed_of(n)), 1e-7);
+    for (int64_t j : {0, 33})
+      EXPECT_NEAR(l[size_t(j)], 1.0 + 0.02 * std::sin(0.01 * double(j) + seed_of(n)), 1e-7);
   }
 }

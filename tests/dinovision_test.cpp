@@ -1,7 +1,9 @@
 // DinoVision decoder and metrics (include/mgn/dinovision.h) against plain torch and skimage
-// (tests/ref/dinovision_ref.py): the parameter count of the documented layer list, forward + every gradient of a
-// reduced decoder (CPU executor f64, CPU backend and Vulkan f32), the patch-grid rearrangement, PyTorch's
-// default conv init bounds, and SSIM / PSNR against skimage.metrics on Debian's photographs.
+// (tests/ref/dinovision_ref.py): the parameter count of the documented layer list, forward + every gradient
+// of a reduced decoder (CPU executor f64, CPU backend and Vulkan f32), the patch-grid rearrangement,
+// PyTorch's default conv init bounds, and SSIM / PSNR against skimage.metrics on Debian's photographs.
+#include "mgn/dinovision.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include "backend/cpu/executor.h"
 #include "ir/graph.h"
 #include "mgn/autodiff.h"
-#include "mgn/dinovision.h"
 #include "mgn/image.h"
 #include "mgn/session.h"
 #include "support/test_util.h"
@@ -19,19 +20,23 @@ using namespace mgn;
 
 namespace {
 
-dinovision::DecoderConfig reduced() { return {.in_channels = 16, .grid = 2, .widths = {16, 8, 8, 8, 8}, .groups = 4}; }
+dinovision::DecoderConfig reduced() {
+  return {.in_channels = 16, .grid = 2, .widths = {16, 8, 8, 8, 8}, .groups = 4};
+}
 
-std::vector<double> wide(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> wide(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 }  // namespace
 
 TEST(DinoVision, DecoderParameterCount) {
-  // conv_in 384·272·9 + 272; block 2·272 + 272²·9 + 272; up.0 2·272 + 272·128·9 + 128; up.1 2·128 + 128·64·9 + 64;
-  // up.2 2·64 + 64·32·9 + 32; up.3 2·32 + 32·16·9 + 16; out 2·16 + 16·3·9 + 3.
+  // conv_in 384·272·9 + 272; block 2·272 + 272²·9 + 272; up.0 2·272 + 272·128·9 + 128; up.1 2·128 + 128·64·9
+  // + 64; up.2 2·64 + 64·32·9 + 32; up.3 2·32 + 32·16·9 + 16; out 2·16 + 16·3·9 + 3.
   dinovision::DecoderConfig c;
-  const int64_t want = (384 * 272 * 9 + 272) + (2 * 272 + 272 * 272 * 9 + 272) + (2 * 272 + 272 * 128 * 9 + 128) +
-                       (2 * 128 + 128 * 64 * 9 + 64) + (2 * 64 + 64 * 32 * 9 + 32) + (2 * 32 + 32 * 16 * 9 + 16) +
-                       (2 * 16 + 16 * 3 * 9 + 3);
+  const int64_t want = (384 * 272 * 9 + 272) + (2 * 272 + 272 * 272 * 9 + 272) +
+                       (2 * 272 + 272 * 128 * 9 + 128) + (2 * 128 + 128 * 64 * 9 + 64) +
+                       (2 * 64 + 64 * 32 * 9 + 32) + (2 * 32 + 32 * 16 * 9 + 16) + (2 * 16 + 16 * 3 * 9 + 3);
   EXPECT_EQ(want, 2'018'787);
   EXPECT_EQ(dinovision::decoder_parameter_count(c), 2'018'787);
   // Within 0.31% of the paper's 2,012,547.
@@ -56,10 +61,12 @@ TEST(DinoVision, DecoderForwardAndEveryGradientMatchTorch) {
   std::vector<double> td = test::random_uniform(size_t(B * 3 * S * S), 6, 0.0, 1.0);
   std::vector<float> feats(fd.begin(), fd.end()), target(td.begin(), td.end());
   std::vector<StoredTensor> in = {
-      StoredTensor::from_f64("cfg", {9}, {double(c.in_channels), double(c.grid), double(c.groups), 16, 8, 8, 8, 8, 1.0}),
+      StoredTensor::from_f64("cfg", {9},
+                             {double(c.in_channels), double(c.grid), double(c.groups), 16, 8, 8, 8, 8, 1.0}),
       StoredTensor::from_f32("features", {B, c.in_channels, c.grid, c.grid}, feats),
       StoredTensor::from_f32("target", {B, 3, S, S}, target)};
-  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(c)) in.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
+  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(c))
+    in.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
   auto ref = test::run_torch("tests/ref/dinovision_ref.py", in);
 
   auto build = [&](Graph& g, Gradients& gr) {
@@ -95,7 +102,8 @@ TEST(DinoVision, DecoderForwardAndEveryGradientMatchTorch) {
     EXPECT_LT(test::rel_l2(wide(s->read("image")), ref.at("image").to_f64()), 1e-4) << who;
     EXPECT_NEAR(s->read_scalar("loss"), ref.at("loss").to_f64()[0], 1e-4 * ref.at("loss").to_f64()[0]) << who;
     for (auto& [name, t] : gr.params)
-      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3) << who << " " << name;
+      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3)
+          << who << " " << name;
   }
 }
 
@@ -112,7 +120,8 @@ TEST(DinoVision, InitIsPyTorchConvDefaultAndPatchGridIsTheRearrangement) {
     const int64_t fan_in = name.ends_with("weight") ? shape[1] * 9 : 0;
     const double bound = fan_in ? 1.0 / std::sqrt(double(fan_in)) : 0;
     if (fan_in) {
-      const float m = *std::max_element(v.begin(), v.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+      const float m =
+          *std::max_element(v.begin(), v.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
       EXPECT_LE(std::fabs(m), bound * (1 + 1e-6)) << name;
       EXPECT_GT(std::fabs(m), 0.5 * bound) << name;
     }
@@ -138,21 +147,25 @@ TEST(DinoVision, SsimAndPsnrMatchSkimage) {
   for (const auto& p : photos) {
     image::Image im = image::center_crop(image::resize_shorter(image::read(p), 96), H, W);
     std::vector<double> noise = test::random_normal(im.data.size(), uint64_t(n + 1), 0.08);
-    std::vector<float> noisy(im.data.size()), blurred = image::resize(image::resize(im, H / 4, W / 4), H, W).data;
+    std::vector<float> noisy(im.data.size()),
+        blurred = image::resize(image::resize(im, H / 4, W / 4), H, W).data;
     for (size_t i = 0; i < noisy.size(); ++i) noisy[i] = std::clamp(float(im.data[i] + noise[i]), 0.0f, 1.0f);
-    image::Image shifted = image::crop(image::center_crop(image::resize_shorter(image::read(p), 96), H + 2, W + 2), 0, 0, H, W);
+    image::Image shifted =
+        image::crop(image::center_crop(image::resize_shorter(image::read(p), 96), H + 2, W + 2), 0, 0, H, W);
     for (const auto* d : {&noisy, &blurred, &shifted.data}) {
       a.insert(a.end(), im.data.begin(), im.data.end());
       b.insert(b.end(), d->begin(), d->end());
       ++n;
     }
   }
-  auto ref = test::run_torch("tests/ref/dinovision_ref.py",
-                             {StoredTensor::from_f32("ssim.a", {n, 3, H, W}, a), StoredTensor::from_f32("ssim.b", {n, 3, H, W}, b)});
+  auto ref = test::run_torch(
+      "tests/ref/dinovision_ref.py",
+      {StoredTensor::from_f32("ssim.a", {n, 3, H, W}, a), StoredTensor::from_f32("ssim.b", {n, 3, H, W}, b)});
   const std::vector<double> want = ref.at("ssim").to_f64(), want_psnr = ref.at("psnr").to_f64();
   const size_t per = size_t(3 * H * W);
   for (int i = 0; i < n; ++i) {
-    std::vector<float> x(a.begin() + i * per, a.begin() + (i + 1) * per), y(b.begin() + i * per, b.begin() + (i + 1) * per);
+    std::vector<float> x(a.begin() + i * per, a.begin() + (i + 1) * per),
+        y(b.begin() + i * per, b.begin() + (i + 1) * per);
     const double s = dinovision::ssim(x, y, H, W);
     EXPECT_NEAR(s, want[size_t(i)], 1e-6) << i;
     EXPECT_LT(s, 0.999) << i;  // a real degradation, not a trivial pass

@@ -1,13 +1,14 @@
 // Images in and out (include/mgn/image.h) against PIL's decoders and torchvision's preprocessing
 // (tests/ref/image_ref.py) on Debian's photographs (opencv-doc, python3-skimage), the converted formats
 // (gray, palette, alpha, 16-bit PNG, gray JPEG, WebP), refusals of damaged files, and the PNG writer.
+#include "mgn/image.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
-#include "mgn/image.h"
 #include "mgn/types.h"
 #include "support/test_util.h"
 
@@ -60,9 +61,11 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& b, size_t 
 // Real photographs, JPEG and PNG, of several aspect ratios: decoding equals PIL's exactly (same libraries,
 // same settings), and Resize(256) / CenterCrop(224) / Normalize is within 1e-3 of torchvision's per pixel.
 TEST(Image, PreprocessingMatchesTorchvisionOnPhotographs) {
-  const std::vector<std::string> photos = {kOpenCv + "baboon.jpg", kOpenCv + "fruits.jpg", kSkimage + "chelsea.png",
-                                           kSkimage + "coffee.png", kSkimage + "rocket.jpg"};
-  for (const auto& p : photos) ASSERT_TRUE(std::filesystem::exists(p)) << p << " (scripts/setup-debian.sh installs it)";
+  const std::vector<std::string> photos = {kOpenCv + "baboon.jpg", kOpenCv + "fruits.jpg",
+                                           kSkimage + "chelsea.png", kSkimage + "coffee.png",
+                                           kSkimage + "rocket.jpg"};
+  for (const auto& p : photos)
+    ASSERT_TRUE(std::filesystem::exists(p)) << p << " (scripts/setup-debian.sh installs it)";
   const std::string dir = test::make_temp_dir("image_ref");
   std::string joined;
   for (const auto& p : photos) joined += p + "\n";
@@ -74,7 +77,10 @@ TEST(Image, PreprocessingMatchesTorchvisionOnPhotographs) {
     EXPECT_LT(max_abs(im.data, raw.to_f64()), 1e-6) << photos[i] << " " << im.format;
     std::vector<float> pre = image::preprocess(im);
     ASSERT_EQ(pre.size(), size_t(3 * 224 * 224));
-    EXPECT_LT(max_abs(pre, ref.at("pre." + std::to_string(i)).to_f64()), 1e-3) << photos[i];
+    const double err = max_abs(pre, ref.at("pre." + std::to_string(i)).to_f64());
+    EXPECT_LT(err, 1e-3) << photos[i];
+    std::printf("%s: %s %lldx%lld, preprocessing max abs vs torchvision %.2e\n", photos[i].c_str(),
+                im.format.c_str(), (long long)im.width, (long long)im.height, err);
   }
 
   // Converted formats: every one decodes to what PIL's convert("RGB") gives (16-bit: value / 65535).
@@ -137,7 +143,8 @@ TEST(Image, WritesPngThatReadsBack) {
   for (size_t i = 2; i < im.data.size(); ++i) m = std::max(m, std::fabs(double(back.data[i]) - im.data[i]));
   EXPECT_LE(m, 0.5 / 255 + 1e-6);
   EXPECT_FALSE(std::filesystem::exists(dir + "/out.png.tmp"));
-  EXPECT_NE(error_of([&] { image::write_png(dir + "/no/such/dir.png", im); }).find("no/such"), std::string::npos);
+  EXPECT_NE(error_of([&] { image::write_png(dir + "/no/such/dir.png", im); }).find("no/such"),
+            std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
@@ -159,7 +166,8 @@ TEST(Image, ResizeCropFlipClosedForms) {
   EXPECT_EQ(f.data[0], ramp.data[5]);
   EXPECT_NE(error_of([&] { image::center_crop(ramp, 5, 2); }).find("larger than"), std::string::npos);
   // Resize(256) of a 300 x 451 image: 256 x int(256·451/300) = 256 x 384.
-  image::Image r = image::resize_shorter(image::Image{300, 451, std::vector<float>(3 * 300 * 451, 0.5f), ""}, 256);
+  image::Image r =
+      image::resize_shorter(image::Image{300, 451, std::vector<float>(3 * 300 * 451, 0.5f), ""}, 256);
   EXPECT_EQ(r.height, 256);
   EXPECT_EQ(r.width, 384);
 }

@@ -29,12 +29,15 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 void check_out_parent(const std::string& out, const std::string& flag) {
   if (out.empty()) return;
   const fs::path parent = fs::absolute(out).parent_path();
-  if (!fs::is_directory(parent)) throw UsageError(flag + " " + out + ": the folder " + parent.string() + " does not exist");
+  if (!fs::is_directory(parent))
+    throw UsageError(flag + " " + out + ": the folder " + parent.string() + " does not exist");
 }
 
 // The encoder: config + weights from a Hugging Face directory, or ViT-S/16 with the paper's sine init.
@@ -49,8 +52,8 @@ Encoder load_encoder(const std::string& model, int64_t layers) {
   if (model.empty()) return e;
   e.cfg = dinov3::Config::from_file(model + "/config.json");
   if (layers > e.cfg.num_hidden_layers)
-    throw Error(model + "/config.json: the model has " + std::to_string(e.cfg.num_hidden_layers) + " layers, fewer than the " +
-                std::to_string(layers) + " asked for");
+    throw Error(model + "/config.json: the model has " + std::to_string(e.cfg.num_hidden_layers) +
+                " layers, fewer than the " + std::to_string(layers) + " asked for");
   e.weights = dinov3::read_weights(e.cfg, model, layers);
   e.source = model;
   return e;
@@ -81,16 +84,17 @@ int dinov3_embed(const EmbedArgs& a, const Context& c) {
     image::Image x = a.resize > 0 ? image::resize_shorter(im, a.resize) : im;
     if (a.crop > 0) {
       if (x.height < a.crop || x.width < a.crop)
-        throw Error("'" + path + "': " + std::to_string(x.height) + "x" + std::to_string(x.width) + " after resizing, smaller than the crop " +
-                    std::to_string(a.crop));
+        throw Error("'" + path + "': " + std::to_string(x.height) + "x" + std::to_string(x.width) +
+                    " after resizing, smaller than the crop " + std::to_string(a.crop));
       x = image::center_crop(x, a.crop, a.crop);
     }
     if (x.height % p != 0 || x.width % p != 0)
       throw Error("'" + path + "': " + std::to_string(x.height) + "x" + std::to_string(x.width) +
-                  " is not a multiple of the patch size " + std::to_string(p) + " (give --crop, or --resize so that it is)");
+                  " is not a multiple of the patch size " + std::to_string(p) +
+                  " (give --crop, or --resize so that it is)");
     items.push_back({path, image::normalize(x), x.height, x.width});
-    std::fprintf(stderr, "%s: %s, %lldx%lld -> %lldx%lld\n", path.c_str(), im.format.c_str(), (long long)im.width,
-                 (long long)im.height, (long long)x.width, (long long)x.height);
+    std::fprintf(stderr, "%s: %s, %lldx%lld -> %lldx%lld\n", path.c_str(), im.format.c_str(),
+                 (long long)im.width, (long long)im.height, (long long)x.width, (long long)x.height);
   }
   check_out_parent(a.out, "--out");
 
@@ -101,18 +105,22 @@ int dinov3_embed(const EmbedArgs& a, const Context& c) {
   std::vector<StoredTensor> out;
   for (auto& [hw, idx] : by_size) {
     const int64_t B = a.batch ? a.batch : std::min<int64_t>(int64_t(idx.size()), 8);
-    Graph g = dinov3::vit_graph(enc.cfg, {.batch = B, .height = hw.first, .width = hw.second, .layers = a.layers});
+    Graph g =
+        dinov3::vit_graph(enc.cfg, {.batch = B, .height = hw.first, .width = hw.second, .layers = a.layers});
     Session s = compile(g, compile_options(c, a.compile, Mode::Infer));
     dinov3::load_weights(s, enc.weights);
-    std::fprintf(stderr, "dinov3: %lld layers, hidden %lld, %lldx%lld, batch %lld, backend %s; ready in %.2f s (%s)\n",
-                 (long long)(a.layers ? a.layers : enc.cfg.num_hidden_layers), (long long)D, (long long)hw.first,
-                 (long long)hw.second, (long long)B, s.backend(), seconds_since(t0), enc.source.c_str());
+    std::fprintf(
+        stderr, "dinov3: %lld layers, hidden %lld, %lldx%lld, batch %lld, backend %s; ready in %.2f s (%s)\n",
+        (long long)(a.layers ? a.layers : enc.cfg.num_hidden_layers), (long long)D, (long long)hw.first,
+        (long long)hw.second, (long long)B, s.backend(), seconds_since(t0), enc.source.c_str());
     const int64_t N = (hw.first / enc.cfg.patch_size) * (hw.second / enc.cfg.patch_size), S = P + N;
     const size_t per = size_t(3 * hw.first * hw.second);
     for (size_t first = 0; first < idx.size(); first += size_t(B)) {
       std::vector<float> px(size_t(B) * per, 0.0f);
       const size_t used = std::min(idx.size() - first, size_t(B));
-      for (size_t r = 0; r < used; ++r) std::copy(items[idx[first + r]].px.begin(), items[idx[first + r]].px.end(), px.begin() + ptrdiff_t(r * per));
+      for (size_t r = 0; r < used; ++r)
+        std::copy(items[idx[first + r]].px.begin(), items[idx[first + r]].px.end(),
+                  px.begin() + ptrdiff_t(r * per));
       s.set_input("pixel_values", px);
       s.run();
       std::vector<float> h = s.read("last_hidden_state");
@@ -125,8 +133,9 @@ int dinov3_embed(const EmbedArgs& a, const Context& c) {
         double sum = 0, sq = 0;
         for (float v : patches) sum += v, sq += double(v) * v;
         const double mean = sum / double(patches.size());
-        std::printf("%s: cls [%lld] norm %.6f, patches [%lld, %lld] mean %.6f std %.6f\n", it.name.c_str(), (long long)D,
-                    std::sqrt(n2), (long long)N, (long long)D, mean, std::sqrt(std::max(0.0, sq / double(patches.size()) - mean * mean)));
+        std::printf("%s: cls [%lld] norm %.6f, patches [%lld, %lld] mean %.6f std %.6f\n", it.name.c_str(),
+                    (long long)D, std::sqrt(n2), (long long)N, (long long)D, mean,
+                    std::sqrt(std::max(0.0, sq / double(patches.size()) - mean * mean)));
         if (!a.out.empty()) {
           out.push_back(StoredTensor::from_f32(it.name + ".cls", {D}, cls));
           out.push_back(StoredTensor::from_f32(it.name + ".patches", {N, D}, patches));
@@ -135,8 +144,10 @@ int dinov3_embed(const EmbedArgs& a, const Context& c) {
     }
   }
   if (!a.out.empty()) {
-    write_safetensors(a.out, out, {{"model", enc.source}, {"cls", "[hidden] (after the final norm)"},
-                                   {"patches", "[patches, hidden], row-major (r, c)"}});
+    write_safetensors(a.out, out,
+                      {{"model", enc.source},
+                       {"cls", "[hidden] (after the final norm)"},
+                       {"patches", "[patches, hidden], row-major (r, c)"}});
     std::fprintf(stderr, "wrote %s\n", a.out.c_str());
   }
   return 0;
@@ -148,7 +159,8 @@ struct VisionArgs {
   std::string action;
   std::vector<std::string> images, image_dirs;
   std::string model, run_dir = "dinovision-run", out;
-  int64_t steps = 12000, batch = 8, views = 4, image_size = 224, seed = 0, progress = 100, layers = dinovision::kEncoderLayers;
+  int64_t steps = 12000, batch = 8, views = 4, image_size = 224, seed = 0, progress = 100,
+          layers = dinovision::kEncoderLayers;
   double lr = 1e-3, holdout = 0.2;
   std::string widths = "272,128,64,32,16";
   CompileFlags compile;
@@ -181,9 +193,12 @@ bool is_image_name(const fs::path& p) {
 }
 
 // Resize so that a crop of `size` takes the central 224/256 of the shorter edge (torchvision's 256 -> 224).
-int64_t resize_for(int64_t size) { return size * 256 / 224; }
+int64_t resize_for(int64_t size) {
+  return size * 256 / 224;
+}
 
-// One view: the encoder's input (normalized) and the decoder's target (the crop, 8-bit as an image file holds it).
+// One view: the encoder's input (normalized) and the decoder's target (the crop, 8-bit as an image file holds
+// it).
 struct View {
   std::vector<float> px;
   std::vector<uint8_t> target;
@@ -194,8 +209,10 @@ View make_view(const image::Image& resized, int64_t size, int64_t top, int64_t l
   if (flip) x = image::flip_horizontal(x);
   View v;
   v.target.resize(x.data.size());
-  for (size_t i = 0; i < x.data.size(); ++i) v.target[i] = uint8_t(std::lround(std::clamp(x.data[i], 0.0f, 1.0f) * 255.0f));
-  for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = float(v.target[i]) / 255.0f;  // the encoder sees the target
+  for (size_t i = 0; i < x.data.size(); ++i)
+    v.target[i] = uint8_t(std::lround(std::clamp(x.data[i], 0.0f, 1.0f) * 255.0f));
+  for (size_t i = 0; i < x.data.size(); ++i)
+    x.data[i] = float(v.target[i]) / 255.0f;  // the encoder sees the target
   v.px = image::normalize(x);
   return v;
 }
@@ -210,8 +227,8 @@ StoredTensor u8_tensor(const std::string& name, const Shape& shape, std::vector<
 }
 
 // Encodes views in batches with the frozen first layers: features [n, D, g, g].
-std::vector<float> encode_views(Session& s, const std::vector<View>& views, int64_t B, int64_t size, int64_t prefix, int64_t grid,
-                                int64_t D, const char* what) {
+std::vector<float> encode_views(Session& s, const std::vector<View>& views, int64_t B, int64_t size,
+                                int64_t prefix, int64_t grid, int64_t D, const char* what) {
   std::vector<float> feats;
   feats.reserve(views.size() * size_t(D * grid * grid));
   const size_t per = size_t(3 * size * size);
@@ -219,7 +236,8 @@ std::vector<float> encode_views(Session& s, const std::vector<View>& views, int6
   for (size_t first = 0; first < views.size(); first += size_t(B)) {
     std::vector<float> px(size_t(B) * per, 0.0f);
     const size_t used = std::min(views.size() - first, size_t(B));
-    for (size_t r = 0; r < used; ++r) std::copy(views[first + r].px.begin(), views[first + r].px.end(), px.begin() + ptrdiff_t(r * per));
+    for (size_t r = 0; r < used; ++r)
+      std::copy(views[first + r].px.begin(), views[first + r].px.end(), px.begin() + ptrdiff_t(r * per));
     s.set_input("pixel_values", px);
     s.run();
     std::vector<float> g = dinovision::patch_grid(s.read("last_hidden_state"), B, prefix, grid, D);
@@ -235,7 +253,8 @@ struct Metrics {
 };
 
 // Decodes features [n, D, g, g] in batches: images [n, 3, S, S] clamped to [0, 1].
-std::vector<float> decode_all(Session& s, const std::vector<float>& feats, int64_t n, int64_t B, int64_t per_feat, int64_t per_img) {
+std::vector<float> decode_all(Session& s, const std::vector<float>& feats, int64_t n, int64_t B,
+                              int64_t per_feat, int64_t per_img) {
   std::vector<float> out;
   out.reserve(size_t(n * per_img));
   for (int64_t first = 0; first < n; first += B) {
@@ -251,24 +270,29 @@ std::vector<float> decode_all(Session& s, const std::vector<float>& feats, int64
   return out;
 }
 
-Metrics metrics_of(const std::vector<float>& recon, const std::vector<float>& target, int64_t n, int64_t size) {
+Metrics metrics_of(const std::vector<float>& recon, const std::vector<float>& target, int64_t n,
+                   int64_t size) {
   Metrics m;
   const size_t per = size_t(3 * size * size);
   double se = 0;
-  for (size_t i = 0; i < recon.size(); ++i) se += (double(recon[i]) - target[i]) * (double(recon[i]) - target[i]);
+  for (size_t i = 0; i < recon.size(); ++i)
+    se += (double(recon[i]) - target[i]) * (double(recon[i]) - target[i]);
   m.mse = se / double(recon.size());
   m.psnr = dinovision::psnr(m.mse);
   for (int64_t i = 0; i < n; ++i)
     m.ssim.push_back(dinovision::ssim({recon.begin() + i * per, recon.begin() + (i + 1) * per},
-                                      {target.begin() + i * per, target.begin() + (i + 1) * per}, size, size));
+                                      {target.begin() + i * per, target.begin() + (i + 1) * per}, size,
+                                      size));
   std::vector<double> s = m.ssim;
   std::sort(s.begin(), s.end());
-  m.ssim_median = s.empty() ? 0 : (s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]));
+  m.ssim_median =
+      s.empty() ? 0 : (s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]));
   return m;
 }
 
 // A grid PNG: one row per image, the input crop beside its reconstruction, 4-pixel white gaps.
-void write_grid(const std::string& path, const std::vector<float>& inputs, const std::vector<float>& recon, int64_t n, int64_t size) {
+void write_grid(const std::string& path, const std::vector<float>& inputs, const std::vector<float>& recon,
+                int64_t n, int64_t size) {
   const int64_t gap = 4, H = n * size + (n + 1) * gap, W = 2 * size + 3 * gap;
   image::Image g{H, W, std::vector<float>(size_t(3 * H * W), 1.0f), ""};
   const size_t per = size_t(3 * size * size);
@@ -305,7 +329,8 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
   auto t0 = Clock::now();
   if (a.image_dirs.empty()) throw UsageError("train: --images DIR is required");
   if (!a.images.empty()) throw UsageError("train: takes --images DIR, not image files (" + a.images[0] + ")");
-  if (a.image_size % 16 != 0) throw UsageError("--image-size " + std::to_string(a.image_size) + ": not a multiple of 16");
+  if (a.image_size % 16 != 0)
+    throw UsageError("--image-size " + std::to_string(a.image_size) + ": not a multiple of 16");
   dinovision::DecoderConfig dcfg{.widths = parse_widths(a.widths)};
   // Images: every file of every folder, sorted; all decoded before anything else.
   std::vector<std::string> paths;
@@ -317,16 +342,21 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
     std::sort(here.begin(), here.end());
     paths.insert(paths.end(), here.begin(), here.end());
   }
-  if (paths.size() < 2) throw Error("dinovision train needs at least 2 images (one to train on, one held out), got " + std::to_string(paths.size()));
+  if (paths.size() < 2)
+    throw Error("dinovision train needs at least 2 images (one to train on, one held out), got " +
+                std::to_string(paths.size()));
   const int64_t S = a.image_size, R = resize_for(S);
   std::vector<image::Image> resized;
   for (const std::string& p : paths) resized.push_back(image::resize_shorter(image::read(p), R));
   Encoder enc = load_encoder(a.model, a.layers);
   if (a.layers > enc.cfg.num_hidden_layers)
-    throw UsageError("--layers " + std::to_string(a.layers) + ": the encoder has " + std::to_string(enc.cfg.num_hidden_layers));
+    throw UsageError("--layers " + std::to_string(a.layers) + ": the encoder has " +
+                     std::to_string(enc.cfg.num_hidden_layers));
   dcfg.in_channels = enc.cfg.hidden_size;
   dcfg.grid = S / enc.cfg.patch_size;
-  if (enc.cfg.patch_size != 16) throw Error("dinovision: the decoder upsamples x16; the encoder's patch size is " + std::to_string(enc.cfg.patch_size));
+  if (enc.cfg.patch_size != 16)
+    throw Error("dinovision: the decoder upsamples x16; the encoder's patch size is " +
+                std::to_string(enc.cfg.patch_size));
   dcfg.validate();
   fs::create_directories(a.run_dir);
 
@@ -337,17 +367,20 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
   std::shuffle(order.begin(), order.end(), rng);
   size_t n_val = std::max<size_t>(1, size_t(std::lround(a.holdout * double(paths.size()))));
   n_val = std::min(n_val, paths.size() - 1);
-  std::vector<size_t> train_idx(order.begin(), order.end() - ptrdiff_t(n_val)), val_idx(order.end() - ptrdiff_t(n_val), order.end());
+  std::vector<size_t> train_idx(order.begin(), order.end() - ptrdiff_t(n_val)),
+      val_idx(order.end() - ptrdiff_t(n_val), order.end());
   std::sort(val_idx.begin(), val_idx.end());
   std::sort(train_idx.begin(), train_idx.end());
 
-  // Views: `views` random crops (flipped half the time) per training image; the center crop of each held-out one.
+  // Views: `views` random crops (flipped half the time) per training image; the center crop of each held-out
+  // one.
   std::vector<View> train_views, val_views;
   std::vector<std::string> train_names;
   for (size_t i : train_idx)
     for (int64_t v = 0; v < a.views; ++v) {
       const image::Image& im = resized[i];
-      const int64_t top = int64_t(rng() % uint64_t(im.height - S + 1)), left = int64_t(rng() % uint64_t(im.width - S + 1));
+      const int64_t top = int64_t(rng() % uint64_t(im.height - S + 1)),
+                    left = int64_t(rng() % uint64_t(im.width - S + 1));
       train_views.push_back(make_view(im, S, top, left, rng() & 1));
       train_names.push_back(paths[i]);
     }
@@ -356,18 +389,22 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
     image::Image cc = image::center_crop(im, S, S);
     View v;
     v.target.resize(cc.data.size());
-    for (size_t k = 0; k < cc.data.size(); ++k) v.target[k] = uint8_t(std::lround(std::clamp(cc.data[k], 0.0f, 1.0f) * 255.0f));
+    for (size_t k = 0; k < cc.data.size(); ++k)
+      v.target[k] = uint8_t(std::lround(std::clamp(cc.data[k], 0.0f, 1.0f) * 255.0f));
     for (size_t k = 0; k < cc.data.size(); ++k) cc.data[k] = float(v.target[k]) / 255.0f;
     v.px = image::normalize(cc);
     val_views.push_back(std::move(v));
   }
-  std::fprintf(stderr, "dinovision: %zu images, %zu train (%zu views) / %zu held out; %lldx%lld crops; encoder %s\n", paths.size(),
-               train_idx.size(), train_views.size(), val_idx.size(), (long long)S, (long long)S, enc.source.c_str());
+  std::fprintf(stderr,
+               "dinovision: %zu images, %zu train (%zu views) / %zu held out; %lldx%lld crops; encoder %s\n",
+               paths.size(), train_idx.size(), train_views.size(), val_idx.size(), (long long)S, (long long)S,
+               enc.source.c_str());
 
   const int64_t D = enc.cfg.hidden_size, g = dcfg.grid, per_feat = D * g * g, per_img = 3 * S * S;
   // Features, cached: reused when the cache was made from the same images, crops and encoder.
-  nlohmann::json key = {{"images", paths}, {"seed", a.seed}, {"views", a.views}, {"image_size", S}, {"holdout", a.holdout},
-                        {"encoder", enc.source}, {"layers", a.layers}};
+  nlohmann::json key = {{"images", paths},   {"seed", a.seed},       {"views", a.views},
+                        {"image_size", S},   {"holdout", a.holdout}, {"encoder", enc.source},
+                        {"layers", a.layers}};
   const std::string cache = a.run_dir + "/features.safetensors";
   std::vector<float> train_feats, val_feats;
   bool cached = false;
@@ -377,14 +414,16 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
     if (it != f.metadata().end() && it->second == key.dump()) {
       train_feats = f.get("train.features").to_f32();
       val_feats = f.get("val.features").to_f32();
-      cached = train_feats.size() == train_views.size() * size_t(per_feat) && val_feats.size() == val_views.size() * size_t(per_feat);
+      cached = train_feats.size() == train_views.size() * size_t(per_feat) &&
+               val_feats.size() == val_views.size() * size_t(per_feat);
     }
   }
   if (cached) {
     std::fprintf(stderr, "features from the cache %s\n", cache.c_str());
   } else {
     const int64_t EB = std::min<int64_t>(8, int64_t(train_views.size()));
-    Graph eg = dinov3::vit_graph(enc.cfg, {.batch = EB, .height = S, .width = S, .layers = a.layers, .final_norm = true});
+    Graph eg = dinov3::vit_graph(
+        enc.cfg, {.batch = EB, .height = S, .width = S, .layers = a.layers, .final_norm = true});
     Session es = compile(eg, compile_options(c, a.compile, Mode::Infer));
     dinov3::load_weights(es, enc.weights);
     train_feats = encode_views(es, train_views, EB, S, enc.cfg.prefix_tokens(), g, D, "training");
@@ -394,13 +433,16 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
     for (const View& v : val_views) vt.insert(vt.end(), v.target.begin(), v.target.end());
     nlohmann::json val_names = nlohmann::json::array();
     for (size_t i : val_idx) val_names.push_back(paths[i]);
-    write_safetensors(cache,
-                      {StoredTensor::from_f32("train.features", {int64_t(train_views.size()), D, g, g}, train_feats),
-                       u8_tensor("train.targets", {int64_t(train_views.size()), 3, S, S}, std::move(tt)),
-                       StoredTensor::from_f32("val.features", {int64_t(val_views.size()), D, g, g}, val_feats),
-                       u8_tensor("val.targets", {int64_t(val_views.size()), 3, S, S}, std::move(vt))},
-                      {{"key", key.dump()}, {"train_images", nlohmann::json(train_names).dump()}, {"val_images", val_names.dump()},
-                       {"targets", "u8 RGB crops; /255 for [0, 1]"}});
+    write_safetensors(
+        cache,
+        {StoredTensor::from_f32("train.features", {int64_t(train_views.size()), D, g, g}, train_feats),
+         u8_tensor("train.targets", {int64_t(train_views.size()), 3, S, S}, std::move(tt)),
+         StoredTensor::from_f32("val.features", {int64_t(val_views.size()), D, g, g}, val_feats),
+         u8_tensor("val.targets", {int64_t(val_views.size()), 3, S, S}, std::move(vt))},
+        {{"key", key.dump()},
+         {"train_images", nlohmann::json(train_names).dump()},
+         {"val_images", val_names.dump()},
+         {"targets", "u8 RGB crops; /255 for [0, 1]"}});
     std::fprintf(stderr, "wrote the feature cache %s\n", cache.c_str());
   }
 
@@ -415,7 +457,8 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
     data_order.insert(data_order.end(), perm.begin(), perm.end());
   }
   data_order.resize(size_t(a.steps * B));
-  write_safetensors(a.run_dir + "/order.safetensors", {StoredTensor::from_i32("order", {a.steps, B}, data_order)});
+  write_safetensors(a.run_dir + "/order.safetensors",
+                    {StoredTensor::from_i32("order", {a.steps, B}, data_order)});
 
   // The decoder: its initial weights written first (the anchor starts from them), then Adam steps.
   Graph dg = dinovision::decoder_graph(dcfg, B, Mode::Train, uint64_t(a.seed));
@@ -425,18 +468,35 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
     return o;
   }());
   std::vector<StoredTensor> init;
-  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(dcfg)) init.push_back(StoredTensor::from_f32(name, shape, ts.read(name)));
+  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(dcfg))
+    init.push_back(StoredTensor::from_f32(name, shape, ts.read(name)));
   write_safetensors(a.run_dir + "/init.safetensors", init);
-  nlohmann::json run = {{"encoder", enc.source}, {"encoder_layers", a.layers}, {"final_norm", true}, {"image_size", S},
-                        {"hidden_size", D}, {"grid", g}, {"widths", dcfg.widths}, {"groups", dcfg.groups}, {"eps", dcfg.eps},
-                        {"decoder_parameters", dinovision::decoder_parameter_count(dcfg)}, {"steps", a.steps}, {"batch", B},
-                        {"optimizer", {{"name", "Adam"}, {"lr", a.lr}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}}},
-                        {"loss", "mean squared error against the [0, 1] RGB crop"}, {"seed", a.seed}, {"views", a.views},
-                        {"holdout", a.holdout}, {"train_images", train_idx.size()}, {"val_images", val_idx.size()},
-                        {"backend", ts.backend()}};
+  nlohmann::json run = {
+      {"encoder", enc.source},
+      {"encoder_layers", a.layers},
+      {"final_norm", true},
+      {"image_size", S},
+      {"hidden_size", D},
+      {"grid", g},
+      {"widths", dcfg.widths},
+      {"groups", dcfg.groups},
+      {"eps", dcfg.eps},
+      {"decoder_parameters", dinovision::decoder_parameter_count(dcfg)},
+      {"steps", a.steps},
+      {"batch", B},
+      {"optimizer", {{"name", "Adam"}, {"lr", a.lr}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}}},
+      {"loss", "mean squared error against the [0, 1] RGB crop"},
+      {"seed", a.seed},
+      {"views", a.views},
+      {"holdout", a.holdout},
+      {"train_images", train_idx.size()},
+      {"val_images", val_idx.size()},
+      {"backend", ts.backend()}};
   write_text_atomic(a.run_dir + "/run.json", run.dump(2) + "\n");
-  std::fprintf(stderr, "decoder: %lld parameters, Adam lr %g, batch %lld, %lld steps, backend %s; ready in %.2f s\n",
-               (long long)dinovision::decoder_parameter_count(dcfg), a.lr, (long long)B, (long long)a.steps, ts.backend(), seconds_since(t0));
+  std::fprintf(stderr,
+               "decoder: %lld parameters, Adam lr %g, batch %lld, %lld steps, backend %s; ready in %.2f s\n",
+               (long long)dinovision::decoder_parameter_count(dcfg), a.lr, (long long)B, (long long)a.steps,
+               ts.backend(), seconds_since(t0));
 
   std::vector<float> x(size_t(B * per_feat)), y(size_t(B * per_img));
   SafetensorsFile cf = SafetensorsFile::read(cache);
@@ -447,24 +507,29 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
     for (int64_t r = 0; r < B; ++r) {
       const int64_t i = data_order[size_t(step * B + r)];
       std::copy_n(train_feats.begin() + i * per_feat, per_feat, x.begin() + r * per_feat);
-      for (int64_t k = 0; k < per_img; ++k) y[size_t(r * per_img + k)] = float(targets.bytes[size_t(i * per_img + k)]) / 255.0f;
+      for (int64_t k = 0; k < per_img; ++k)
+        y[size_t(r * per_img + k)] = float(targets.bytes[size_t(i * per_img + k)]) / 255.0f;
     }
     ts.set_input("features", x);
     ts.set_input("target", y);
     ts.step();
     const float loss = ts.read_scalar("loss");
-    if (!std::isfinite(loss)) throw Error("the loss is " + std::to_string(loss) + " at step " + std::to_string(step + 1) + " (lower --lr)");
+    if (!std::isfinite(loss))
+      throw Error("the loss is " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
+                  " (lower --lr)");
     recent += loss;
     if ((step + 1) % a.progress == 0 || step + 1 == a.steps) {
       const int64_t n = (step + 1) % a.progress ? (step + 1) % a.progress : a.progress;
-      std::fprintf(stderr, "step %lld/%lld: loss %.6f (mean of the last %lld), %.1f steps/s\n", (long long)(step + 1), (long long)a.steps,
-                   recent / double(n), (long long)n, double(step + 1) / seconds_since(t1));
+      std::fprintf(stderr, "step %lld/%lld: loss %.6f (mean of the last %lld), %.1f steps/s\n",
+                   (long long)(step + 1), (long long)a.steps, recent / double(n), (long long)n,
+                   double(step + 1) / seconds_since(t1));
       recent = 0;
     }
   }
   const double train_s = seconds_since(t1);
   std::vector<StoredTensor> trained;
-  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(dcfg)) trained.push_back(StoredTensor::from_f32(name, shape, ts.read(name)));
+  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(dcfg))
+    trained.push_back(StoredTensor::from_f32(name, shape, ts.read(name)));
   write_safetensors(a.run_dir + "/decoder.safetensors", trained, {{"run", "run.json"}});
 
   // Held-out evaluation.
@@ -476,16 +541,24 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
   std::vector<float> vt = to_float(cf.get("val.targets").bytes);
   Metrics m = metrics_of(recon, vt, NV, S);
   nlohmann::json per_image = nlohmann::json::array();
-  for (size_t i = 0; i < val_idx.size(); ++i) per_image.push_back({{"image", paths[val_idx[i]]}, {"ssim", m.ssim[i]}});
-  nlohmann::json metrics = {{"psnr_db", m.psnr}, {"ssim_median", m.ssim_median}, {"mse", m.mse}, {"val_images", NV},
-                            {"steps", a.steps}, {"train_seconds", train_s}, {"backend", ts.backend()}, {"per_image", per_image},
-                            {"psnr", "10 log10(1 / mse), mse over every pixel of every held-out crop (clamped to [0, 1])"},
-                            {"ssim", "11x11 Gaussian window (sigma 1.5), K1 0.01, K2 0.03, as skimage with gaussian_weights"}};
+  for (size_t i = 0; i < val_idx.size(); ++i)
+    per_image.push_back({{"image", paths[val_idx[i]]}, {"ssim", m.ssim[i]}});
+  nlohmann::json metrics = {
+      {"psnr_db", m.psnr},
+      {"ssim_median", m.ssim_median},
+      {"mse", m.mse},
+      {"val_images", NV},
+      {"steps", a.steps},
+      {"train_seconds", train_s},
+      {"backend", ts.backend()},
+      {"per_image", per_image},
+      {"psnr", "10 log10(1 / mse), mse over every pixel of every held-out crop (clamped to [0, 1])"},
+      {"ssim", "11x11 Gaussian window (sigma 1.5), K1 0.01, K2 0.03, as skimage with gaussian_weights"}};
   write_text_atomic(a.run_dir + "/metrics.json", metrics.dump(2) + "\n");
   const int64_t shown = std::min<int64_t>(NV, 8);
   write_grid(a.run_dir + "/grid.png", vt, recon, shown, S);
-  std::printf("held out: %lld images, PSNR %.3f dB, median SSIM %.4f (%s/metrics.json, %s/grid.png)\n", (long long)NV, m.psnr,
-              m.ssim_median, a.run_dir.c_str(), a.run_dir.c_str());
+  std::printf("held out: %lld images, PSNR %.3f dB, median SSIM %.4f (%s/metrics.json, %s/grid.png)\n",
+              (long long)NV, m.psnr, m.ssim_median, a.run_dir.c_str(), a.run_dir.c_str());
   return 0;
 }
 
@@ -496,7 +569,9 @@ int dinovision_reconstruct(const VisionArgs& a, const Context& c) {
   check_out_parent(a.out, "--out");
   const std::string run_path = a.run_dir + "/run.json";
   std::ifstream rf(run_path);
-  if (!rf) throw Error("cannot open '" + run_path + "' (train first: mgn dinovision train --out-dir " + a.run_dir + ")");
+  if (!rf)
+    throw Error("cannot open '" + run_path + "' (train first: mgn dinovision train --out-dir " + a.run_dir +
+                ")");
   nlohmann::json run;
   try {
     run = nlohmann::json::parse(rf);
@@ -520,22 +595,26 @@ int dinovision_reconstruct(const VisionArgs& a, const Context& c) {
   dcfg.validate();
   Encoder enc = load_encoder(encoder.starts_with("paper sine") ? std::string() : encoder, layers);
   if (enc.cfg.hidden_size != dcfg.in_channels || S / enc.cfg.patch_size != dcfg.grid)
-    throw Error(run_path + ": the decoder's input (" + std::to_string(dcfg.in_channels) + " channels) does not match the encoder " + enc.source);
+    throw Error(run_path + ": the decoder's input (" + std::to_string(dcfg.in_channels) +
+                " channels) does not match the encoder " + enc.source);
   TensorSet dec = read_tensor_set(a.run_dir + "/decoder.safetensors");
   std::vector<std::pair<std::string, std::vector<float>>> dw;
-  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(dcfg)) dw.push_back({name, dec.values_f32(name, shape)});
+  for (auto& [name, shape] : dinovision::decoder_parameter_shapes(dcfg))
+    dw.push_back({name, dec.values_f32(name, shape)});
   std::vector<View> views;
   for (const std::string& p : a.images) {
     image::Image im = image::center_crop(image::resize_shorter(image::read(p), resize_for(S)), S, S);
     View v;
     v.target.resize(im.data.size());
-    for (size_t k = 0; k < im.data.size(); ++k) v.target[k] = uint8_t(std::lround(std::clamp(im.data[k], 0.0f, 1.0f) * 255.0f));
+    for (size_t k = 0; k < im.data.size(); ++k)
+      v.target[k] = uint8_t(std::lround(std::clamp(im.data[k], 0.0f, 1.0f) * 255.0f));
     for (size_t k = 0; k < im.data.size(); ++k) im.data[k] = float(v.target[k]) / 255.0f;
     v.px = image::normalize(im);
     views.push_back(std::move(v));
   }
   const int64_t n = int64_t(views.size()), B = std::min<int64_t>(8, n), D = dcfg.in_channels, g = dcfg.grid;
-  Graph eg = dinov3::vit_graph(enc.cfg, {.batch = B, .height = S, .width = S, .layers = layers, .final_norm = true});
+  Graph eg =
+      dinov3::vit_graph(enc.cfg, {.batch = B, .height = S, .width = S, .layers = layers, .final_norm = true});
   Session es = compile(eg, compile_options(c, a.compile, Mode::Infer));
   dinov3::load_weights(es, enc.weights);
   std::vector<float> feats = encode_views(es, views, B, S, enc.cfg.prefix_tokens(), g, D, "input");
@@ -549,7 +628,8 @@ int dinovision_reconstruct(const VisionArgs& a, const Context& c) {
     inputs.insert(inputs.end(), f.begin(), f.end());
   }
   Metrics m = metrics_of(recon, inputs, n, S);
-  for (int64_t i = 0; i < n; ++i) std::printf("%s: SSIM %.4f\n", a.images[size_t(i)].c_str(), m.ssim[size_t(i)]);
+  for (int64_t i = 0; i < n; ++i)
+    std::printf("%s: SSIM %.4f\n", a.images[size_t(i)].c_str(), m.ssim[size_t(i)]);
   std::printf("%lld images: PSNR %.3f dB, median SSIM %.4f\n", (long long)n, m.psnr, m.ssim_median);
   write_grid(a.out, inputs, recon, n, S);
   std::fprintf(stderr, "wrote %s\n", a.out.c_str());
@@ -564,12 +644,18 @@ Run declare_dinov3_embed(CLI::App& app) {
   app.add_option("--model", a->model, "a Hugging Face DINOv3 ViT directory (config.json, model.safetensors)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--out", a->out, "write <image>.cls [hidden] and <image>.patches [patches, hidden] to this safetensors file");
-  app.add_option("--resize", a->resize, "shorter edge after resizing (antialiased bilinear); 0: keep the size")->check(at_least(0));
-  app.add_option("--crop", a->crop, "center crop size; 0: no crop (the size must then be a multiple of the patch size)")
+  app.add_option("--out", a->out,
+                 "write <image>.cls [hidden] and <image>.patches [patches, hidden] to this safetensors file");
+  app.add_option("--resize", a->resize,
+                 "shorter edge after resizing (antialiased bilinear); 0: keep the size")
       ->check(at_least(0));
-  app.add_option("--batch", a->batch, "images per run (default: the image count, at most 8)")->check(at_least(1));
-  app.add_option("--layers", a->layers, "run only the first N layers (the final norm still applies); 0: all")->check(at_least(0));
+  app.add_option("--crop", a->crop,
+                 "center crop size; 0: no crop (the size must then be a multiple of the patch size)")
+      ->check(at_least(0));
+  app.add_option("--batch", a->batch, "images per run (default: the image count, at most 8)")
+      ->check(at_least(1));
+  app.add_option("--layers", a->layers, "run only the first N layers (the final norm still applies); 0: all")
+      ->check(at_least(0));
   add_compile_flags(app, a->compile);
   app.footer(
       "Each image is decoded, resized (shorter edge 256), center-cropped (224) and ImageNet-normalized, as\n"
@@ -580,37 +666,50 @@ Run declare_dinov3_embed(CLI::App& app) {
 
 Run declare_dinovision(CLI::App& app) {
   auto a = std::make_shared<VisionArgs>();
-  app.add_option("ACTION", a->action, "train or reconstruct")->required()->check(CLI::IsMember({"train", "reconstruct"}));
+  app.add_option("ACTION", a->action, "train or reconstruct")
+      ->required()
+      ->check(CLI::IsMember({"train", "reconstruct"}));
   app.add_option("IMAGE", a->images, "reconstruct: image files")->check(CLI::ExistingFile);
-  app.add_option("--images", a->image_dirs, "train: folders of images (.jpg, .jpeg, .png, .webp)")->check(CLI::ExistingDirectory);
-  app.add_option("--run", a->run_dir, "the run folder: train writes its cache, weights and metrics there; reconstruct reads it");
+  app.add_option("--images", a->image_dirs, "train: folders of images (.jpg, .jpeg, .png, .webp)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--run", a->run_dir,
+                 "the run folder: train writes its cache, weights and metrics there; reconstruct reads it");
   app.add_option("--out", a->out, "reconstruct: the grid PNG (inputs beside reconstructions)");
-  app.add_option("--model", a->model, "train: a Hugging Face DINOv3 ViT directory (default: ViT-S/16 with the paper's sine init)")
+  app.add_option("--model", a->model,
+                 "train: a Hugging Face DINOv3 ViT directory (default: ViT-S/16 with the paper's sine init)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--steps", a->steps, "train: Adam updates")->check(at_least(1));
   app.add_option("--batch", a->batch, "train: batch size")->check(at_least(1));
   app.add_option("--lr", a->lr, "train: Adam learning rate")->check(positive_number());
-  app.add_option("--views", a->views, "train: random crops (flipped half the time) cached per training image")->check(at_least(1));
-  app.add_option("--holdout", a->holdout, "train: share of the images held out (split by image)")->check(CLI::Range(0.0, 0.9));
-  app.add_option("--image-size", a->image_size, "train: crop size (a multiple of 16; images are resized to size·256/224 first)")
+  app.add_option("--views", a->views, "train: random crops (flipped half the time) cached per training image")
+      ->check(at_least(1));
+  app.add_option("--holdout", a->holdout, "train: share of the images held out (split by image)")
+      ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--image-size", a->image_size,
+                 "train: crop size (a multiple of 16; images are resized to size·256/224 first)")
       ->check(at_least(16));
   app.add_option("--layers", a->layers, "train: encoder layers run (the paper: 3)")->check(at_least(1));
-  app.add_option("--widths", a->widths, "train: the decoder's 5 widths (conv_in/block, then after each upsampling)");
+  app.add_option("--widths", a->widths,
+                 "train: the decoder's 5 widths (conv_in/block, then after each upsampling)");
   app.add_option("--seed", a->seed, "train: split, crops, data order and decoder init")->check(at_least(0));
   app.add_option("--progress", a->progress, "train: print the loss every N steps")->check(at_least(1));
   add_compile_flags(app, a->compile);
   app.footer(
-      "train: images are split by image (a seeded shuffle; --holdout of them held out), training images give\n"
-      "--views random crops with flips, held-out ones their center crop; features of the frozen encoder's first\n"
+      "train: images are split by image (a seeded shuffle; --holdout of them held out), training images "
+      "give\n"
+      "--views random crops with flips, held-out ones their center crop; features of the frozen encoder's "
+      "first\n"
       "layers are computed once and cached (RUN/features.safetensors); only the decoder trains (Adam, MSE).\n"
-      "Writes RUN/run.json, init.safetensors, order.safetensors, decoder.safetensors, metrics.json (global PSNR,\n"
+      "Writes RUN/run.json, init.safetensors, order.safetensors, decoder.safetensors, metrics.json (global "
+      "PSNR,\n"
       "median SSIM on the held-out images) and grid.png.\n"
       "reconstruct: center crops of the given images through the trained encoder + decoder into a grid PNG.");
   return [a](const Context& c) {
     if (a->action == "train") {
       if (!a->out.empty()) throw UsageError("train: --out is for reconstruct (train writes into --run)");
       if (a->image_dirs.empty()) throw UsageError("train: --images DIR is required");
-      if (a->image_size % 16 != 0) throw UsageError("--image-size " + std::to_string(a->image_size) + ": not a multiple of 16");
+      if (a->image_size % 16 != 0)
+        throw UsageError("--image-size " + std::to_string(a->image_size) + ": not a multiple of 16");
       parse_widths(a->widths);
       return dinovision_train(*a, c);
     }

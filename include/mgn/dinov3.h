@@ -1,5 +1,5 @@
-// The DINOv3 vision transformer (transformers' DINOv3ViTModel) built from a Hugging Face config.json, with the
-// base model's state_dict names as the checkpoint contract:
+// The DINOv3 vision transformer (transformers' DINOv3ViTModel) built from a Hugging Face config.json, with
+// the base model's state_dict names as the checkpoint contract:
 //
 //   mgn::dinov3::Config cfg = mgn::dinov3::Config::from_file("dinov3-vits16/config.json");
 //   mgn::Graph g = mgn::dinov3::vit_graph(cfg, {.batch = 8});        // "pixel_values" -> "last_hidden_state"
@@ -9,8 +9,8 @@
 // The forward pass: pixel_values [B, 3, H, W] (H, W multiples of patch_size) -> patch conv (kernel = stride =
 // patch_size, bias) -> [B, N, D] patch tokens in row-major (r, c) order, N = (H/p)·(W/p) -> tokens [CLS,
 // register_0..R-1, patches] (no learned position embedding) -> num_hidden_layers pre-LN layers:
-//   x += λ1 ⊙ o_proj(attention(rope(q), rope(k), v))   (q, k, v from norm1(x); key has no bias; scale hd^-1/2)
-//   x += λ2 ⊙ down_proj(GELU(up_proj(norm2(x))))         (erf GELU)
+//   x += λ1 ⊙ o_proj(attention(rope(q), rope(k), v))   (q, k, v from norm1(x); key has no bias; scale
+//   hd^-1/2) x += λ2 ⊙ down_proj(GELU(up_proj(norm2(x))))         (erf GELU)
 // -> final norm. LayerScale λ multiplies every token (the DinoVision paper's own code once scaled only the
 // first: tests/dinov3_test.cpp checks a non-first token). Axial RoPE acts on the patch tokens only, per head,
 // with half-split pairs (d, d + hd/2): inv_freq[k] = θ^(-4k/hd), k < hd/4; patch centre y = 2(r + ½)/h - 1,
@@ -53,18 +53,20 @@ struct Config {
   void validate(const std::string& origin = "dinov3 config") const;
 
   // HF config.json text / file (DINOv3ViTConfig). A missing field takes transformers' default (so a missing
-  // num_register_tokens is 0, as transformers reads it; the released checkpoints write 4). Refused rather than ignored:
-  // hidden_act other than "gelu", use_gated_mlp true (the 7B / "plus" variants' SwiGLU is not built).
+  // num_register_tokens is 0, as transformers reads it; the released checkpoints write 4). Refused rather
+  // than ignored: hidden_act other than "gelu", use_gated_mlp true (the 7B / "plus" variants' SwiGLU is not
+  // built).
   static Config from_json(const std::string& text, const std::string& origin = "config.json");
   static Config from_file(const std::string& path);
 
-  static Config vits16();  // facebook/dinov3-vits16-pretrain-lvd1689m: 384, 12 layers, 6 heads, MLP 1536, 4 registers
+  static Config
+  vits16();  // facebook/dinov3-vits16-pretrain-lvd1689m: 384, 12 layers, 6 heads, MLP 1536, 4 registers
 };
 
 // How the parameters start when no weights are loaded.
 enum class Init : uint8_t {
-  Hf,         // transformers' _init_weights: normal(0, 0.02) weights (transformers truncates at ±2σ), zero
-              // biases, LayerNorm ones/zeros, CLS/register normal(0, 0.02), mask token zeros, λ = layerscale_value
+  Hf,  // transformers' _init_weights: normal(0, 0.02) weights (transformers truncates at ±2σ), zero
+       // biases, LayerNorm ones/zeros, CLS/register normal(0, 0.02), mask token zeros, λ = layerscale_value
   PaperSine,  // the paper's deterministic init (workload-specs.md): every tensor t[j] = 0.02·sin(0.01·j +
               // seed(name)), 2-D weights generated [in, out] and transposed, LayerNorm weights and LayerScale
               // λ 1 + that; seed(name) = (h·31 + byte mod 2^32 over the name) mod 10000
@@ -87,7 +89,8 @@ int64_t parameter_count(const Config& cfg);
 
 // The RoPE tables of an h x w patch grid as the graph uses them: cos, sin [prefix + h·w, head_dim/2]; the
 // prefix rows are cos 1, sin 0 (the prefix tokens are not rotated).
-std::pair<std::vector<float>, std::vector<float>> rope_tables(const Config& cfg, int64_t grid_h, int64_t grid_w);
+std::pair<std::vector<float>, std::vector<float>> rope_tables(const Config& cfg, int64_t grid_h,
+                                                              int64_t grid_w);
 
 // Input "pixel_values" f32 [B, C, H, W] -> outputs "last_hidden_state" f32 [B, prefix + N, D] and
 // "pooler_output" [B, D] (the CLS row). Mode::Train adds "loss" = mean(last_hidden_state²) (the paper's
@@ -99,8 +102,10 @@ Graph vit_graph(const Config& cfg, const GraphOptions& opt, Mode mode = Mode::In
 // "dinov3_vit." / "model." or none (DINOv3ViTModel's own). With `layers` > 0 the tensors of later layers are
 // skipped (a truncated encoder); otherwise a layer tensor the config does not know is refused. Throws
 // mgn::Error naming the tensor and the file for a missing or mis-shaped tensor, before anything runs.
-std::map<std::string, std::vector<float>> read_weights(const Config& cfg, const std::string& path, int64_t layers = 0);
-// Writes every tensor the session holds (a truncated graph holds fewer; the mask token is skipped when absent).
+std::map<std::string, std::vector<float>> read_weights(const Config& cfg, const std::string& path,
+                                                       int64_t layers = 0);
+// Writes every tensor the session holds (a truncated graph holds fewer; the mask token is skipped when
+// absent).
 void load_weights(Session& session, const std::map<std::string, std::vector<float>>& weights);
 
 }  // namespace mgn::dinov3

@@ -7,8 +7,9 @@
 //
 //   conv_in     Conv2d(D, w0, 3, padding 1)                          at g x g (14 x 14)
 //   block       GroupNorm(G, w0) -> SiLU -> Conv2d(w0, w0, 3, p 1)   at g x g
-//   up.{i}      GroupNorm(G, w_i) -> SiLU -> nearest x2 -> Conv2d(w_i, w_{i+1}, 3, p 1), i = 0..3: 28, 56, 112, 224
-//   out         GroupNorm(G, w4) -> SiLU -> Conv2d(w4, 3, 3, p 1)    -> RGB in [0, 1] (no activation)
+//   up.{i}      GroupNorm(G, w_i) -> SiLU -> nearest x2 -> Conv2d(w_i, w_{i+1}, 3, p 1), i = 0..3: 28, 56,
+//   112, 224 out         GroupNorm(G, w4) -> SiLU -> Conv2d(w4, 3, 3, p 1)    -> RGB in [0, 1] (no
+//   activation)
 //
 // with widths w = {272, 128, 64, 32, 16} (w0 = 272 for conv_in and block, then 128, 64, 32, 16), G = 8
 // groups, eps 1e-5, every conv with a bias. Tensor names are those of a torch nn.Module with these
@@ -27,9 +28,10 @@ namespace mgn::dinovision {
 constexpr int64_t kEncoderLayers = 3;  // the paper runs the first 3 layers of the frozen ViT
 
 struct DecoderConfig {
-  int64_t in_channels = 384;                          // the encoder's hidden size
-  int64_t grid = 14;                                  // patches per side; the output is 16·grid pixels per side
-  std::vector<int64_t> widths = {272, 128, 64, 32, 16};  // conv_in/block, then after each of the 4 upsamplings
+  int64_t in_channels = 384;  // the encoder's hidden size
+  int64_t grid = 14;          // patches per side; the output is 16·grid pixels per side
+  std::vector<int64_t> widths = {272, 128, 64, 32,
+                                 16};  // conv_in/block, then after each of the 4 upsamplings
   int64_t groups = 8;
   double eps = 1e-5;
 
@@ -48,7 +50,8 @@ int64_t decoder_parameter_count(const DecoderConfig& cfg);  // default: 2,018,78
 Graph decoder_graph(const DecoderConfig& cfg, int64_t batch, Mode mode = Mode::Infer, uint64_t seed = 0);
 
 // The patch rows of the encoder's last_hidden_state [B, prefix + g·g, D] rearranged to [B, D, g, g].
-std::vector<float> patch_grid(const std::vector<float>& hidden, int64_t batch, int64_t prefix, int64_t grid, int64_t dim);
+std::vector<float> patch_grid(const std::vector<float>& hidden, int64_t batch, int64_t prefix, int64_t grid,
+                              int64_t dim);
 
 // ---- metrics (images [3, H, W] in [0, 1])
 // 10·log10(1 / mse); mse is the mean over every pixel of every image (the "global" PSNR).

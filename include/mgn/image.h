@@ -34,7 +34,8 @@ struct Image {
 // decoded, is truncated (libjpeg's "premature end" is an error here, not a grey fill), is a CMYK JPEG, or is
 // larger than max_pixels (a hostile header).
 Image read(const std::string& path, int64_t max_pixels = int64_t(1) << 28);
-Image decode(std::span<const uint8_t> bytes, const std::string& origin, int64_t max_pixels = int64_t(1) << 28);
+Image decode(std::span<const uint8_t> bytes, const std::string& origin,
+             int64_t max_pixels = int64_t(1) << 28);
 
 // Bilinear with antialiasing to exactly out_h x out_w (see above).
 Image resize(const Image& im, int64_t out_h, int64_t out_w);
@@ -52,7 +53,8 @@ struct PreprocessOptions {
   std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};  // ImageNet
   std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
 };
-// Resize -> center crop -> (x - mean) / std: [3, crop, crop] (or the resized / original size when those are 0).
+// Resize -> center crop -> (x - mean) / std: [3, crop, crop] (or the resized / original size when those are
+// 0).
 std::vector<float> preprocess(const Image& im, const PreprocessOptions& opt = {});
 std::vector<float> normalize(const Image& im, const PreprocessOptions& opt = {});
 

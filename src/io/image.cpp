@@ -27,13 +27,16 @@ namespace mgn::image {
 
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
 
 void check_size(int64_t w, int64_t h, int64_t max_pixels, const std::string& origin) {
-  if (w <= 0 || h <= 0) throw Error("'" + origin + "': the image has no pixels (" + str(w) + "x" + str(h) + ")");
+  if (w <= 0 || h <= 0)
+    throw Error("'" + origin + "': the image has no pixels (" + str(w) + "x" + str(h) + ")");
   if (w > (int64_t(1) << 20) || h > (int64_t(1) << 20) || w * h > max_pixels)
-    throw Error("'" + origin + "': the image is too large (" + str(w) + "x" + str(h) + ", at most " + str(max_pixels) +
-                " pixels)");
+    throw Error("'" + origin + "': the image is too large (" + str(w) + "x" + str(h) + ", at most " +
+                str(max_pixels) + " pixels)");
 }
 
 // Interleaved 8-bit samples with `ch` channels (1: gray, 2: gray+alpha, 3: RGB, 4: RGBA) -> planar RGB.
@@ -193,7 +196,9 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& origin, int6
     im = from_interleaved8(pixels.data(), w, h, channels);
   }
   im.format = "PNG " + std::to_string(depth) + "-bit " +
-              (type == PNG_COLOR_TYPE_PALETTE ? std::string("palette") : gray ? std::string("gray") : std::string("RGB")) +
+              (type == PNG_COLOR_TYPE_PALETTE ? std::string("palette")
+               : gray                         ? std::string("gray")
+                                              : std::string("RGB")) +
               (alpha ? "+alpha" : "");
   return im;
 }
@@ -210,7 +215,8 @@ Image decode_webp(std::span<const uint8_t> bytes, const std::string& origin, int
   if (!rgb) throw Error("'" + origin + "': cannot decode the WebP image (corrupt or truncated data)");
   Image im = from_interleaved8(rgb, w, h, 3);
   WebPFree(rgb);
-  im.format = std::string("WebP ") + (f.format == 2 ? "lossless" : "lossy") + (f.has_alpha ? " RGB+alpha" : " RGB");
+  im.format =
+      std::string("WebP ") + (f.format == 2 ? "lossless" : "lossy") + (f.has_alpha ? " RGB+alpha" : " RGB");
   return im;
 }
 
@@ -259,7 +265,8 @@ bool starts_with(std::span<const uint8_t> b, const char* magic, size_t n, size_t
 Image decode(std::span<const uint8_t> bytes, const std::string& origin, int64_t max_pixels) {
   if (starts_with(bytes, "\xFF\xD8\xFF", 3)) return decode_jpeg(bytes, origin, max_pixels);
   if (starts_with(bytes, "\x89PNG\r\n\x1a\n", 8)) return decode_png(bytes, origin, max_pixels);
-  if (starts_with(bytes, "RIFF", 4) && starts_with(bytes, "WEBP", 4, 8)) return decode_webp(bytes, origin, max_pixels);
+  if (starts_with(bytes, "RIFF", 4) && starts_with(bytes, "WEBP", 4, 8))
+    return decode_webp(bytes, origin, max_pixels);
   if (bytes.empty()) throw Error("'" + origin + "': the file is empty, not an image");
   throw Error("'" + origin + "' is not a JPEG, PNG or WebP image");
 }
@@ -273,10 +280,11 @@ Image read(const std::string& path, int64_t max_pixels) {
 }
 
 Image resize(const Image& im, int64_t out_h, int64_t out_w) {
-  if (out_h <= 0 || out_w <= 0) throw Error("image::resize: the size must be positive, got " + str(out_h) + "x" + str(out_w));
+  if (out_h <= 0 || out_w <= 0)
+    throw Error("image::resize: the size must be positive, got " + str(out_h) + "x" + str(out_w));
   if (size_t(3 * im.height * im.width) != im.data.size() || im.height <= 0 || im.width <= 0)
-    throw Error("image::resize: the image holds " + str(int64_t(im.data.size())) + " values, not 3x" + str(im.height) + "x" +
-                str(im.width));
+    throw Error("image::resize: the image holds " + str(int64_t(im.data.size())) + " values, not 3x" +
+                str(im.height) + "x" + str(im.width));
   const int64_t H = im.height, W = im.width;
   const Taps th = taps(H, out_h), tw = taps(W, out_w);
   // Horizontal then vertical, in double.
@@ -297,7 +305,8 @@ Image resize(const Image& im, int64_t out_h, int64_t out_w) {
       const double* wt = th.weights.data() + y * th.stride;
       for (int64_t x = 0; x < out_w; ++x) {
         double s = 0;
-        for (int64_t j = 0; j < th.count[size_t(y)]; ++j) s += wt[j] * mid[size_t((c * H + th.start[size_t(y)] + j) * out_w + x)];
+        for (int64_t j = 0; j < th.count[size_t(y)]; ++j)
+          s += wt[j] * mid[size_t((c * H + th.start[size_t(y)] + j) * out_w + x)];
         out.data[size_t((c * out_h + y) * out_w + x)] = float(s);
       }
     }
@@ -318,7 +327,8 @@ Image crop(const Image& im, int64_t top, int64_t left, int64_t h, int64_t w) {
   Image out{h, w, std::vector<float>(size_t(3 * h * w)), im.format};
   for (int64_t c = 0; c < 3; ++c)
     for (int64_t y = 0; y < h; ++y)
-      std::copy_n(im.data.begin() + (c * im.height + top + y) * im.width + left, w, out.data.begin() + (c * h + y) * w);
+      std::copy_n(im.data.begin() + (c * im.height + top + y) * im.width + left, w,
+                  out.data.begin() + (c * h + y) * w);
   return out;
 }
 
@@ -328,8 +338,8 @@ Image center_crop(const Image& im, int64_t h, int64_t w) {
     return (twice % 2 == 1 && q % 2 == 1) ? q + 1 : q;
   };
   if (h > im.height || w > im.width)
-    throw Error("image::center_crop: the crop " + str(h) + "x" + str(w) + " is larger than the " + str(im.height) + "x" +
-                str(im.width) + " image");
+    throw Error("image::center_crop: the crop " + str(h) + "x" + str(w) + " is larger than the " +
+                str(im.height) + "x" + str(im.width) + " image");
   return crop(im, half_even(im.height - h), half_even(im.width - w), h, w);
 }
 
@@ -347,7 +357,8 @@ std::vector<float> normalize(const Image& im, const PreprocessOptions& opt) {
   std::vector<float> out(im.data.size());
   const size_t plane = size_t(im.height * im.width);
   for (size_t c = 0; c < 3; ++c)
-    for (size_t i = 0; i < plane; ++i) out[c * plane + i] = (im.data[c * plane + i] - opt.mean[c]) / opt.std[c];
+    for (size_t i = 0; i < plane; ++i)
+      out[c * plane + i] = (im.data[c * plane + i] - opt.mean[c]) / opt.std[c];
   return out;
 }
 
@@ -359,8 +370,8 @@ std::vector<float> preprocess(const Image& im, const PreprocessOptions& opt) {
 
 void write_png(const std::string& path, const Image& im) {
   if (im.height <= 0 || im.width <= 0 || im.data.size() != size_t(3 * im.height * im.width))
-    throw Error("write_png '" + path + "': the image holds " + str(int64_t(im.data.size())) + " values, not 3x" +
-                str(im.height) + "x" + str(im.width));
+    throw Error("write_png '" + path + "': the image holds " + str(int64_t(im.data.size())) +
+                " values, not 3x" + str(im.height) + "x" + str(im.width));
   const size_t plane = size_t(im.height * im.width);
   std::vector<uint8_t> rgb(plane * 3);
   for (size_t i = 0; i < plane; ++i)
@@ -388,8 +399,10 @@ void write_png(const std::string& path, const Image& im) {
   while (ok && done < size) {
     ssize_t w = ::write(fd, bytes.data() + done, size - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) ok = false;
-    else done += size_t(w);
+    if (w < 0)
+      ok = false;
+    else
+      done += size_t(w);
   }
   ok = ok && ::fsync(fd) == 0;
   int err = errno;

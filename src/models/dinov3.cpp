@@ -17,11 +17,14 @@ namespace mgn::dinov3 {
 
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
 
 // Sizes beyond these are not a DINOv3 model but a damaged or hostile file: refuse them before any
 // allocation is sized from them.
-constexpr int64_t kMaxWidth = 1 << 16, kMaxLayers = 1024, kMaxPatch = 1024, kMaxImage = 1 << 16, kMaxRegisters = 1024;
+constexpr int64_t kMaxWidth = 1 << 16, kMaxLayers = 1024, kMaxPatch = 1024, kMaxImage = 1 << 16,
+                  kMaxRegisters = 1024;
 
 }  // namespace
 
@@ -29,7 +32,8 @@ constexpr int64_t kMaxWidth = 1 << 16, kMaxLayers = 1024, kMaxPatch = 1024, kMax
 
 void Config::validate(const std::string& origin) const {
   auto in_range = [&](int64_t v, int64_t hi, const char* field) {
-    if (v <= 0 || v > hi) throw Error(origin + ": " + field + " must be in 1.." + str(hi) + ", got " + str(v));
+    if (v <= 0 || v > hi)
+      throw Error(origin + ": " + field + " must be in 1.." + str(hi) + ", got " + str(v));
   };
   in_range(hidden_size, kMaxWidth, "hidden_size");
   in_range(num_hidden_layers, kMaxLayers, "num_hidden_layers");
@@ -39,13 +43,15 @@ void Config::validate(const std::string& origin) const {
   in_range(num_channels, 64, "num_channels");
   in_range(image_size, kMaxImage, "image_size");
   if (num_register_tokens < 0 || num_register_tokens > kMaxRegisters)
-    throw Error(origin + ": num_register_tokens must be in 0.." + str(kMaxRegisters) + ", got " + str(num_register_tokens));
+    throw Error(origin + ": num_register_tokens must be in 0.." + str(kMaxRegisters) + ", got " +
+                str(num_register_tokens));
   if (hidden_size % num_attention_heads != 0)
-    throw Error(origin + ": hidden_size (" + str(hidden_size) + ") is not divisible by num_attention_heads (" +
-                str(num_attention_heads) + ")");
+    throw Error(origin + ": hidden_size (" + str(hidden_size) +
+                ") is not divisible by num_attention_heads (" + str(num_attention_heads) + ")");
   if (head_dim() % 4 != 0)
     throw Error(origin + ": the head dim (" + str(head_dim()) + ") must be divisible by 4 for axial RoPE");
-  if (!(layer_norm_eps > 0) || !std::isfinite(layer_norm_eps)) throw Error(origin + ": layer_norm_eps must be positive");
+  if (!(layer_norm_eps > 0) || !std::isfinite(layer_norm_eps))
+    throw Error(origin + ": layer_norm_eps must be positive");
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) throw Error(origin + ": rope_theta must be positive");
   if (!std::isfinite(layerscale_value)) throw Error(origin + ": layerscale_value must be finite");
 }
@@ -62,19 +68,22 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   auto get_int = [&](const char* key, int64_t fallback) -> int64_t {
     if (!present(key)) return fallback;
     const auto& v = j[key];
-    if (!v.is_number_integer()) throw Error(origin + ": field \"" + key + "\" must be an integer, got " + v.dump());
+    if (!v.is_number_integer())
+      throw Error(origin + ": field \"" + key + "\" must be an integer, got " + v.dump());
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
       throw Error(origin + ": field \"" + key + "\" is out of range: " + v.dump());
     return v.get<int64_t>();
   };
   auto get_num = [&](const char* key, double fallback) -> double {
     if (!present(key)) return fallback;
-    if (!j[key].is_number()) throw Error(origin + ": field \"" + key + "\" must be a number, got " + j[key].dump());
+    if (!j[key].is_number())
+      throw Error(origin + ": field \"" + key + "\" must be a number, got " + j[key].dump());
     return j[key].get<double>();
   };
   auto get_bool = [&](const char* key, bool fallback) -> bool {
     if (!present(key)) return fallback;
-    if (!j[key].is_boolean()) throw Error(origin + ": field \"" + key + "\" must be true or false, got " + j[key].dump());
+    if (!j[key].is_boolean())
+      throw Error(origin + ": field \"" + key + "\" must be true or false, got " + j[key].dump());
     return j[key].get<bool>();
   };
   Config c;
@@ -111,7 +120,9 @@ Config Config::from_file(const std::string& path) {
   return from_json(ss.str(), path);
 }
 
-Config Config::vits16() { return {}; }
+Config Config::vits16() {
+  return {};
+}
 
 // ---- parameters
 
@@ -156,8 +167,8 @@ std::pair<std::vector<float>, std::vector<float>> rope_tables(const Config& c, i
   const int64_t hd = c.head_dim(), q = hd / 4, half = hd / 2, prefix = c.prefix_tokens();
   const int64_t S = prefix + gh * gw;
   std::vector<float> cs(size_t(S * half), 1.0f), sn(size_t(S * half), 0.0f);
-  // As transformers computes them, all in f32: inv_freq = 1 / θ^(arange(0, 1, 4/hd)); coords = 2·((i + ½)/n) - 1;
-  // angle = (2π·coord)·inv_freq.
+  // As transformers computes them, all in f32: inv_freq = 1 / θ^(arange(0, 1, 4/hd)); coords = 2·((i + ½)/n)
+  // - 1; angle = (2π·coord)·inv_freq.
   std::vector<float> inv(static_cast<size_t>(q));
   for (int64_t k = 0; k < q; ++k) {
     const float e = float(k) * (4.0f / float(hd));
@@ -199,7 +210,8 @@ std::vector<float> sine_values(const std::string& name, const Shape& shape) {
 }
 
 bool is_norm(const std::string& name) {
-  return name.find("norm1.") != std::string::npos || name.find("norm2.") != std::string::npos || name.starts_with("norm.");
+  return name.find("norm1.") != std::string::npos || name.find("norm2.") != std::string::npos ||
+         name.starts_with("norm.");
 }
 
 mgn::Init init_of(const Config& c, const std::string& name, const Shape& shape, const GraphOptions& opt) {
@@ -225,10 +237,11 @@ Graph vit_graph(const Config& c, const GraphOptions& opt, Mode mode) {
   const int64_t p = c.patch_size;
   if (opt.batch <= 0) throw Error("dinov3::vit_graph: batch must be positive, got " + str(opt.batch));
   if (H <= 0 || W <= 0 || H % p != 0 || W % p != 0 || H > kMaxImage || W > kMaxImage)
-    throw Error("dinov3::vit_graph: the image size " + str(H) + "x" + str(W) + " is not a positive multiple of the patch size " +
-                str(p));
+    throw Error("dinov3::vit_graph: the image size " + str(H) + "x" + str(W) +
+                " is not a positive multiple of the patch size " + str(p));
   if (opt.layers < 0 || opt.layers > c.num_hidden_layers)
-    throw Error("dinov3::vit_graph: layers must be in 0.." + str(c.num_hidden_layers) + ", got " + str(opt.layers));
+    throw Error("dinov3::vit_graph: layers must be in 0.." + str(c.num_hidden_layers) + ", got " +
+                str(opt.layers));
   const int64_t L = opt.layers ? opt.layers : c.num_hidden_layers;
   const int64_t B = opt.batch, D = c.hidden_size, NH = c.num_attention_heads, hd = c.head_dim();
   const int64_t gh = H / p, gw = W / p, N = gh * gw, S = c.prefix_tokens() + N;
@@ -244,8 +257,8 @@ Graph vit_graph(const Config& c, const GraphOptions& opt, Mode mode) {
   }
   Tensor px = g.input("pixel_values", {B, c.num_channels, H, W});
   Tensor patches = conv2d(px, w["embeddings.patch_embeddings.weight"], {.stride = {p, p}},
-                          w["embeddings.patch_embeddings.bias"]);           // [B, D, gh, gw]
-  patches = transpose(reshape(patches, {B, D, N}), 1, 2);                   // [B, N, D]
+                          w["embeddings.patch_embeddings.bias"]);  // [B, D, gh, gw]
+  patches = transpose(reshape(patches, {B, D, N}), 1, 2);          // [B, N, D]
   std::vector<Tensor> tokens = {expand(w["embeddings.cls_token"], {B, 1, D})};
   if (c.num_register_tokens > 0)
     tokens.push_back(expand(w["embeddings.register_tokens"], {B, c.num_register_tokens, D}));
@@ -265,15 +278,19 @@ Graph vit_graph(const Config& c, const GraphOptions& opt, Mode mode) {
     const std::string l = "layer." + str(i) + ".";
     auto q_ = [&](const std::string& n) { return w.at(l + n); };
     Tensor h = layer_norm(x, q_("norm1.weight"), q_("norm1.bias"), eps);
-    Tensor q = rope(heads(linear(h, q_("attention.q_proj.weight"), opt_bias(l + "attention.q_proj.bias"))), rc, rs);
-    Tensor k = rope(heads(linear(h, q_("attention.k_proj.weight"), opt_bias(l + "attention.k_proj.bias"))), rc, rs);
+    Tensor q =
+        rope(heads(linear(h, q_("attention.q_proj.weight"), opt_bias(l + "attention.q_proj.bias"))), rc, rs);
+    Tensor k =
+        rope(heads(linear(h, q_("attention.k_proj.weight"), opt_bias(l + "attention.k_proj.bias"))), rc, rs);
     Tensor v = heads(linear(h, q_("attention.v_proj.weight"), opt_bias(l + "attention.v_proj.bias")));
     Tensor o = attention(q, k, v, {.scale = 1.0 / std::sqrt(double(hd))});
     o = reshape(transpose(o, 1, 2), {B, S, D});
-    x = x + linear(o, q_("attention.o_proj.weight"), opt_bias(l + "attention.o_proj.bias")) * q_("layer_scale1.lambda1");
+    x = x + linear(o, q_("attention.o_proj.weight"), opt_bias(l + "attention.o_proj.bias")) *
+                q_("layer_scale1.lambda1");
     h = layer_norm(x, q_("norm2.weight"), q_("norm2.bias"), eps);
     h = gelu(linear(h, q_("mlp.up_proj.weight"), opt_bias(l + "mlp.up_proj.bias")));
-    x = x + linear(h, q_("mlp.down_proj.weight"), opt_bias(l + "mlp.down_proj.bias")) * q_("layer_scale2.lambda1");
+    x = x + linear(h, q_("mlp.down_proj.weight"), opt_bias(l + "mlp.down_proj.bias")) *
+                q_("layer_scale2.lambda1");
   }
   if (opt.final_norm) x = layer_norm(x, w["norm.weight"], w["norm.bias"], eps);
   g.output("last_hidden_state", x);
@@ -284,16 +301,23 @@ Graph vit_graph(const Config& c, const GraphOptions& opt, Mode mode) {
 
 // ---- weights
 
-std::map<std::string, std::vector<float>> read_weights(const Config& c, const std::string& path, int64_t layers) {
+std::map<std::string, std::vector<float>> read_weights(const Config& c, const std::string& path,
+                                                       int64_t layers) {
   namespace fs = std::filesystem;
   if (layers < 0 || layers > c.num_hidden_layers)
-    throw Error("dinov3::read_weights: layers must be in 0.." + str(c.num_hidden_layers) + ", got " + str(layers));
+    throw Error("dinov3::read_weights: layers must be in 0.." + str(c.num_hidden_layers) + ", got " +
+                str(layers));
   std::string file = path;
   if (fs::is_directory(path)) {
-    fs::path index = fs::path(path) / "model.safetensors.index.json", single = fs::path(path) / "model.safetensors";
-    if (fs::exists(index)) file = index.string();
-    else if (fs::exists(single)) file = single.string();
-    else throw Error("model directory '" + path + "' has neither model.safetensors nor model.safetensors.index.json");
+    fs::path index = fs::path(path) / "model.safetensors.index.json",
+             single = fs::path(path) / "model.safetensors";
+    if (fs::exists(index))
+      file = index.string();
+    else if (fs::exists(single))
+      file = single.string();
+    else
+      throw Error("model directory '" + path +
+                  "' has neither model.safetensors nor model.safetensors.index.json");
   }
   TensorSet ts = read_tensor_set(file);
   std::string prefix;
@@ -305,7 +329,8 @@ std::map<std::string, std::vector<float>> read_weights(const Config& c, const st
       break;
     }
   if (!found)
-    throw Error("'" + file + "' holds no DINOv3 ViT: no tensor embeddings.patch_embeddings.weight (nor under dinov3_vit. "
+    throw Error("'" + file +
+                "' holds no DINOv3 ViT: no tensor embeddings.patch_embeddings.weight (nor under dinov3_vit. "
                 "or model.)");
   const int64_t L = layers ? layers : c.num_hidden_layers;
   auto layer_of = [](const std::string& local) -> int64_t {
@@ -324,8 +349,8 @@ std::map<std::string, std::vector<float>> read_weights(const Config& c, const st
     const std::string stored = prefix + name;
     if (!ts.find(stored)) {
       if (name == "embeddings.mask_token") continue;  // unused at inference; some exports drop it
-      throw Error("'" + file + "' has no tensor '" + stored + "' (the model of this config: " + str(c.num_hidden_layers) +
-                  " layers, hidden_size " + str(c.hidden_size) + ")");
+      throw Error("'" + file + "' has no tensor '" + stored + "' (the model of this config: " +
+                  str(c.num_hidden_layers) + " layers, hidden_size " + str(c.hidden_size) + ")");
     }
     out[name] = ts.values_f32(stored, shape);  // names the mis-shaped tensor
   }
@@ -333,10 +358,11 @@ std::map<std::string, std::vector<float>> read_weights(const Config& c, const st
   for (auto& [name, t] : ts.tensors) {
     if (!name.starts_with(prefix)) continue;
     const std::string local = name.substr(prefix.size());
-    if (!(local.starts_with("layer.") || local.starts_with("embeddings.") || local.starts_with("norm."))) continue;
+    if (!(local.starts_with("layer.") || local.starts_with("embeddings.") || local.starts_with("norm.")))
+      continue;
     if (!known.count(local))
-      throw Error("'" + file + "': unknown DINOv3 tensor '" + name + "' for this config (" + str(c.num_hidden_layers) +
-                  " layers, " + str(c.num_register_tokens) + " register tokens)");
+      throw Error("'" + file + "': unknown DINOv3 tensor '" + name + "' for this config (" +
+                  str(c.num_hidden_layers) + " layers, " + str(c.num_register_tokens) + " register tokens)");
   }
   return out;
 }

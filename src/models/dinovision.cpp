@@ -8,17 +8,23 @@
 namespace mgn::dinovision {
 
 namespace {
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
 }  // namespace
 
 void DecoderConfig::validate() const {
-  if (widths.size() != 5) throw Error("dinovision decoder: 5 widths are needed (conv_in/block, then 4 upsamplings), got " + str(int64_t(widths.size())));
-  if (in_channels <= 0 || in_channels > (1 << 16)) throw Error("dinovision decoder: in_channels must be in 1..65536, got " + str(in_channels));
+  if (widths.size() != 5)
+    throw Error("dinovision decoder: 5 widths are needed (conv_in/block, then 4 upsamplings), got " +
+                str(int64_t(widths.size())));
+  if (in_channels <= 0 || in_channels > (1 << 16))
+    throw Error("dinovision decoder: in_channels must be in 1..65536, got " + str(in_channels));
   if (grid <= 0 || grid > 1024) throw Error("dinovision decoder: grid must be in 1..1024, got " + str(grid));
   if (groups <= 0) throw Error("dinovision decoder: groups must be positive, got " + str(groups));
   for (int64_t w : widths)
     if (w <= 0 || w > (1 << 14) || w % groups != 0)
-      throw Error("dinovision decoder: every width must be in 1..16384 and divisible by the " + str(groups) + " groups, got " + str(w));
+      throw Error("dinovision decoder: every width must be in 1..16384 and divisible by the " + str(groups) +
+                  " groups, got " + str(w));
   if (!(eps > 0)) throw Error("dinovision decoder: eps must be positive");
 }
 
@@ -73,7 +79,9 @@ Graph decoder_graph(const DecoderConfig& c, int64_t batch, Mode mode, uint64_t s
     p[name] = g.parameter(name, shape, init);
   }
   const int64_t G = c.groups, S = c.image_size();
-  auto conv = [&](Tensor x, const std::string& n) { return conv2d(x, p.at(n + ".weight"), {.padding = {1, 1}}, p.at(n + ".bias")); };
+  auto conv = [&](Tensor x, const std::string& n) {
+    return conv2d(x, p.at(n + ".weight"), {.padding = {1, 1}}, p.at(n + ".bias"));
+  };
   auto norm_act = [&](Tensor x, const std::string& n) {
     return silu(group_norm(x, G, p.at(n + ".weight"), p.at(n + ".bias"), c.eps));
   };
@@ -90,23 +98,30 @@ Graph decoder_graph(const DecoderConfig& c, int64_t batch, Mode mode, uint64_t s
   return g;
 }
 
-std::vector<float> patch_grid(const std::vector<float>& hidden, int64_t B, int64_t prefix, int64_t grid, int64_t D) {
+std::vector<float> patch_grid(const std::vector<float>& hidden, int64_t B, int64_t prefix, int64_t grid,
+                              int64_t D) {
   const int64_t S = prefix + grid * grid;
   if (int64_t(hidden.size()) != B * S * D)
-    throw Error("dinovision::patch_grid: " + str(int64_t(hidden.size())) + " values, not " + str(B) + "x" + str(S) + "x" + str(D));
+    throw Error("dinovision::patch_grid: " + str(int64_t(hidden.size())) + " values, not " + str(B) + "x" +
+                str(S) + "x" + str(D));
   std::vector<float> out(size_t(B * D * grid * grid));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < grid * grid; ++t)
-      for (int64_t d = 0; d < D; ++d) out[size_t((b * D + d) * grid * grid + t)] = hidden[size_t((b * S + prefix + t) * D + d)];
+      for (int64_t d = 0; d < D; ++d)
+        out[size_t((b * D + d) * grid * grid + t)] = hidden[size_t((b * S + prefix + t) * D + d)];
   return out;
 }
 
-double psnr(double mse) { return 10.0 * std::log10(1.0 / std::max(mse, 1e-20)); }
+double psnr(double mse) {
+  return 10.0 * std::log10(1.0 / std::max(mse, 1e-20));
+}
 
 double ssim(const std::vector<float>& a, const std::vector<float>& b, int64_t H, int64_t W) {
   constexpr int r = 5;  // int(3.5·1.5 + 0.5)
-  if (a.size() != b.size() || int64_t(a.size()) != 3 * H * W) throw Error("dinovision::ssim: the images differ in size");
-  if (H <= 2 * r || W <= 2 * r) throw Error("dinovision::ssim: the images must be at least 11 x 11, got " + str(H) + "x" + str(W));
+  if (a.size() != b.size() || int64_t(a.size()) != 3 * H * W)
+    throw Error("dinovision::ssim: the images differ in size");
+  if (H <= 2 * r || W <= 2 * r)
+    throw Error("dinovision::ssim: the images must be at least 11 x 11, got " + str(H) + "x" + str(W));
   double k[2 * r + 1], ksum = 0;
   for (int i = -r; i <= r; ++i) ksum += k[i + r] = std::exp(-0.5 * double(i * i) / (1.5 * 1.5));
   for (double& v : k) v /= ksum;
@@ -134,7 +149,8 @@ double ssim(const std::vector<float>& a, const std::vector<float>& b, int64_t H,
         for (int t = 0; t <= 2 * r; ++t)
           for (int q = 0; q < 5; ++q) m[q] += k[t] * h[size_t((q * H + i + t) * ow + j)];
         const double vx = m[2] - m[0] * m[0], vy = m[3] - m[1] * m[1], vxy = m[4] - m[0] * m[1];
-        sum += ((2 * m[0] * m[1] + C1) * (2 * vxy + C2)) / ((m[0] * m[0] + m[1] * m[1] + C1) * (vx + vy + C2));
+        sum +=
+            ((2 * m[0] * m[1] + C1) * (2 * vxy + C2)) / ((m[0] * m[0] + m[1] * m[1] + C1) * (vx + vy + C2));
       }
     total += sum / double(oh * ow);
   }
