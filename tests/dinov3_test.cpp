@@ -287,19 +287,28 @@ TEST(DinoV3, LayerScaleActsOnEveryToken) {
     s.run();
     return s.read("last_hidden_state");
   };
-  const std::vector<float> full = run_with(1.0f), half = run_with(0.5f), zero = run_with(0.0f);
-  // λ = 0: register row r is LayerNorm(register_tokens[r]) with the final norm's weight and bias.
-  for (int64_t r = 0; r < 4; ++r) {
+  const std::vector<float> full = run_with(1.0f), half = run_with(0.5f);
+  // λ = 0 on a black image: register row r is the final norm of register_tokens[r], and every patch row the
+  // final norm of the patch bias (what the patch conv gives for zero pixels). Were λ applied to row 0 only
+  // (the paper code's bug), these rows would carry both blocks' updates.
+  std::fill(px.begin(), px.end(), 0.0f);
+  const std::vector<float> zero_black = run_with(0.0f);
+  auto final_norm = [&](const float* v) {
     double mean = 0, var = 0;
-    for (int64_t j = 0; j < D; ++j) mean += w["embeddings.register_tokens"][size_t(r * D + j)] / double(D);
+    for (int64_t j = 0; j < D; ++j) mean += v[j] / double(D);
+    for (int64_t j = 0; j < D; ++j) var += (v[j] - mean) * (v[j] - mean) / double(D);
+    std::vector<double> out(static_cast<size_t>(D));
     for (int64_t j = 0; j < D; ++j)
-      var += std::pow(w["embeddings.register_tokens"][size_t(r * D + j)] - mean, 2) / double(D);
-    for (int64_t j = 0; j < D; ++j) {
-      const double n =
-          (w["embeddings.register_tokens"][size_t(r * D + j)] - mean) / std::sqrt(var + c.layer_norm_eps);
-      EXPECT_NEAR(zero[size_t((1 + r) * D + j)], n * w["norm.weight"][size_t(j)] + w["norm.bias"][size_t(j)],
-                  1e-4);
-    }
+      out[size_t(j)] = (v[j] - mean) / std::sqrt(var + c.layer_norm_eps) * w["norm.weight"][size_t(j)] +
+                       w["norm.bias"][size_t(j)];
+    return out;
+  };
+  for (int64_t t = 1; t < S; ++t) {
+    const float* in = t < 5 ? w["embeddings.register_tokens"].data() + (t - 1) * D
+                            : w["embeddings.patch_embeddings.bias"].data();
+    std::vector<double> want = final_norm(in),
+                        got(zero_black.begin() + t * D, zero_black.begin() + (t + 1) * D);
+    EXPECT_LT(test::max_abs_diff(got, want), 1e-4) << "token " << t;
   }
   // Every token's row moves with λ.
   for (int64_t t = 0; t < S; ++t) {
