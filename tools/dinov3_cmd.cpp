@@ -162,7 +162,7 @@ struct VisionArgs {
   int64_t steps = 12000, batch = 8, views = 4, image_size = 224, seed = 0, progress = 100,
           layers = dinovision::kEncoderLayers;
   double lr = 1e-3, holdout = 0.2;
-  std::string widths = "272,128,64,32,16";
+  std::string widths = "272,120,88,16,16";
   CompileFlags compile;
 };
 

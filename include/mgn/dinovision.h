@@ -2,18 +2,18 @@
 // DINOv3 features. The encoder is the first 3 layers of DINOv3 ViT-S/16 (dinov3::vit_graph with layers = 3
 // and the final norm applied), its patch rows rearranged to [D, 14, 14]; only the decoder trains.
 //
-// The paper names the decoder's ops (conv, GroupNorm, SiLU, upsampling) and its size (2,012,547 parameters)
-// but not its layer list; this one is ours (docs/dinovision.md), 2,018,787 parameters at the default widths:
+// The paper names the decoder's ops (conv, GroupNorm, SiLU, upsampling), its size (2,012,547 parameters) and,
+// by difference, its cost (about 1.14 GMAC), but not its layer list; this one is ours (docs/dinov3.md):
+// 2,012,451 parameters and 1.139 GMAC per image at the default widths.
 //
-//   conv_in     Conv2d(D, w0, 3, padding 1)                          at g x g (14 x 14)
-//   block       GroupNorm(G, w0) -> SiLU -> Conv2d(w0, w0, 3, p 1)   at g x g
-//   up.{i}      GroupNorm(G, w_i) -> SiLU -> nearest x2 -> Conv2d(w_i, w_{i+1}, 3, p 1), i = 0..3: 28, 56,
-//   112, 224 out         GroupNorm(G, w4) -> SiLU -> Conv2d(w4, 3, 3, p 1)    -> RGB in [0, 1] (no
-//   activation)
+//   conv_in  Conv2d(D, w0, 3, padding 1)                                  at g x g (14 x 14)
+//   block    GroupNorm(G, w0) -> SiLU -> Conv2d(w0, w0, 3, p 1)           at g x g
+//   up.{i}   GroupNorm(G, w_i) -> SiLU -> nearest x2 -> Conv2d(w_i, w_{i+1}, 3, p 1),
+//            i = 0..3, at 28, 56, 112, 224
+//   out      GroupNorm(G, w4) -> SiLU -> Conv2d(w4, 3, 3, p 1) -> RGB in [0, 1] (no activation)
 //
-// with widths w = {272, 128, 64, 32, 16} (w0 = 272 for conv_in and block, then 128, 64, 32, 16), G = 8
-// groups, eps 1e-5, every conv with a bias. Tensor names are those of a torch nn.Module with these
-// attributes ("conv_in.weight", "block.norm.weight", "up.2.conv.bias", ...).
+// with widths w = {272, 120, 88, 16, 16}, G = 8 groups, eps 1e-5, every conv with a bias. Tensor names are
+// those of a torch nn.Module with these attributes ("conv_in.weight", "block.norm.weight", "up.2.conv.bias").
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,8 @@ constexpr int64_t kEncoderLayers = 3;  // the paper runs the first 3 layers of t
 struct DecoderConfig {
   int64_t in_channels = 384;  // the encoder's hidden size
   int64_t grid = 14;          // patches per side; the output is 16·grid pixels per side
-  std::vector<int64_t> widths = {272, 128, 64, 32,
-                                 16};  // conv_in/block, then after each of the 4 upsamplings
+  // conv_in and block, then after each of the 4 upsamplings
+  std::vector<int64_t> widths = {272, 120, 88, 16, 16};
   int64_t groups = 8;
   double eps = 1e-5;
 
@@ -41,7 +41,7 @@ struct DecoderConfig {
 };
 
 std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const DecoderConfig& cfg);
-int64_t decoder_parameter_count(const DecoderConfig& cfg);  // default: 2,018,787
+int64_t decoder_parameter_count(const DecoderConfig& cfg);  // default: 2,012,451
 
 // Input "features" f32 [B, D, g, g] -> output "image" [B, 3, 16g, 16g]. Mode::Train adds the input "target"
 // [B, 3, 16g, 16g] and the output "loss" = mean((image - target)²). Weights start as PyTorch's Conv2d
