@@ -98,6 +98,15 @@ TEST(Image, PreprocessingMatchesTorchvisionOnPhotographs) {
     ++k;
   }
   EXPECT_EQ(k, 8u);
+  // A WebP file cut short, and a 16-bit PNG cut short, are refused naming the file.
+  for (const char* name : {"lossy.webp", "gray16.png"}) {
+    std::vector<uint8_t> b = bytes_of(dir + "/" + name);
+    const std::string cut = dir + "/cut_" + name;
+    write_bytes(cut, b, b.size() * 2 / 3);
+    const std::string e = error_of([&] { image::read(cut); });
+    EXPECT_NE(e.find(cut), std::string::npos) << e;
+    EXPECT_NE(e.find("cannot decode"), std::string::npos) << e;
+  }
   std::filesystem::remove_all(dir);
 }
 
