@@ -232,7 +232,7 @@ std::vector<float> encode_views(Session& s, const std::vector<View>& views, int6
   std::vector<float> feats;
   feats.reserve(views.size() * size_t(D * grid * grid));
   const size_t per = size_t(3 * size * size);
-  auto t = Clock::now();
+  auto t = Clock::now(), last = t;
   for (size_t first = 0; first < views.size(); first += size_t(B)) {
     std::vector<float> px(size_t(B) * per, 0.0f);
     const size_t used = std::min(views.size() - first, size_t(B));
@@ -242,6 +242,12 @@ std::vector<float> encode_views(Session& s, const std::vector<View>& views, int6
     s.run();
     std::vector<float> g = dinovision::patch_grid(s.read("last_hidden_state"), B, prefix, grid, D);
     feats.insert(feats.end(), g.begin(), g.begin() + ptrdiff_t(used) * D * grid * grid);
+    const size_t done = first + used;
+    if (seconds_since(last) > 10 && done < views.size()) {  // progress on long runs (a CPU backend)
+      std::fprintf(stderr, "encoding %s views: %zu/%zu, %.1f s\n", what, done, views.size(),
+                   seconds_since(t));
+      last = Clock::now();
+    }
   }
   std::fprintf(stderr, "encoded %zu %s view(s) in %.2f s\n", views.size(), what, seconds_since(t));
   return feats;
