@@ -209,6 +209,7 @@ int run_model(const Args& a, const ModelSpec& m) {
     lines.emit(r);
   };
   for (const std::string& phase : a.phases) {
+    const std::string label = "bench " + a.workload + " " + phase;  // the progress line over the samples
     if (phase == "compile") {
       double total = 0;
       Json parts = Json::object();
@@ -220,20 +221,20 @@ int run_model(const Args& a, const ModelSpec& m) {
       }
       emit("compile", Samples{.ms = {total}}, {{"parts_ms", parts}});
     } else if (phase == "inference") {
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { infer.run(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { infer.run(); }, label);
       require_finite(infer.read(m.output)[0], "the output after the inference phase");
       emit(phase, ms, memory_fields(infer, gi));
     } else if (phase == "minimal") {
       if (!minimal) throw Error(a.workload + " has no minimal phase");
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); }, label);
       require_finite(minimal->read("logits")[0], "a logit after the minimal phase");
       emit(phase, ms, memory_fields(*minimal, *gm));
     } else if (phase == "flb") {
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { flb->run(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { flb->run(); }, label);
       require_finite(flb->read_scalar("loss"), "the loss after the F+L+B phase");
       emit(phase, ms, memory_fields(*flb, *gf));
     } else if (phase == "step") {
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { train->step(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { train->step(); }, label);
       require_finite(train->read_scalar("loss"), "the loss after the step phase");
       emit(phase, ms, memory_fields(*train, *gt));
     }

@@ -59,7 +59,7 @@ std::vector<float> log_mel_batch(const std::vector<std::vector<float>>& signals,
 
 // The same spectrogram as a graph, for a GPU: input "audio" f32 [batch, 1, samples + n_fft] (each signal
 // reflect-padded by n_fft / 2 at both ends: reflect_pad()) -> output "log_mel" [batch, n_mels, samples / hop].
-// The DFT is a strided convolution with the windowed cos/sin basis, computed in f32.
+// The frames are cut by reshapes and slices, and their DFT is one GEMM with the windowed cos/sin basis, in f32.
 Graph log_mel_graph(int64_t batch, int64_t samples, const LogMelOptions& opt = {});
 // The same computation appended to a graph: audio [batch, 1, samples + n_fft] -> [batch, n_mels, samples / hop].
 Tensor log_mel(Graph& g, Tensor audio, const LogMelOptions& opt = {});

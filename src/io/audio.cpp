@@ -279,11 +279,26 @@ Tensor log_mel(Graph& g, Tensor audio, const LogMelOptions& o) {
       basis[size_t((bins + k) * o.n_fft + i)] = float(-w * std::sin(a));
     }
   std::vector<double> fd = mel_filters(o);
-  std::vector<float> filters(fd.begin(), fd.end());
-  Tensor spec = conv1d(audio, g.constant({2 * bins, 1, o.n_fft}, basis), {.stride = o.hop});  // [B, 2·bins, frames+1]
-  spec = slice(spec, 2, 0, frames);
-  Tensor power = sum(reshape(square(spec), {batch, 2, bins, frames}), {1});  // [B, bins, frames]
-  Tensor mel = matmul(g.constant({o.n_mels, bins}, filters), power);         // [B, n_mels, frames]
+  std::vector<float> filters_t(static_cast<size_t>(bins * o.n_mels));  // [bins, n_mels]
+  for (int64_t m = 0; m < o.n_mels; ++m)
+    for (int64_t k = 0; k < bins; ++k) filters_t[size_t(k * o.n_mels + m)] = float(fd[size_t(m * bins + k)]);
+  // Frames without a gather: the signal cut into hop-long chunks [B, C, hop]; frame t is chunks t .. t+r-1
+  // side by side (r = ceil(n_fft / hop)), cut to n_fft. Then the DFT of every frame is one GEMM
+  // [B·(frames+1), n_fft] x [n_fft, 2·bins].
+  const int64_t f1 = frames + 1, r = (o.n_fft + o.hop - 1) / o.hop, chunks = f1 + r - 1;
+  const int64_t len = samples + o.n_fft;
+  Tensor x = reshape(audio, {batch, len});
+  if (chunks * o.hop > len) x = pad(x, {0, 0, 0, chunks * o.hop - len});
+  else if (chunks * o.hop < len) x = slice(x, 1, 0, chunks * o.hop);
+  x = reshape(x, {batch, chunks, o.hop});
+  std::vector<Tensor> parts;
+  for (int64_t j = 0; j < r; ++j) parts.push_back(slice(x, 1, j, j + f1));
+  Tensor fr = r == 1 ? parts[0] : concat(parts, 2);                     // [B, frames+1, r·hop]
+  if (r * o.hop != o.n_fft) fr = slice(fr, 2, 0, o.n_fft);
+  fr = slice(fr, 1, 0, frames);                                          // the last frame is dropped
+  Tensor spec = matmul(fr, g.constant({2 * bins, o.n_fft}, basis), false, true);  // [B, frames, 2·bins]
+  Tensor power = sum(reshape(square(spec), {batch, frames, 2, bins}), {2});       // [B, frames, bins]
+  Tensor mel = transpose(matmul(power, g.constant({bins, o.n_mels}, filters_t)), 1, 2);  // [B, n_mels, frames]
   Tensor lg = log(maximum(mel, g.scalar(1e-10))) * (1.0 / std::log(10.0));
   Tensor top = max(lg, {1, 2}, true);
   return (maximum(lg, top - 8.0) + 4.0) * 0.25;
