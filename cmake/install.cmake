@@ -12,7 +12,7 @@ install(TARGETS mgn EXPORT meganeuraTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_
 install(DIRECTORY include/mgn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # The static library's private dependencies (zlib, protobuf and ONNX's generated proto, Vulkan, the shader
-# compiler archives, the audio libraries as absolute paths) are in the exported target's link interface; the package config finds them again.
+# compiler archives, the audio and image libraries as absolute paths) are in the exported target's link interface; the package config finds them again.
 install(EXPORT meganeuraTargets NAMESPACE meganeura:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/meganeura)
 configure_package_config_file(cmake/meganeuraConfig.cmake.in ${CMAKE_BINARY_DIR}/meganeuraConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/meganeura)
@@ -31,7 +31,8 @@ if(MGN_VULKAN)
   set(MGN_PC_CFLAGS "-DMGN_HAVE_VULKAN=1")
 endif()
 string(APPEND MGN_PC_LIBS " -lonnx_proto -lprotobuf")
-foreach(lib ${MGN_AUDIO_LINK_LIBRARIES})  # libsndfile, libsamplerate, FFTW (pkg-config paths)
+# libsndfile, libsamplerate, FFTW; libjpeg, libpng, libwebp (pkg-config paths)
+foreach(lib ${MGN_AUDIO_LINK_LIBRARIES} ${MGN_IMAGE_LINK_LIBRARIES})
   string(APPEND MGN_PC_LIBS " ${lib}")
 endforeach()
 string(APPEND MGN_PC_LIBS " -lz -lpthread")

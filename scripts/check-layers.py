@@ -49,6 +49,7 @@ PUBLIC = {
     "data.h": "src/io",
     "onnx.h": "src/io",
     "audio.h": "src/io",
+    "image.h": "src/io",
     "session.h": "src/runtime",
     "train.h": "src/runtime",
     "plan.h": "src/runtime",
@@ -57,6 +58,8 @@ PUBLIC = {
     "models.h": "src/models",
     "llama.h": "src/models",
     "whisper.h": "src/models",
+    "dinov3.h": "src/models",
+    "dinovision.h": "src/models",
     "tokenizer.h": "src/models",
 }
 

@@ -4,7 +4,8 @@
 #                                     Python module, the Fashion-MNIST data, Mesa's Vulkan drivers)
 #   scripts/setup-debian.sh --tests   that, and what the test suite needs: GoogleTest, the validation layer,
 #                                     PyTorch and ONNX (the oracles), pytest, clang (fuzzing), test audio
-#                                     (alsa-utils' recordings, espeak-ng), and Node.js with the pinned npm
+#                                     (alsa-utils' recordings, espeak-ng), test images (opencv-doc's photos;
+#                                     PIL, skimage), and Node.js with the pinned npm
 #                                     reference package of the tokenizer tests (tests/ref)
 set -euo pipefail
 TESTS=0
@@ -22,6 +23,7 @@ PKGS=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   pybind11-dev python3-dev python3-numpy python3-matplotlib
   libsndfile1-dev libsamplerate0-dev libfftw3-dev
+  libjpeg-dev libpng-dev libwebp-dev
   dataset-fashion-mnist
 )
 if [ "$TESTS" = 1 ]; then
@@ -30,6 +32,7 @@ if [ "$TESTS" = 1 ]; then
     python3-torch python3-torchvision python3-onnx python3-pytest libopenblas0-pthread
     clang libclang-rt-14-dev
     alsa-utils espeak-ng
+    python3-pil python3-skimage opencv-doc
   )
   # Node.js runs the Hugging Face tokenizers library (npm package) as the tokenizer tests' reference.
   command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
