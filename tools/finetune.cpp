@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "mgn/checkpoint.h"
 #include "mgn/llama.h"
 #include "mgn/optim.h"
 #include "mgn/safetensors.h"
@@ -46,6 +47,9 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   const int64_t steps = a.steps, batch = a.batch, seq = a.seq;
   if (std::filesystem::weakly_canonical(dir) == std::filesystem::weakly_canonical(out))
     throw UsageError("--out must differ from the model directory (the original is never overwritten)");
+  // The output folder before any training: a path that cannot be written fails now, not after the last step.
+  std::filesystem::create_directories(out);
+  check_output_path(out + "/model.safetensors");
 
   llama::Config cfg = llama::Config::from_file(dir + "/config.json");
   Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");

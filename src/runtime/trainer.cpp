@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "mgn/checkpoint.h"
+
 namespace mgn {
 
 namespace {
@@ -30,6 +32,7 @@ void check_batch_input(Session& s, const std::string& input, const Dataset& data
 Trainer::Trainer(Session& session, TrainerOptions opt) : s_(session), opt_(std::move(opt)) {
   if (s_.mode() != Mode::Train) throw Error("Trainer: the session was compiled for inference");
   if (opt_.epochs <= 0) throw Error("Trainer: epochs must be positive");
+  if (!opt_.checkpoint.empty()) check_output_path(opt_.checkpoint);  // before training, not after the first epoch
 }
 
 EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {
