@@ -258,6 +258,31 @@ TEST_F(VulkanTest, ResubmittedStreamWithBarriers) {
   }
 }
 
+// DeviceOptions::sync_validation is live: a reader recorded right after its writer with no barrier between
+// them is a read-after-write hazard the layer reports; the same pair with the barrier is silent.
+TEST_F(VulkanTest, SynchronizationValidationReportsAMissingBarrier) {
+  if (!ctx().validation_enabled()) GTEST_SKIP() << "MGN_VALIDATION=0";
+  DeviceOptions o = test::device_options();
+  o.sync_validation = true;
+  Context sync_ctx(o);
+  for (bool with_barrier : {true, false}) {
+    AffineMirrorChain chain(sync_ctx);
+    CommandStream stream(sync_ctx);
+    chain.affine(stream);
+    if (with_barrier) stream.barrier();
+    chain.mirror(stream);
+    stream.submit();
+    const size_t messages = sync_ctx.validation_message_count();
+    bool hazard = false;
+    for (const std::string& m : sync_ctx.validation_messages()) hazard = hazard || m.find("HAZARD") != std::string::npos;
+    sync_ctx.clear_validation_messages();
+    if (with_barrier)
+      EXPECT_EQ(messages, 0u);
+    else
+      EXPECT_TRUE(hazard) << messages << " messages, none a hazard";
+  }
+}
+
 TEST_F(VulkanTest, CompileErrorShowsNumberedSource) {
   codegen::ShaderCompiler compiler("");
   codegen::ShaderOptions so;

@@ -92,6 +92,9 @@ struct DeviceOptions {
   // Load the Khronos validation layer and turn any message into an error of the step that caused it
   // (needs the vulkan-validationlayers package).
   bool validation = false;
+  // With validation: also the layer's synchronization validation (VK_VALIDATION_FEATURE_ENABLE_
+  // SYNCHRONIZATION_VALIDATION_EXT), whose hazard reports become errors the same way.
+  bool sync_validation = false;
   // One stderr line per new pipeline with the driver's statistics (registers, shared memory, binary size),
   // where VK_KHR_pipeline_executable_properties exists.
   bool pipeline_statistics = false;

@@ -20,6 +20,9 @@ DeviceOptions device_options() {
   const char* v = std::getenv("MGN_VALIDATION");
   DeviceOptions o;
   o.validation = !(v && std::string(v) == "0");
+  // Synchronization validation on top, when asked (scripts/sanitize.sh runs the Vulkan tests so).
+  const char* sync = std::getenv("MGN_SYNC_VALIDATION");
+  o.sync_validation = o.validation && sync && std::string(sync) == "1";
   return o;
 }
 
