@@ -8,6 +8,7 @@
 // atomically, so `mgn generate DIR` and `mgn finetune DIR` load it like the original.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -28,7 +29,7 @@ namespace mgn::tool {
 namespace {
 
 struct FinetuneArgs {
-  std::string dir, text, out, weights;
+  std::string dir, text, out, weights, log;
   int64_t steps = 100, batch = 4, seq = 128;
   double lr = 1e-4;
   uint64_t seed = 0;
@@ -80,6 +81,10 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   std::vector<int32_t> ids(size_t(batch * seq));
   const auto t0 = std::chrono::steady_clock::now();
   float first = 0, last = 0;
+  // --log: one line per step, the loss's bits first (two runs compare bitwise with cmp), then the device
+  // memory the session holds and the process's device-local heap usage (bench/soak.sh reads it for leaks).
+  std::FILE* log = a.log.empty() ? nullptr : std::fopen(a.log.c_str(), "w");
+  if (!a.log.empty() && !log) throw Error("cannot create the log '" + a.log + "'");
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       if (cursor + size_t(seq) > tokens.size()) cursor = 0;
@@ -92,6 +97,13 @@ int finetune(const FinetuneArgs& a, const Context& c) {
     s.step();
     last = s.read_scalar("loss");
     if (step == 0) first = last;
+    if (log) {
+      uint32_t bits;
+      std::memcpy(&bits, &last, 4);
+      const DeviceMemoryReport m = s.device_memory();
+      std::fprintf(log, "%lld %08x %.6f %llu %llu\n", (long long)step, bits, double(last),
+                   (unsigned long long)m.allocated_bytes, (unsigned long long)m.heap_usage_bytes);
+    }
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int width = 30, done = int(width * (step + 1) / steps);
     std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.1f steps/s", (long long)(step + 1),
@@ -99,6 +111,7 @@ int finetune(const FinetuneArgs& a, const Context& c) {
                  std::string(size_t(width - done), ' ').c_str(), last, double(step + 1) / el);
   }
   std::fprintf(stderr, "\n");
+  if (log && std::fclose(log) != 0) throw Error("cannot write the log '" + a.log + "'");
 
   std::filesystem::create_directories(out);
   for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
@@ -133,6 +146,9 @@ Run declare_finetune(CLI::App& app) {
                  "weights file or folder (default MODEL_DIR); random keeps the random initialization")
       ->type_name("PATH|random");
   app.add_option("--seed", a->seed, "initialization seed")->check(at_least(0));
+  app.add_option("--log", a->log,
+                 "per-step log: step, loss bits (hex), loss, session device bytes, device-local heap usage")
+      ->type_name("FILE");
   add_compile_flags(app, a->compile);
   app.footer(
       "AdamW next-token training on a text file (tokenizer.json of MODEL_DIR) with a progress bar; DIR gets\n"
