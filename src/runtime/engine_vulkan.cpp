@@ -16,14 +16,15 @@ namespace mgn::detail {
 
 // One Context per distinct DeviceOptions. Deliberately never destroyed: tearing the device down from a static
 // destructor runs after the NVIDIA driver's own exit handlers and crashes at process exit (seen on the H200);
-// sessions own everything else.
+// sessions own everything else. The map itself is never destroyed either, so the contexts stay reachable to
+// the end (LeakSanitizer does not count them as leaks).
 vk::Context& shared_context(const DeviceOptions& o) {
   static std::mutex m;
-  static std::map<std::string, vk::Context*> contexts;
-  const std::string key = o.device + '\n' + std::to_string(o.validation) + std::to_string(o.pipeline_statistics) +
-                          '\n' + o.pipeline_ir_dir;
+  static auto* contexts = new std::map<std::string, vk::Context*>();
+  const std::string key = o.device + '\n' + std::to_string(o.validation) + std::to_string(o.sync_validation) +
+                          std::to_string(o.pipeline_statistics) + '\n' + o.pipeline_ir_dir;
   std::lock_guard<std::mutex> lock(m);
-  vk::Context*& ctx = contexts[key];
+  vk::Context*& ctx = (*contexts)[key];
   if (!ctx) ctx = new vk::Context(o);
   return *ctx;
 }

@@ -265,12 +265,16 @@ void Context::create_instance(bool validation) {
   ci.enabledExtensionCount = static_cast<uint32_t>(enabled_exts.size());
   ci.ppEnabledExtensionNames = enabled_exts.data();
   if (validation) ci.pNext = &messenger_info;  // also catches messages from vkCreateInstance itself
-  // Synchronization validation is a feature of the same layer, enabled through VkValidationFeaturesEXT.
+  // Synchronization validation is a feature of the same layer, enabled through VkValidationFeaturesEXT in the
+  // instance's chain (not the messenger's: vkCreateDebugUtilsMessengerEXT takes no pNext).
   const VkValidationFeatureEnableEXT sync_feature = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
   auto features = make<VkValidationFeaturesEXT>(VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT);
   features.enabledValidationFeatureCount = 1;
   features.pEnabledValidationFeatures = &sync_feature;
-  if (validation && options_.sync_validation) messenger_info.pNext = &features;
+  if (validation && options_.sync_validation) {
+    features.pNext = &messenger_info;
+    ci.pNext = &features;
+  }
   check(vkCreateInstance(&ci, nullptr, &instance_), "vkCreateInstance");
   validation_ = validation;
 
