@@ -16,6 +16,7 @@
 #include "mgn/data.h"
 #include "mgn/device.h"
 #include "mgn/models.h"
+#include "mgn/onnx.h"
 #include "mgn/session.h"
 #include "mgn/train.h"
 #include "support/test_util.h"
@@ -234,4 +235,23 @@ TEST(Reliability, TrainingIsBitwiseDeterministicCpu) { check_deterministic(Backe
 TEST(Reliability, TrainingIsBitwiseDeterministicVulkan) {
   if (!has_vulkan()) GTEST_SKIP() << "no Vulkan device";
   check_deterministic(Backend::Vulkan);
+}
+
+// Inputs the fuzzers found (scripts/fuzz.sh), replayed through the reader that failed on them; in the sanitizer
+// build they ran into undefined behaviour, here each must be the clean error that names the problem.
+TEST(Reliability, FuzzerFindingsStayFixed) {
+  const fs::path dir = fs::path(MGN_SOURCE_DIR) / "tests" / "data" / "fuzz_regressions";
+  auto read = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  // onnx_fuzz: a Reshape target whose dimensions multiply past 2^63 (signed overflow in the importer).
+  std::string e = error_of([&] { onnx::import_bytes(read(dir / "onnx_reshape_overflow.onnx"), "crash.onnx"); });
+  EXPECT_TRUE(has(e, "64-bit")) << e;
+  // safetensors_fuzz: an empty tensor ([0, 4]) converted to f32 passed a null pointer to memcpy.
+  const std::string img = read(dir / "safetensors_empty_tensor.safetensors");
+  SafetensorsFile f = SafetensorsFile::parse(std::vector<uint8_t>(img.begin(), img.end()), "empty.safetensors");
+  EXPECT_EQ(f.get("z").shape, (Shape{0, 4}));
+  EXPECT_TRUE(f.get("z").to_f32().empty());
+  EXPECT_TRUE(StoredTensor::from_f32("e", {0}, {}).bytes.empty());
 }

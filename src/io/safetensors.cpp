@@ -59,7 +59,7 @@ size_t safetensors_dtype_size(const std::string& tag) {
 std::vector<float> StoredTensor::to_f32() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   if (dtype == "F32") {
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
+    if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * 4);  // an empty vector's data() may be null
     return v;
   }
   for (int64_t i = 0; i < numel(); ++i) v[size_t(i)] = float(element(*this, i));
@@ -92,7 +92,7 @@ StoredTensor StoredTensor::from_f32(const std::string& name, const Shape& shape,
   StoredTensor t{name, "F32", shape, {}};
   if (as == DType::F32) {
     t.bytes.resize(v.size() * 4);
-    std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+    if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   } else if (as == DType::F16 || as == DType::BF16) {
     t.dtype = as == DType::F16 ? "F16" : "BF16";
     t.bytes.resize(v.size() * 2);
@@ -110,7 +110,7 @@ StoredTensor StoredTensor::from_f64(const std::string& name, const Shape& shape,
   if (int64_t(v.size()) != mgn::numel(shape))
     throw Error("tensor '" + name + "': " + std::to_string(v.size()) + " values for shape " + shape_str(shape));
   StoredTensor t{name, "F64", shape, std::vector<uint8_t>(v.size() * 8)};
-  std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   return t;
 }
 
@@ -118,7 +118,7 @@ StoredTensor StoredTensor::from_i32(const std::string& name, const Shape& shape,
   if (int64_t(v.size()) != mgn::numel(shape))
     throw Error("tensor '" + name + "': " + std::to_string(v.size()) + " values for shape " + shape_str(shape));
   StoredTensor t{name, "I32", shape, std::vector<uint8_t>(v.size() * 4)};
-  std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   return t;
 }
 

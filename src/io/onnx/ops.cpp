@@ -184,7 +184,8 @@ Shape reshape_target(const pb::NodeProto& n, const Shape& in, const std::vector<
     }
     if (d < 0) throw Error(node_label(n) + ": invalid target dimension " + std::to_string(d));
     out.push_back(d);
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known))
+      throw Error(node_label(n) + ": target shape has more elements than a 64-bit count holds");
   }
   int64_t total = checked_numel(in, node_label(n));
   if (infer >= 0) {
