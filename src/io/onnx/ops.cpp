@@ -256,8 +256,10 @@ Outs op_flatten(Lowering& L, const pb::NodeProto& n, Ins& in) {
   int64_t axis = attr_i(n, "axis", 1);
   if (axis < -r || axis > r) throw Error(node_label(n) + ": axis " + std::to_string(axis) + " out of range");
   if (axis < 0) axis += r;
-  int64_t a = 1, b = 1;
-  for (int64_t i = 0; i < r; ++i) (i < axis ? a : b) *= x.shape()[size_t(i)];
+  // Checked: a graph input may declare dimensions whose product passes 2^63 (found by onnx_fuzz).
+  const Shape& xs = x.shape();
+  const int64_t a = checked_numel(Shape(xs.begin(), xs.begin() + axis), node_label(n)),
+                b = checked_numel(Shape(xs.begin() + axis, xs.end()), node_label(n));
   return {reshape_value(L, x, {a, b})};
 }
 
@@ -912,7 +914,9 @@ Outs op_layer_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
   // Normalizing several trailing axes: flatten them into one, then restore the shape.
   Shape lead(x.shape().begin(), x.shape().begin() + axis);
   int64_t d = 1;
-  for (int i = axis; i < x.rank(); ++i) d *= x.dim(i);
+  for (int i = axis; i < x.rank(); ++i)
+    if (__builtin_mul_overflow(d, x.dim(i), &d))
+      throw Error(node_label(n) + ": normalized axes have more elements than a 64-bit count holds");
   Shape flat = lead;
   flat.push_back(d);
   Tensor y = layer_norm(reshape(x, flat), std::nullopt, std::nullopt, eps);
