@@ -257,6 +257,9 @@ TEST(Reliability, FuzzerFindingsStayFixed) {
   // onnx_fuzz (long run): Flatten of a graph input whose declared dimensions multiply past 2^63.
   e = error_of([&] { onnx::import_bytes(read(dir / "onnx_flatten_overflow.onnx"), "flatten.onnx"); });
   EXPECT_TRUE(has(e, "flatten.onnx") || e == "(no error)") << e;
+  // onnx_fuzz (long run): a pooling node with a zero stride (a division by zero in the ceil_mode check).
+  e = error_of([&] { onnx::import_bytes(read(dir / "onnx_pool_zero_stride.onnx"), "pool.onnx"); });
+  EXPECT_TRUE(has(e, "pool.onnx") && has(e, "strides")) << e;
   // safetensors_fuzz: an empty tensor ([0, 4]) converted to f32 passed a null pointer to memcpy.
   const std::string img = read(dir / "safetensors_empty_tensor.safetensors");
   SafetensorsFile f = SafetensorsFile::parse(std::vector<uint8_t>(img.begin(), img.end()), "empty.safetensors");

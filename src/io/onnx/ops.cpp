@@ -748,11 +748,19 @@ std::vector<int64_t> window_pads(const pb::NodeProto& n, const Shape& in_hw, con
                                  const std::vector<int64_t>& stride, const std::vector<int64_t>& dil) {
   std::string ap = attr_s(n, "auto_pad", "NOTSET");
   size_t r = in_hw.size();
+  // Every window parameter in range before any arithmetic on it (a zero stride divided by zero: onnx_fuzz).
+  if (k.size() != r || stride.size() != r || dil.size() != r)
+    throw Error(node_label(n) + ": kernel_shape, strides and dilations need " + std::to_string(r) + " values each");
+  for (size_t i = 0; i < r; ++i)
+    for (int64_t v : {k[i], stride[i], dil[i]})
+      if (v < 1 || v > (int64_t(1) << 20))
+        throw Error(node_label(n) + ": kernel_shape, strides and dilations must be from 1 to 2^20, got " +
+                    std::to_string(v));
   if (ap == "NOTSET") {
     std::vector<int64_t> p = attr_ints(n, "pads", std::vector<int64_t>(2 * r, 0));
     if (p.size() != 2 * r) throw Error(node_label(n) + ": pads must have " + std::to_string(2 * r) + " values");
     for (int64_t v : p)
-      if (v < 0) throw Error(node_label(n) + ": negative pads");
+      if (v < 0 || v > (int64_t(1) << 30)) throw Error(node_label(n) + ": pads must be from 0 to 2^30");
     return p;
   }
   if (ap == "VALID") return std::vector<int64_t>(2 * r, 0);
