@@ -29,7 +29,7 @@ LAYERS = {
     "src/codegen": ["src/plan", "src/ir", "src/support"],
     "src/backend/cpu": ["src/plan", "src/ir", "src/support"],
     "src/backend/vulkan": ["src/codegen", "src/plan", "src/ir", "src/support"],
-    "src/io": ["src/frontend", "src/ir"],
+    "src/io": ["src/frontend", "src/ir", "src/support"],
     "src/runtime": ["src/backend/vulkan", "src/backend/cpu", "src/codegen", "src/plan", "src/passes", "src/io",
                     "src/frontend", "src/ir", "src/support"],
     "src/models": ["src/runtime", "src/io", "src/passes", "src/frontend", "src/ir", "src/support"],

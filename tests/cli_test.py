@@ -201,6 +201,48 @@ def main():
     check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("mgn dump-checkpoint: ")
           and r.stderr.count("dump-checkpoint") == 1, f"a runtime error: exit 1, one line: {r.stderr!r}")
 
+    # ---- the aborts of issue 30 (mutation fuzzing through the CLI): each reproducer is now exit 1 and one line
+    # naming the command and the file, fast (every size is checked before any allocation or compile)
+    def one_runtime_error(args, needles, label):
+        r, secs = mgn_run(args)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"mgn {args[0]}: ")
+              and all(n in lines[0] for n in needles) and secs < 30,
+              f"{label}: exit 1, one line naming {needles}, got {r.returncode}: {r.stderr!r}")
+
+    def model_dir(name, config, tokenizer=None, tokenizer_config=None):
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        for file, text in [("config.json", config), ("tokenizer.json", tokenizer),
+                           ("tokenizer_config.json", tokenizer_config)]:
+            if text is not None:
+                with open(os.path.join(d, file), "w") as f:
+                    f.write(text)
+        return d
+
+    sizes = '"vocab_size": 4, "hidden_size": 8, "intermediate_size": 4, "num_attention_heads": 2'
+    ok_config = '{' + sizes + ', "num_hidden_layers": 1}'
+    ok_tokenizer = '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}, ' \
+                   '"pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}}'
+    for layers in ["2147483648", "4294967295"]:
+        d = model_dir("layers" + layers, '{' + sizes + ', "num_hidden_layers": ' + layers + '}')
+        one_runtime_error(["generate", d, "--prompt", "a"], ["config.json", "implausibly large"], f"layers {layers}")
+    d = model_dir("vocab", '{"vocab_size": 4294967296, "hidden_size": 8, "intermediate_size": 4, '
+                           '"num_attention_heads": 2, "num_hidden_layers": 1}')
+    one_runtime_error(["generate", d, "--prompt", "a"], ["config.json", "vocab_size"], "vocab 2^32")
+    d = model_dir("bigid", ok_config, ok_tokenizer.replace('"b": 1', '"b": 1e995'))
+    one_runtime_error(["generate", d, "--prompt", "a"], ["tokenizer.json", "number overflow"], "a vocab id of 1e995")
+    d = model_dir("template", ok_config, ok_tokenizer[:-1] + ', "post_processor": {"type": "TemplateProcessing", '
+                  '"single": [{"SpecialToken": {"id": "a"}}, {"Sequence": {"id": "A"}}], '
+                  '"special_tokens": {"a": [0]}}}')
+    one_runtime_error(["generate", d, "--prompt", "a"], ["tokenizer.json", "special_tokens"],
+                      "an array where post_processor.special_tokens expects an object")
+    d = model_dir("tokconfig", ok_config, ok_tokenizer, '{"bos_token": 1e995}')
+    one_runtime_error(["generate", d, "--prompt", "a"], ["tokenizer_config.json"], "tokenizer_config.json 1e995")
+    one_runtime_error(["plan", "--model", "mlp", "--batch", str(2 ** 62)], ["64-bit"], "plan at batch 2^62")
+    one_runtime_error(["train-fashion-mnist", "--limit-train", "64", "--out", os.path.join(work, "no", "c.safetensors")],
+                      ["does not exist", os.path.join(work, "no")], "a checkpoint in a missing folder")
+
     # ---- boolean flags without a value, and the positive control for the cache
     r, _ = mgn_run(["inspect", "--supported-ops"])
     check(r.returncode == 0 and "Conv" in r.stdout.split(), "mgn inspect --supported-ops")

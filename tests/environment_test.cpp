@@ -59,6 +59,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   const Vars all = {
       {"MGN_DEVICE", "lavapipe"},
       {"MGN_VALIDATION", "1"},
+      {"MGN_SYNC_VALIDATION", "1"},
       {"MGN_CACHE_DIR", "/c"},
       {"MGN_PROFILE", "on"},
       {"MGN_PIPELINE_STATS", "true"},
@@ -85,6 +86,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   const Environment e = from(all);
   EXPECT_EQ(e.device.device, "lavapipe");
   EXPECT_TRUE(e.device.validation);
+  EXPECT_TRUE(e.device.sync_validation);
   EXPECT_TRUE(e.device.pipeline_statistics);
   EXPECT_EQ(e.device.pipeline_ir_dir, "/ir");
   EXPECT_EQ(e.cache_dir, "/c");

@@ -107,6 +107,19 @@ TEST(Llama, ConfigFromHfJson) {
   expect_error("{" + base + R"(, "num_attention_heads": 2, "hidden_act": "gelu"})", "hidden_act");
   expect_error("{" + base + R"(, "num_attention_heads": 2, "hidden_size": -8})", "hidden_size");
   expect_error("{not json", "not valid JSON");
+  expect_error(R"({"a": 1e995})", "not valid JSON");  // past a double: out_of_range, not parse_error
+  // Sizes without an upper bound died in allocation (issue 30: layer counts and vocab sizes of 2^31..2^32).
+  expect_error(R"({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2147483648, "intermediate_size": 4,
+                   "num_attention_heads": 2})",
+               "num_hidden_layers = 2147483648 is implausibly large");
+  expect_error(R"({"vocab_size": 4294967295, "hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 4,
+                   "num_attention_heads": 2})",
+               "vocab_size = 4294967295 is implausibly large");
+  expect_error("{" + base + R"(, "num_attention_heads": 2, "num_key_value_heads": 4})", "num_key_value_heads");
+  // Each size plausible alone, their product not: 100 layers of a 131072-wide model with 524288-wide MLPs.
+  expect_error(R"({"vocab_size": 1000, "hidden_size": 131072, "num_hidden_layers": 100,
+                   "intermediate_size": 524288, "num_attention_heads": 1024})",
+               "billion parameters");
   EXPECT_NO_THROW(llama::Config::from_json("{" + base + R"(, "num_attention_heads": 2})"));
   EXPECT_THROW(llama::Config::from_file("/nonexistent/config.json"), Error);
 }

@@ -407,5 +407,47 @@ TEST(Tokenizer, MalformedFilesAreErrors) {
   EXPECT_NE(missing.find("/nonexistent/dir/tokenizer.json: cannot open"), std::string::npos) << missing;
 }
 
+// Reproducers of the CLI-level mutation fuzzing (issue 30): each escaped from_json / from_file as a json
+// exception other than a parse error and aborted the process. Now each is an mgn::Error naming the file.
+TEST(Tokenizer, NonParseJsonExceptionsAreErrors) {
+  auto has = [](const std::string& msg, const std::string& file, const std::string& part) {
+    return msg.find(file) != std::string::npos && msg.find(part) != std::string::npos;
+  };
+  // A number past a double: nlohmann throws out_of_range (406), not parse_error.
+  std::string big = tiny({});
+  big.replace(big.find("\"a\":0"), 5, "\"a\":1e995");
+  EXPECT_PRED3(has, error_of([&] { Tokenizer::from_json(big, "bad/tokenizer.json"); }), "bad/tokenizer.json",
+               "not valid JSON");
+  // An array where post_processor.special_tokens expects an object, and an entry without "ids".
+  json tpl = {{"type", "TemplateProcessing"},
+              {"single", {{{"SpecialToken", {{"id", "a"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+              {"special_tokens", json::array({1, 2})}};
+  EXPECT_PRED3(has,
+               error_of([&] { Tokenizer::from_json(tiny({}, {{"post_processor", tpl}}), "bad/tokenizer.json"); }),
+               "bad/tokenizer.json", "special_tokens");
+  tpl["special_tokens"] = {{"a", {{"id", "a"}}}};
+  EXPECT_PRED3(has,
+               error_of([&] { Tokenizer::from_json(tiny({}, {{"post_processor", tpl}}), "bad/tokenizer.json"); }),
+               "bad/tokenizer.json", "ids");
+  tpl["special_tokens"] = {{"a", json::array({0})}};
+  EXPECT_PRED3(has,
+               error_of([&] { Tokenizer::from_json(tiny({}, {{"post_processor", tpl}}), "bad/tokenizer.json"); }),
+               "bad/tokenizer.json", "ids");
+  // The positive control: the same template with a well-formed entry loads and puts 'a' (id 0) first.
+  tpl["special_tokens"] = {{"a", {{"id", "a"}, {"ids", {0}}, {"tokens", {"a"}}}}};
+  EXPECT_EQ(Tokenizer::from_json(tiny({}, {{"post_processor", tpl}})).encode("b", true),
+            (std::vector<int32_t>{0, 1}));
+
+  // tokenizer_config.json: the same gaps.
+  Tokenizer tok = Tokenizer::from_json(tiny({}));
+  for (const char* text : {R"({"bos_token": 1e995})", R"({"bos_token": {"content": 1e995}})",
+                           R"({"eos_token": {"special": true}})", R"({"eos_token": ["a"]})", R"([1e995])"})
+    EXPECT_PRED3(has, error_of([&] { tok.apply_config(text, "bad/tokenizer_config.json", "tok.json"); }),
+                 "bad/tokenizer_config.json", "") << text;
+  tok.apply_config(R"({"bos_token": "b", "eos_token": {"content": "ab"}})", "ok/tokenizer_config.json", "tok.json");
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+}
+
 }  // namespace
 }  // namespace mgn

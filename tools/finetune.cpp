@@ -8,6 +8,7 @@
 // atomically, so `mgn generate DIR` and `mgn finetune DIR` load it like the original.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -17,6 +18,7 @@
 
 #include "cli.h"
 #include "metrics.h"
+#include "mgn/checkpoint.h"
 #include "mgn/llama.h"
 #include "mgn/optim.h"
 #include "mgn/safetensors.h"
@@ -29,7 +31,7 @@ namespace mgn::tool {
 namespace {
 
 struct FinetuneArgs {
-  std::string dir, text, out, weights, metrics;
+  std::string dir, text, out, weights, metrics, log;
   int64_t steps = 100, batch = 4, seq = 128;
   double lr = 1e-4;
   uint64_t seed = 0;
@@ -48,6 +50,9 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   const int64_t steps = a.steps, batch = a.batch, seq = a.seq;
   if (std::filesystem::weakly_canonical(dir) == std::filesystem::weakly_canonical(out))
     throw UsageError("--out must differ from the model directory (the original is never overwritten)");
+  // The output folder before any training: a path that cannot be written fails now, not after the last step.
+  std::filesystem::create_directories(out);
+  check_output_path(out + "/model.safetensors");
 
   llama::Config cfg = llama::Config::from_file(dir + "/config.json");
   Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
@@ -93,6 +98,10 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   std::vector<int32_t> ids(size_t(batch * seq));
   const auto t0 = std::chrono::steady_clock::now();
   float first = 0, last = 0;
+  // --log: one line per step, the loss's bits first (two runs compare bitwise with cmp), then the device
+  // memory the session holds and the process's device-local heap usage (bench/soak.sh reads it for leaks).
+  std::FILE* log = a.log.empty() ? nullptr : std::fopen(a.log.c_str(), "w");
+  if (!a.log.empty() && !log) throw Error("cannot create the log '" + a.log + "'");
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       if (cursor + size_t(seq) > tokens.size()) cursor = 0;
@@ -106,6 +115,13 @@ int finetune(const FinetuneArgs& a, const Context& c) {
     s.step();
     last = s.read_scalar("loss");
     if (step == 0) first = last;
+    if (log) {
+      uint32_t bits;
+      std::memcpy(&bits, &last, 4);
+      const DeviceMemoryReport m = s.device_memory();
+      std::fprintf(log, "%lld %08x %.6f %llu %llu\n", (long long)step, bits, double(last),
+                   (unsigned long long)m.allocated_bytes, (unsigned long long)m.heap_usage_bytes);
+    }
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char extra[32];
     std::snprintf(extra, sizeof extra, "loss %.4f", last);
@@ -121,6 +137,7 @@ int finetune(const FinetuneArgs& a, const Context& c) {
                            {"time_s", el}});
   }
   metrics.write("end", {{"first_loss", first}, {"last_loss", last}, {"steps", steps}});
+  if (log && std::fclose(log) != 0) throw Error("cannot write the log '" + a.log + "'");
 
   std::filesystem::create_directories(out);
   for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
@@ -157,6 +174,9 @@ Run declare_finetune(CLI::App& app) {
       ->type_name("PATH|random");
   app.add_option("--seed", a->seed, "initialization seed")->check(at_least(0));
   app.add_option("--metrics", a->metrics, "JSON Lines metrics file (default DIR/metrics.jsonl; none: off)")
+      ->type_name("FILE");
+  app.add_option("--log", a->log,
+                 "per-step log: step, loss bits (hex), loss, session device bytes, device-local heap usage")
       ->type_name("FILE");
   add_compile_flags(app, a->compile);
   app.footer(

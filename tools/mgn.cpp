@@ -185,7 +185,9 @@ Run declare_devices(CLI::App& app) {
 
 }  // namespace mgn::tool
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   using namespace mgn::tool;
   CLI::App app{"meganeura: trains and runs neural networks on Vulkan GPUs", "mgn"};
   app.option_defaults()->always_capture_default();
@@ -261,6 +263,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mgn %s: %s\n", name.c_str(), e.what());
   } catch (...) {
     std::fprintf(stderr, "mgn %s: stopped by an exception of unknown type\n", name.c_str());
+  }
+  return 1;
+}
+
+}  // namespace
+
+// Whatever escapes (from parsing, the environment or a command) becomes one line and exit 1, never an abort.
+int main(int argc, char** argv) {
+  const char* cmd = argc > 1 && argv[1][0] != '-' ? argv[1] : "";
+  const std::string who = std::string("mgn") + (*cmd ? " " : "") + cmd;
+  try {
+    return run_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: out of host memory\n", who.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "%s: stopped by an exception of unknown type\n", who.c_str());
   }
   return 1;
 }

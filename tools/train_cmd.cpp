@@ -53,6 +53,7 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
         "the Fashion-MNIST folder " + dir +
         " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
 
+  check_output_path(out);  // before any data is loaded or any step trained
   auto t0 = std::chrono::steady_clock::now();
   // The data first, so a folder without the files fails before any compile. The short version (below)
   // needs the device, so the training set is cut afterwards.
@@ -212,7 +213,7 @@ Run declare_dump_checkpoint(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   return [file](const Context&) {
-    TensorSet ts = read_tensor_set(*file);
+    TensorSet ts = read_tensor_set(*file, /*header_only=*/true);
     for (auto& [k, v] : ts.metadata) std::printf("metadata %s = %s\n", k.c_str(), v.c_str());
     for (auto& [name, t] : ts.tensors)
       std::printf("%-48s %-5s %s\n", name.c_str(), t.dtype.c_str(), shape_str(t.shape).c_str());

@@ -18,6 +18,8 @@ struct IdxArray {
 
 // Reads a raw or gzip-compressed IDX file (compression is detected from the content, not the name).
 IdxArray read_idx(const std::string& path);
+// The same from the decompressed bytes (`path` names them in errors): for fuzzing and tests.
+IdxArray parse_idx(const std::vector<uint8_t>& bytes, const std::string& path);
 
 // A labelled dataset: `count` samples of `sample_shape` f32 features each, with i32 labels.
 struct Dataset {

@@ -74,6 +74,10 @@ struct KernelOptions {
 struct PlanningOptions {
   bool reuse = true;     // step-local tensors with disjoint lifetimes share memory
   bool in_place = true;  // pointwise ops (and assigns) write over an input that dies there
+  // Most bytes the step's memory (the plan's arena) may take; 0: the device's own figure (Vulkan: the largest
+  // device-local heap's budget left under VK_EXT_memory_budget, else its size; CPU: the host's physical
+  // memory). A plan over the smaller of the two fails at compile time with the bytes needed and available.
+  uint64_t memory_limit_bytes = 0;
 
   bool operator==(const PlanningOptions&) const = default;
 };
@@ -88,6 +92,9 @@ struct DeviceOptions {
   // Load the Khronos validation layer and turn any message into an error of the step that caused it
   // (needs the vulkan-validationlayers package).
   bool validation = false;
+  // With validation: also the layer's synchronization validation (VK_VALIDATION_FEATURE_ENABLE_
+  // SYNCHRONIZATION_VALIDATION_EXT), whose hazard reports become errors the same way.
+  bool sync_validation = false;
   // One stderr line per new pipeline with the driver's statistics (registers, shared memory, binary size),
   // where VK_KHR_pipeline_executable_properties exists.
   bool pipeline_statistics = false;

@@ -41,9 +41,13 @@ struct SafetensorsLimits {
 
 class SafetensorsFile {
  public:
-  // Reads and validates the whole file; throws mgn::Error naming the file and the problem.
+  // Reads and validates the file (header first, then each tensor by positioned reads; no image of the whole
+  // file); throws mgn::Error naming the file and the problem (a folder, truncation, bytes no tensor owns).
   static SafetensorsFile read(const std::string& path, const SafetensorsLimits& limits = {});
-  // Parses an in-memory image (used by read() and by fuzzing/tests).
+  // The header only (names, dtypes, shapes, metadata; every StoredTensor's bytes stay empty), validated as
+  // read() does, without reading the tensors: for listing a file of any size.
+  static SafetensorsFile read_header(const std::string& path, const SafetensorsLimits& limits = {});
+  // Parses an in-memory image (used by fuzzing and tests).
   static SafetensorsFile parse(const std::vector<uint8_t>& image, const std::string& origin,
                                const SafetensorsLimits& limits = {});
 
@@ -54,6 +58,7 @@ class SafetensorsFile {
   const std::string& origin() const { return origin_; }
 
  private:
+  static SafetensorsFile read_impl(const std::string& path, const SafetensorsLimits& limits, bool with_data);
   std::string origin_;
   std::vector<StoredTensor> tensors_;
   std::map<std::string, size_t> index_;

@@ -43,6 +43,9 @@ class Tokenizer {
   static Tokenizer from_json(const std::string& text, const std::string& origin = "tokenizer.json");
   // Also reads bos_token / eos_token from a tokenizer_config.json next to the file when there is one.
   static Tokenizer from_file(const std::string& path);
+  // bos_token / eos_token of a tokenizer_config.json's text (`origin` names it, `tokenizer` the file whose
+  // tokens it names); from_file calls it. Throws mgn::Error naming `origin` for any malformed content.
+  void apply_config(const std::string& text, const std::string& origin, const std::string& tokenizer);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

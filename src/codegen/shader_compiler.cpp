@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "mgn/types.h"
+#include "support/atomic_file.h"
 
 namespace mgn::codegen {
 namespace {
@@ -63,29 +64,16 @@ bool load_cached(const std::filesystem::path& path, const std::string& key, std:
 // Best effort: a read-only or full cache directory only costs a recompile next time.
 void store_cached(const std::filesystem::path& path, const std::string& key,
                   const std::vector<uint32_t>& words) {
-  static std::atomic<uint64_t> counter{0};
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
   if (ec) return;
-  // Temp file + rename so a concurrent reader never sees half a file.
-  const auto tmp = path.string() + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return;
-    const uint64_t key_len = key.size(), n_words = words.size();
-    out.write(kCacheMagic, 8);
-    out.write(reinterpret_cast<const char*>(&key_len), 8);
-    out.write(key.data(), static_cast<std::streamsize>(key.size()));
-    out.write(reinterpret_cast<const char*>(&n_words), 8);
-    out.write(reinterpret_cast<const char*>(words.data()), static_cast<std::streamsize>(words.size() * 4));
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
+  // Temp file + rename so a concurrent reader (another process compiling the same kernel) never sees half a file.
+  const uint64_t key_len = key.size(), n_words = words.size();
+  (void)files::try_write_atomic(path.string(), [&](int fd) {
+    return files::write_all(fd, kCacheMagic, 8) && files::write_all(fd, &key_len, 8) &&
+           files::write_all(fd, key.data(), key.size()) && files::write_all(fd, &n_words, 8) &&
+           files::write_all(fd, words.data(), words.size() * 4);
+  });
 }
 
 [[noreturn]] void fail(const char* what, const ShaderOptions& o, const std::string& glsl,

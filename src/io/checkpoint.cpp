@@ -2,6 +2,12 @@
 // reading resolves a single file or a sharded index into one name -> tensor set.
 #include "mgn/checkpoint.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 namespace mgn {
 
 const StoredTensor* TensorSet::find(const std::string& name) const {
@@ -27,9 +33,14 @@ std::vector<float> TensorSet::values_f32(const std::string& name, const Shape& e
   }
 }
 
-TensorSet read_tensor_set(const std::string& path) {
-  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) return read_safetensors_index(path);
-  SafetensorsFile f = SafetensorsFile::read(path);
+TensorSet read_tensor_set(const std::string& path, bool header_only) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error("checkpoint '" + path +
+                "' is a folder: give a .safetensors file or a sharded index (model.safetensors.index.json)");
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+    return read_safetensors_index(path, header_only);
+  SafetensorsFile f = header_only ? SafetensorsFile::read_header(path) : SafetensorsFile::read(path);
   TensorSet ts;
   ts.origin = path;
   ts.metadata = f.metadata();
@@ -38,6 +49,20 @@ TensorSet read_tensor_set(const std::string& path) {
     ts.file_of[name] = path;
   }
   return ts;
+}
+
+void check_output_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) throw Error("the output path is empty");
+  if (fs::is_directory(path, ec)) throw Error("output '" + path + "' is a folder, expected a file name");
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::is_directory(dir, ec))
+    throw Error("output '" + path + "': the folder '" + dir.string() + "' does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error("output '" + path + "': the folder '" + dir.string() + "' is not writable (" + std::strerror(errno) + ")");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0 && errno != ENOENT)
+    throw Error("output '" + path + "' exists and is not writable (" + std::strerror(errno) + ")");
 }
 
 void write_checkpoint(const std::string& path, const std::vector<StoredTensor>& tensors, int64_t step,

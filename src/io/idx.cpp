@@ -2,6 +2,7 @@
 // .gz files and raw files read the same way.
 #include <zlib.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -17,6 +18,7 @@ namespace {
 // The whole decompressed content, or an error naming the file (truncated gzip streams included).
 std::vector<uint8_t> read_all(const std::string& path) {
   if (!std::filesystem::exists(path)) throw Error("IDX file '" + path + "' does not exist");
+  if (std::filesystem::is_directory(path)) throw Error("IDX file '" + path + "' is a folder, expected a file");
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw Error("cannot open IDX file '" + path + "'");
   std::vector<uint8_t> out;
@@ -44,18 +46,25 @@ std::vector<uint8_t> read_all(const std::string& path) {
   return out;
 }
 
+std::string hex_byte(uint8_t b) {
+  char s[8];
+  std::snprintf(s, sizeof s, "0x%02X", unsigned(b));
+  return s;
+}
+
 uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
 
 }  // namespace
 
-IdxArray read_idx(const std::string& path) {
-  std::vector<uint8_t> bytes = read_all(path);
+IdxArray read_idx(const std::string& path) { return parse_idx(read_all(path), path); }
+
+IdxArray parse_idx(const std::vector<uint8_t>& bytes, const std::string& path) {
   auto fail = [&](const std::string& msg) { return Error("IDX file '" + path + "': " + msg); };
   if (bytes.size() < 4) throw fail("only " + std::to_string(bytes.size()) + " bytes, too short for the magic number");
   if (bytes[0] != 0 || bytes[1] != 0)
     throw fail("bad magic number (the first two bytes must be 0; is this an IDX file?)");
   if (bytes[2] != 0x08)
-    throw fail("element type 0x" + std::to_string(bytes[2]) + " is not supported (expected 0x08, unsigned byte)");
+    throw fail("element type " + hex_byte(bytes[2]) + " is not supported (expected 0x08, unsigned byte)");
   int rank = bytes[3];
   if (rank < 1 || rank > 4) throw fail("rank " + std::to_string(rank) + " (expected 1 to 4)");
   size_t header = 4 + size_t(rank) * 4;

@@ -3,6 +3,7 @@
 #include "mgn/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "support/atomic_file.h"
 
 namespace mgn {
 
@@ -56,7 +59,7 @@ size_t safetensors_dtype_size(const std::string& tag) {
 std::vector<float> StoredTensor::to_f32() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   if (dtype == "F32") {
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
+    if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * 4);  // an empty vector's data() may be null
     return v;
   }
   for (int64_t i = 0; i < numel(); ++i) v[size_t(i)] = float(element(*this, i));
@@ -89,7 +92,7 @@ StoredTensor StoredTensor::from_f32(const std::string& name, const Shape& shape,
   StoredTensor t{name, "F32", shape, {}};
   if (as == DType::F32) {
     t.bytes.resize(v.size() * 4);
-    std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+    if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   } else if (as == DType::F16 || as == DType::BF16) {
     t.dtype = as == DType::F16 ? "F16" : "BF16";
     t.bytes.resize(v.size() * 2);
@@ -107,7 +110,7 @@ StoredTensor StoredTensor::from_f64(const std::string& name, const Shape& shape,
   if (int64_t(v.size()) != mgn::numel(shape))
     throw Error("tensor '" + name + "': " + std::to_string(v.size()) + " values for shape " + shape_str(shape));
   StoredTensor t{name, "F64", shape, std::vector<uint8_t>(v.size() * 8)};
-  std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   return t;
 }
 
@@ -115,23 +118,176 @@ StoredTensor StoredTensor::from_i32(const std::string& name, const Shape& shape,
   if (int64_t(v.size()) != mgn::numel(shape))
     throw Error("tensor '" + name + "': " + std::to_string(v.size()) + " values for shape " + shape_str(shape));
   StoredTensor t{name, "I32", shape, std::vector<uint8_t>(v.size() * 4)};
-  std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   return t;
 }
 
-SafetensorsFile SafetensorsFile::read(const std::string& path, const SafetensorsLimits& limits) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw Error("cannot open safetensors file '" + path + "'");
-  std::streamoff size = f.tellg();
-  if (size < 0) throw Error("cannot read safetensors file '" + path + "'");
-  if (uint64_t(size) > limits.max_file_bytes)
+namespace {
+
+struct Entry {
+  StoredTensor tensor;  // bytes still empty
+  uint64_t begin = 0, end = 0;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // in data order
+  std::map<std::string, std::string> metadata;
+};
+
+// Validates the JSON header against the size of the data section that follows it: every tensor's dtype, shape
+// and byte range, no overlap, no gap and nothing after the last tensor (what the format's reference reader
+// demands too), so a truncated or damaged file is reported before any tensor is read.
+Header parse_header(const char* text, uint64_t hlen, uint64_t data_size, const std::string& origin) {
+  auto fail = [&](const std::string& msg) -> Error { return Error("safetensors '" + origin + "': " + msg); };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, text + hlen);
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw fail("header must be a JSON object");
+  Header out;
+  std::map<std::string, bool> seen;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& v = it.value();
+    if (key == "__metadata__") {
+      if (!v.is_object()) throw fail("__metadata__ must be an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) throw fail("__metadata__ value '" + m.key() + "' is not a string");
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& msg) { return fail("tensor '" + key + "': " + msg); };
+    if (!v.is_object()) throw bad("entry needs dtype, shape and data_offsets");
+    auto dt = v.find("dtype"), sh = v.find("shape"), off = v.find("data_offsets");
+    if (dt == v.end() || sh == v.end() || off == v.end()) throw bad("entry needs dtype, shape and data_offsets");
+    if (!dt->is_string()) throw bad("dtype must be a string");
+    Entry e;
+    StoredTensor& t = e.tensor;
+    t.name = key;
+    t.dtype = dt->get<std::string>();
+    size_t esize;
+    try {
+      esize = safetensors_dtype_size(t.dtype);
+    } catch (const Error&) {
+      throw bad("unknown dtype '" + t.dtype + "'");
+    }
+    if (!sh->is_array() || sh->size() > 8) throw bad("shape must be an array of at most 8 sizes");
+    uint64_t count = 1;
+    for (const auto& d : *sh) {
+      if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
+      uint64_t dim = d.get<uint64_t>();
+      if (dim > (1ull << 40) || (dim && count > (1ull << 50) / dim)) throw bad("shape is implausibly large");
+      count *= dim;
+      t.shape.push_back(int64_t(dim));
+    }
+    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+      throw bad("data_offsets must be [begin, end]");
+    e.begin = (*off)[0].get<uint64_t>(), e.end = (*off)[1].get<uint64_t>();
+    if (e.begin > e.end || e.end > data_size)
+      throw bad("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] fall outside the " +
+                std::to_string(data_size) + "-byte data section: truncated or damaged file");
+    if (e.end - e.begin != count * esize)
+      throw bad("holds " + std::to_string(e.end - e.begin) + " bytes, but " + t.dtype + shape_str(t.shape) +
+                " needs " + std::to_string(count * esize));
+    out.entries.push_back(std::move(e));
+  }
+  // File order = data order, as the writer lays them out.
+  std::stable_sort(out.entries.begin(), out.entries.end(),
+                   [](const Entry& x, const Entry& y) { return x.begin < y.begin; });
+  uint64_t at = 0;
+  for (size_t i = 0; i < out.entries.size(); ++i) {
+    const Entry& e = out.entries[i];
+    if (i && e.begin < out.entries[i - 1].end)
+      throw fail("tensors '" + out.entries[i - 1].tensor.name + "' and '" + e.tensor.name + "' overlap");
+    if (e.begin != at)
+      throw fail("damaged: " + std::to_string(e.begin - at) + " bytes before tensor '" + e.tensor.name +
+                 "' belong to no tensor");
+    at = e.end;
+  }
+  if (at != data_size)
+    throw fail("damaged: the data section is " + std::to_string(data_size) + " bytes, the tensors end at " +
+               std::to_string(at));
+  return out;
+}
+
+void assemble(Header h, std::map<std::string, size_t>* index, std::vector<StoredTensor>* tensors,
+              std::map<std::string, std::string>* metadata) {
+  *metadata = std::move(h.metadata);
+  for (Entry& e : h.entries) {
+    (*index)[e.tensor.name] = tensors->size();
+    tensors->push_back(std::move(e.tensor));
+  }
+}
+
+// Positioned reads of an open file: the header is read without touching the tensors, and each tensor goes
+// straight into its own buffer (no image of the whole file).
+struct File {
+  int fd = -1;
+  std::string path;
+  ~File() {
+    if (fd >= 0) ::close(fd);
+  }
+  void read_at(void* dst, uint64_t n, uint64_t offset) const {
+    char* p = static_cast<char*>(dst);
+    while (n) {
+      ssize_t r = ::pread(fd, p, n > (1u << 30) ? (1u << 30) : size_t(n), off_t(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw Error("cannot read safetensors file '" + path + "': " + std::strerror(errno));
+      if (r == 0) throw Error("safetensors '" + path + "': the file ended early (truncated while reading?)");
+      p += r, n -= uint64_t(r), offset += uint64_t(r);
+    }
+  }
+};
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::read_impl(const std::string& path, const SafetensorsLimits& limits,
+                                           bool with_data) {
+  File f;
+  f.path = path;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) throw Error("cannot open safetensors file '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw Error("cannot read safetensors file '" + path + "': " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw Error("safetensors '" + path + "' is a folder, expected a file");
+  if (!S_ISREG(st.st_mode)) throw Error("safetensors '" + path + "' is not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  if (with_data && size > limits.max_file_bytes)
     throw Error("safetensors file '" + path + "' is " + std::to_string(size) + " bytes, over the limit of " +
                 std::to_string(limits.max_file_bytes));
-  std::vector<uint8_t> image(static_cast<size_t>(size));
-  f.seekg(0);
-  if (size && !f.read(reinterpret_cast<char*>(image.data()), size))
-    throw Error("cannot read safetensors file '" + path + "'");
-  return parse(image, path, limits);
+  auto fail = [&](const std::string& msg) -> Error { return Error("safetensors '" + path + "': " + msg); };
+  if (size < 8) throw fail("file is " + std::to_string(size) + " bytes, too short for a header");
+  uint64_t hlen = 0;
+  f.read_at(&hlen, 8, 0);
+  if (hlen > limits.max_header_bytes)
+    throw fail("header length " + std::to_string(hlen) + " exceeds the limit of " +
+               std::to_string(limits.max_header_bytes) + " bytes");
+  if (hlen > size - 8)
+    throw fail("header length " + std::to_string(hlen) + " runs past the end of the file (" + std::to_string(size) +
+               " bytes): truncated?");
+  std::string text(size_t(hlen), '\0');
+  f.read_at(text.data(), hlen, 8);
+  Header h = parse_header(text.data(), hlen, size - 8 - hlen, path);
+  SafetensorsFile out;
+  out.origin_ = path;
+  if (with_data)
+    for (Entry& e : h.entries) {
+      e.tensor.bytes.resize(size_t(e.end - e.begin));
+      f.read_at(e.tensor.bytes.data(), e.end - e.begin, 8 + hlen + e.begin);
+    }
+  assemble(std::move(h), &out.index_, &out.tensors_, &out.metadata_);
+  return out;
+}
+
+SafetensorsFile SafetensorsFile::read(const std::string& path, const SafetensorsLimits& limits) {
+  return read_impl(path, limits, true);
+}
+
+SafetensorsFile SafetensorsFile::read_header(const std::string& path, const SafetensorsLimits& limits) {
+  return read_impl(path, limits, false);
 }
 
 SafetensorsFile SafetensorsFile::parse(const std::vector<uint8_t>& image, const std::string& origin,
@@ -145,80 +301,12 @@ SafetensorsFile SafetensorsFile::parse(const std::vector<uint8_t>& image, const 
   if (hlen > image.size() - 8)
     throw fail("header length " + std::to_string(hlen) + " runs past the end of the file (" +
                std::to_string(image.size()) + " bytes): truncated?");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(image.begin() + 8, image.begin() + 8 + std::ptrdiff_t(hlen));
-  } catch (const nlohmann::json::exception& e) {
-    throw fail(std::string("header is not valid JSON: ") + e.what());
-  }
-  if (!header.is_object()) throw fail("header must be a JSON object");
-  uint64_t data_size = image.size() - 8 - hlen;
+  Header h = parse_header(reinterpret_cast<const char*>(image.data()) + 8, hlen, image.size() - 8 - hlen, origin);
   const uint8_t* data = image.data() + 8 + hlen;
-
+  for (Entry& e : h.entries) e.tensor.bytes.assign(data + e.begin, data + e.end);
   SafetensorsFile out;
   out.origin_ = origin;
-  struct Span {
-    uint64_t b, e;
-    std::string name;
-  };
-  std::vector<Span> spans;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& key = it.key();
-    const nlohmann::json& v = it.value();
-    if (key == "__metadata__") {
-      if (!v.is_object()) throw fail("__metadata__ must be an object of strings");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) throw fail("__metadata__ value '" + m.key() + "' is not a string");
-        out.metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    auto bad = [&](const std::string& msg) { return fail("tensor '" + key + "': " + msg); };
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
-      throw bad("entry needs dtype, shape and data_offsets");
-    if (!v["dtype"].is_string()) throw bad("dtype must be a string");
-    StoredTensor t;
-    t.name = key;
-    t.dtype = v["dtype"].get<std::string>();
-    size_t esize;
-    try {
-      esize = safetensors_dtype_size(t.dtype);
-    } catch (const Error&) {
-      throw bad("unknown dtype '" + t.dtype + "'");
-    }
-    if (!v["shape"].is_array() || v["shape"].size() > 8) throw bad("shape must be an array of at most 8 sizes");
-    uint64_t count = 1;
-    for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
-      uint64_t dim = d.get<uint64_t>();
-      if (dim > (1ull << 40) || (dim && count > (1ull << 50) / dim)) throw bad("shape is implausibly large");
-      count *= dim;
-      t.shape.push_back(int64_t(dim));
-    }
-    const auto& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      throw bad("data_offsets must be [begin, end]");
-    uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > data_size)
-      throw bad("data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + "] fall outside the " +
-                std::to_string(data_size) + "-byte data section");
-    if (e - b != count * esize)
-      throw bad("holds " + std::to_string(e - b) + " bytes, but " + t.dtype + shape_str(t.shape) + " needs " +
-                std::to_string(count * esize));
-    t.bytes.assign(data + b, data + e);
-    spans.push_back({b, e, key});
-    out.index_[key] = out.tensors_.size();
-    out.tensors_.push_back(std::move(t));
-  }
-  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.b < y.b; });
-  for (size_t i = 1; i < spans.size(); ++i)
-    if (spans[i].b < spans[i - 1].e)
-      throw fail("tensors '" + spans[i - 1].name + "' and '" + spans[i].name + "' overlap");
-  // File order = data order, as the writer lays them out.
-  std::vector<StoredTensor> ordered;
-  for (const Span& s : spans) ordered.push_back(std::move(out.tensors_[out.index_[s.name]]));
-  out.tensors_ = std::move(ordered);
-  for (size_t i = 0; i < out.tensors_.size(); ++i) out.index_[out.tensors_[i].name] = i;
+  assemble(std::move(h), &out.index_, &out.tensors_, &out.metadata_);
   return out;
 }
 
@@ -255,33 +343,13 @@ void write_safetensors(const std::string& path, const std::vector<StoredTensor>&
   }
   std::string h = header.dump();
   while ((h.size() + 8) % 8) h.push_back(' ');  // align the data section to 8 bytes
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot create '" + tmp + "': " + std::strerror(errno));
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      c += w;
-      n -= size_t(w);
-    }
-    return true;
-  };
-  uint64_t hlen = h.size();
-  bool ok = write_all(&hlen, 8) && write_all(h.data(), h.size());
-  for (const StoredTensor& t : tensors) ok = ok && write_all(t.bytes.data(), t.bytes.size());
-  ok = ok && ::fsync(fd) == 0;
-  int err = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    if (ok) err = errno;
-    ::unlink(tmp.c_str());
-    throw Error("cannot write safetensors file '" + path + "': " + std::strerror(err));
-  }
+  const uint64_t hlen = h.size();
+  // Stale temp files of killed saves are removed first; the folder is synced after the rename.
+  files::write_atomic(path, [&](int fd) {
+    bool ok = files::write_all(fd, &hlen, 8) && files::write_all(fd, h.data(), h.size());
+    for (const StoredTensor& t : tensors) ok = ok && files::write_all(fd, t.bytes.data(), t.bytes.size());
+    return ok;
+  });
 }
 
 }  // namespace mgn

@@ -9,15 +9,34 @@
 
 namespace mgn {
 
-TensorSet read_safetensors_index(const std::string& index_path) {
-  auto fail = [&](const std::string& msg) { return Error("safetensors index '" + index_path + "': " + msg); };
+namespace {
+
+TensorSet read_index(const std::string& index_path, const std::string& text, bool header_only);
+
+}  // namespace
+
+TensorSet read_safetensors_index(const std::string& index_path, bool header_only) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(index_path, ec))
+    throw Error("safetensors index '" + index_path + "' is a folder, expected a JSON file");
   std::ifstream f(index_path, std::ios::binary);
   if (!f) throw Error("cannot open safetensors index '" + index_path + "'");
   std::stringstream ss;
   ss << f.rdbuf();
+  return read_index(index_path, ss.str(), header_only);
+}
+
+TensorSet parse_safetensors_index(const std::string& text, const std::string& index_path) {
+  return read_index(index_path, text, true);
+}
+
+namespace {
+
+TensorSet read_index(const std::string& index_path, const std::string& text, bool header_only) {
+  auto fail = [&](const std::string& msg) { return Error("safetensors index '" + index_path + "': " + msg); };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw fail(std::string("not valid JSON: ") + e.what());
   }
@@ -44,7 +63,7 @@ TensorSet read_safetensors_index(const std::string& index_path) {
   }
   for (const std::string& shard : shards) {
     std::string path = (dir / shard).string();
-    SafetensorsFile sf = SafetensorsFile::read(path);
+    SafetensorsFile sf = header_only ? SafetensorsFile::read_header(path) : SafetensorsFile::read(path);
     for (const std::string& name : sf.names()) {
       auto m = shard_of.find(name);
       if (m == shard_of.end() || m->second != shard)
@@ -58,5 +77,7 @@ TensorSet read_safetensors_index(const std::string& index_path) {
     if (!ts.tensors.count(name)) throw fail("tensor '" + name + "' is not in its shard '" + shard + "'");
   return ts;
 }
+
+}  // namespace
 
 }  // namespace mgn

@@ -408,7 +408,8 @@ void rule_reshape(Ctx& c) {
       infer = int(i);
     } else {
       c.require(s[i] > 0, "target shape " + shape_str(s) + " has a non-positive dimension");
-      known *= s[i];
+      c.require(!__builtin_mul_overflow(known, s[i], &known),
+                "target shape " + shape_str(s) + " has more elements than a 64-bit count holds");
     }
   }
   int64_t total = numel(c.shape(0));

@@ -36,7 +36,9 @@ DType dtype_from_name(const std::string& s) {
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error("shape " + shape_str(s) + " has more elements than a 64-bit count holds");
   return n;
 }
 

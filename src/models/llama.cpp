@@ -29,13 +29,22 @@ void Config::validate(const std::string& origin) const {
   auto positive = [&](int64_t v, const char* field) {
     if (v <= 0) throw Error(origin + ": " + field + " must be positive, got " + str(v));
   };
-  positive(vocab_size, "vocab_size");
-  positive(hidden_size, "hidden_size");
-  positive(num_hidden_layers, "num_hidden_layers");
-  positive(num_attention_heads, "num_attention_heads");
-  positive(intermediate_size, "intermediate_size");
-  positive(max_position_embeddings, "max_position_embeddings");
-  if (num_key_value_heads < 0) throw Error(origin + ": num_key_value_heads must be positive");
+  // Upper bounds far above any published Llama-family model (vocab 256 k, hidden 16 k, 126 layers, 128 heads,
+  // 1 M positions), so a corrupt or hostile config is refused here instead of dying in an allocation.
+  auto bounded = [&](int64_t v, const char* field, int64_t max) {
+    positive(v, field);
+    if (v > max) throw Error(origin + ": " + field + " = " + str(v) + " is implausibly large (at most " + str(max) + ")");
+  };
+  bounded(vocab_size, "vocab_size", int64_t(1) << 22);
+  bounded(hidden_size, "hidden_size", int64_t(1) << 17);
+  bounded(num_hidden_layers, "num_hidden_layers", 4096);
+  bounded(num_attention_heads, "num_attention_heads", 4096);
+  bounded(intermediate_size, "intermediate_size", int64_t(1) << 19);
+  bounded(max_position_embeddings, "max_position_embeddings", int64_t(1) << 24);
+  if (num_key_value_heads < 0 || num_key_value_heads > num_attention_heads)
+    throw Error(origin + ": num_key_value_heads must be from 1 to num_attention_heads (" + str(num_attention_heads) +
+                "), got " + str(num_key_value_heads));
+  if (head_dim > 4096) throw Error(origin + ": head_dim = " + str(head_dim) + " is implausibly large (at most 4096)");
   if (num_attention_heads % kv_heads() != 0)
     throw Error(origin + ": num_attention_heads (" + str(num_attention_heads) +
                 ") must be a multiple of num_key_value_heads (" + str(kv_heads()) + ")");
@@ -46,6 +55,15 @@ void Config::validate(const std::string& origin) const {
   if (head_size() % 2) throw Error(origin + ": head_dim must be even for rotary embedding, got " + str(head_size()));
   if (!(rms_norm_eps > 0)) throw Error(origin + ": rms_norm_eps must be positive");
   if (!(rope_theta > 0)) throw Error(origin + ": rope_theta must be positive");
+  // The memory the parameters imply (f32), in double so that no product overflows: each field may be
+  // plausible alone and their product still absurd.
+  const double h = double(hidden_size), hd = double(head_size()), layer =
+      h * hd * double(num_attention_heads) * 2 + h * hd * double(kv_heads()) * 2 + 3 * h * double(intermediate_size) + 2 * h;
+  const double params = double(vocab_size) * h * (tie_word_embeddings ? 1 : 2) + double(num_hidden_layers) * layer + h;
+  constexpr double kMaxParams = double(int64_t(1) << 40);  // 4 TiB of f32 parameters
+  if (params > kMaxParams)
+    throw Error(origin + ": the sizes imply " + std::to_string(params / 1e9) + " billion parameters (" +
+                std::to_string(params * 4 / double(1ull << 30)) + " GiB as f32), implausibly many (at most 2^40)");
 }
 
 Config Config::from_json(const std::string& text, const std::string& origin) {

@@ -771,8 +771,12 @@ void read_post_processor(Tokenizer::Impl& t, const json& p, const std::string& w
     if (!name) t.fail(w + ".SpecialToken.id", "missing");
     if (specials == p.end() || !specials->is_object() || !specials->contains(*name))
       t.fail(where + ".special_tokens", "has no entry '" + *name + "'");
-    const json& ids = (*specials)[*name]["ids"];
-    if (!ids.is_array()) t.fail(where + ".special_tokens['" + *name + "'].ids", "missing or not an array");
+    // find(), never a const operator[] on a key that may be absent (nlohmann asserts there).
+    const json& entry = specials->find(*name).value();
+    auto ids_it = entry.is_object() ? entry.find("ids") : entry.end();
+    if (!entry.is_object() || ids_it == entry.end() || !ids_it->is_array())
+      t.fail(where + ".special_tokens['" + *name + "'].ids", "missing or not an array");
+    const json& ids = *ids_it;
     for (size_t k = 0; k < ids.size(); ++k)
       (seen_sequence ? t.post_after : t.post_before)
           .push_back(
@@ -810,7 +814,24 @@ std::optional<int32_t> special_named(const Tokenizer::Impl& t, std::initializer_
   return std::nullopt;
 }
 
+void read_all_sections(Tokenizer::Impl& t, const json& root) {
+  read_model(t, root);
+  read_added(t, root);
+  read_ids(t);
+  read_normalizer(t, root);
+  read_pre_tokenizer(t, root);
+  if (auto it = root.find("post_processor"); it != root.end() && !it->is_null())
+    read_post_processor(t, *it, "post_processor");
+  read_decoder(t, root);
+  if (t.post_before.size() == 1) t.bos = t.post_before[0];
+  if (t.post_after.size() == 1) t.eos = t.post_after[0];
+  if (!t.bos) t.bos = special_named(t, {"<s>", "<|begin_of_text|>", "<bos>", "<|startoftext|>"});
+  if (!t.eos) t.eos = special_named(t, {"<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>"});
+}
+
 std::string read_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a folder, expected a JSON file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(path + ": cannot open the file");
   std::ostringstream ss;
@@ -834,50 +855,57 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& origi
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past a double (1e995)
     t->fail("", std::string("not valid JSON (") + e.what() + ")");
   }
   if (!root.is_object()) t->fail("", "expected a JSON object at the top level");
-  read_model(*t, root);
-  read_added(*t, root);
-  read_ids(*t);
-  read_normalizer(*t, root);
-  read_pre_tokenizer(*t, root);
-  if (auto it = root.find("post_processor"); it != root.end() && !it->is_null())
-    read_post_processor(*t, *it, "post_processor");
-  read_decoder(*t, root);
-  if (t->post_before.size() == 1) t->bos = t->post_before[0];
-  if (t->post_after.size() == 1) t->eos = t->post_after[0];
-  if (!t->bos) t->bos = special_named(*t, {"<s>", "<|begin_of_text|>", "<bos>", "<|startoftext|>"});
-  if (!t->eos) t->eos = special_named(*t, {"<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>"});
+  // The readers check each field's type; a shape they do not expect that slips past them (an array where an
+  // object belongs) surfaces as a json exception, which is the file's fault too.
+  try {
+    read_all_sections(*t, root);
+  } catch (const json::exception& e) {
+    t->fail("", std::string("malformed tokenizer (") + e.what() + ")");
+  }
   return Tokenizer(std::move(t));
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
   Tokenizer tok = from_json(read_text(path), path);
-  // bos_token / eos_token: a string or {"content": ...}; the file names them, tokenizer.json gives the ids.
   std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   std::error_code ec;
   if (!std::filesystem::exists(config, ec)) return tok;
-  const std::string cpath = config.string();
+  tok.apply_config(read_text(config.string()), config.string(), path);
+  return tok;
+}
+
+void Tokenizer::apply_config(const std::string& text, const std::string& origin, const std::string& tokenizer) {
+  // bos_token / eos_token: a string or {"content": ...}; the file names them, tokenizer.json gives the ids.
   json c;
   try {
-    c = json::parse(read_text(cpath));
-  } catch (const json::parse_error& e) {
-    throw Error(cpath + ": not valid JSON (" + e.what() + ")");
+    c = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, out_of_range (a number past a double)
+    throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
-  if (!c.is_object()) throw Error(cpath + ": expected a JSON object at the top level");
-  for (auto [key, slot] :
-       {std::pair{"bos_token", &tok.impl_->bos}, std::pair{"eos_token", &tok.impl_->eos}}) {
+  if (!c.is_object()) throw Error(origin + ": expected a JSON object at the top level");
+  std::optional<int32_t> ids[2] = {impl_->bos, impl_->eos};
+  const char* keys[2] = {"bos_token", "eos_token"};
+  for (int k = 0; k < 2; ++k) {
+    const char* key = keys[k];
     auto it = c.find(key);
     if (it == c.end() || it->is_null()) continue;
-    const json& v = it->is_object() && it->contains("content") ? (*it)["content"] : *it;
-    if (!v.is_string()) throw Error(cpath + ": " + key + ": expected a token string, got " + it->dump());
-    std::optional<int32_t> id = tok.token_to_id(v.get<std::string>());
-    if (!id) throw Error(cpath + ": " + key + " '" + v.get<std::string>() + "' is not a token of " + path);
-    *slot = id;
+    const json* v = &*it;
+    if (it->is_object()) {
+      auto content = it->find("content");
+      if (content == it->end()) throw Error(origin + ": " + key + ": an object without \"content\": " + it->dump());
+      v = &*content;
+    }
+    if (!v->is_string()) throw Error(origin + ": " + key + ": expected a token string, got " + it->dump());
+    const std::string& name = v->get_ref<const std::string&>();
+    std::optional<int32_t> id = token_to_id(name);
+    if (!id) throw Error(origin + ": " + key + " '" + name + "' is not a token of " + tokenizer);
+    ids[k] = id;
   }
-  return tok;
+  impl_->bos = ids[0], impl_->eos = ids[1];
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {

@@ -3,6 +3,7 @@
 // best-fit placement over lifetime-intersecting neighbours.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <numeric>
 
@@ -18,14 +19,30 @@ uint64_t Plan::offset_of(int node) const {
 
 namespace {
 
-uint64_t align_up(uint64_t x, uint64_t a) { return a <= 1 ? x : (x + a - 1) / a * a; }
+// Byte arithmetic that refuses to wrap: a shape whose bytes (or an arena whose sum) pass 2^64 is an error,
+// never a small plan.
+[[noreturn]] void overflow() {
+  throw Error("plan: the memory plan's byte count overflows 64 bits (a tensor or the sum of them is impossibly large)");
+}
+std::string gib(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GiB", double(bytes) / double(1ull << 30));
+  return s;
+}
+uint64_t add(uint64_t a, uint64_t b) {
+  uint64_t r;
+  if (__builtin_add_overflow(a, b, &r)) overflow();
+  return r;
+}
+uint64_t align_up(uint64_t x, uint64_t a) { return a <= 1 ? x : add(x, a - 1) / a * a; }
 
 // First offset >= lo (aligned, not crossing a segment boundary) where `size` bytes fit below `hi`, or
 // UINT64_MAX.
 uint64_t fit(uint64_t lo, uint64_t size, uint64_t hi, uint64_t align, uint64_t seg) {
   uint64_t o = align_up(lo, align);
-  if (seg && size > 0 && o / seg != (o + size - 1) / seg) o = align_up(o, seg);
-  if (hi != UINT64_MAX && o + size > hi) return UINT64_MAX;
+  if (seg && size > 0 && o / seg != (add(o, size) - 1) / seg) o = align_up(o, seg);
+  if (hi != UINT64_MAX && add(o, size) > hi) return UINT64_MAX;
+  add(o, size);
   return o;
 }
 
@@ -317,13 +334,19 @@ Plan make_plan(const ir::Graph& g, const PlanOptions& opt) {
   for (int s : pinned_order) {
     Storage& st = p.storages[size_t(s)];
     st.offset = fit(cur, st.bytes, UINT64_MAX, align, seg);
-    cur = st.offset + st.bytes;
+    cur = add(st.offset, st.bytes);
   }
   p.step_local_base = align_up(cur, align);
   place_step_local(p.storages, step_local, p.step_local_base, align, seg, opt.reuse);
   uint64_t end = p.step_local_base;
-  for (const Storage& st : p.storages) end = std::max(end, st.offset + st.bytes);
+  for (const Storage& st : p.storages) end = std::max(end, add(st.offset, st.bytes));
   p.arena_bytes = align_up(end, align);
+  if (p.arena_bytes > opt.available_bytes)
+    throw Error("plan: the step needs " + std::to_string(p.arena_bytes) + " bytes (" + gib(p.arena_bytes) +
+                ") of memory, more than the " + std::to_string(opt.available_bytes) + " bytes (" +
+                gib(opt.available_bytes) + ") available" +
+                (opt.available_what.empty() ? std::string() : " (" + opt.available_what + ")") +
+                "; use a smaller batch or model");
 
   // Report.
   MemoryReport& rep = p.report;

@@ -80,6 +80,10 @@ struct PlanOptions {
   // No storage crosses a multiple of this (0: no limit), so a backend can back the arena with several
   // allocations of this size (each at most what one binding can address).
   uint64_t segment_bytes = 0;
+  // Memory the arena may take (the device's budget, a host's memory, or a caller's limit): a plan that needs
+  // more is an error at planning time giving both figures and `available_what`, the limit's source.
+  uint64_t available_bytes = UINT64_MAX;
+  std::string available_what;
 };
 
 struct Storage {

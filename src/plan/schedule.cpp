@@ -33,7 +33,12 @@ bool default_in_place_ok(const ir::Graph& g, const Dispatch& d, int node, int in
 
 namespace mgn::plan::detail {
 
-uint64_t default_tensor_bytes(const ir::Node& n) { return uint64_t(numel(n.shape)) * dtype_size(n.dtype); }
+uint64_t default_tensor_bytes(const ir::Node& n) {
+  uint64_t bytes;
+  if (__builtin_mul_overflow(uint64_t(numel(n.shape)), uint64_t(dtype_size(n.dtype)), &bytes))
+    throw Error("plan: tensor " + shape_str(n.shape) + " of '" + n.name + "' has more bytes than 64 bits count");
+  return bytes;
+}
 
 int default_view_of(const ir::Node& n) {
   if (n.op == ir::Op::Reshape) return 0;

@@ -55,5 +55,7 @@ vk::Context& shared_context(const DeviceOptions& options);
 
 // The static plan's memory options as CompileOptions::planning asks.
 plan::PlanOptions plan_options(const PlanningOptions& planning);
+// Lowers the plan's available bytes to `bytes` (naming `what` as the limit) when that is smaller.
+void limit_to(plan::PlanOptions& po, uint64_t bytes, const std::string& what);
 
 }  // namespace mgn::detail

@@ -16,14 +16,15 @@ namespace mgn::detail {
 
 // One Context per distinct DeviceOptions. Deliberately never destroyed: tearing the device down from a static
 // destructor runs after the NVIDIA driver's own exit handlers and crashes at process exit (seen on the H200);
-// sessions own everything else.
+// sessions own everything else. The map itself is never destroyed either, so the contexts stay reachable to
+// the end (LeakSanitizer does not count them as leaks).
 vk::Context& shared_context(const DeviceOptions& o) {
   static std::mutex m;
-  static std::map<std::string, vk::Context*> contexts;
-  const std::string key = o.device + '\n' + std::to_string(o.validation) + std::to_string(o.pipeline_statistics) +
-                          '\n' + o.pipeline_ir_dir;
+  static auto* contexts = new std::map<std::string, vk::Context*>();
+  const std::string key = o.device + '\n' + std::to_string(o.validation) + std::to_string(o.sync_validation) +
+                          std::to_string(o.pipeline_statistics) + '\n' + o.pipeline_ir_dir;
   std::lock_guard<std::mutex> lock(m);
-  vk::Context*& ctx = contexts[key];
+  vk::Context*& ctx = (*contexts)[key];
   if (!ctx) ctx = new vk::Context(o);
   return *ctx;
 }
@@ -39,12 +40,25 @@ void check_validation(vk::Context& ctx, const char* where) {
   throw Error(std::string("vulkan engine: validation layer reported during ") + where + ":" + all);
 }
 
-vk::GraphExecutorOptions executor_options(const CompileOptions& co) {
+// What one session's arena may take: the device-local heap with the most room, its budget left where
+// VK_EXT_memory_budget reports one (other sessions and processes use the rest), else its size.
+void limit_to_device(plan::PlanOptions& po, const vk::Context& ctx) {
+  const bool ext = ctx.has(vk::Feature::MemoryBudget);
+  uint64_t best = 0;
+  for (const vk::HeapBudget& h : ctx.heap_budgets())
+    if (h.device_local) best = std::max(best, ext ? (h.budget > h.usage ? h.budget - h.usage : 0) : h.size);
+  if (best)
+    limit_to(po, best,
+             ext ? "the device's memory budget left (VK_EXT_memory_budget)" : "the device's largest device-local heap");
+}
+
+vk::GraphExecutorOptions executor_options(const CompileOptions& co, const vk::Context& ctx) {
   vk::GraphExecutorOptions o;
   o.cache_dir = co.cache_dir;
   o.codegen.kernels = co.kernels;
   o.codegen.default_precision = co.default_precision;
   o.plan = plan_options(co.planning);
+  limit_to_device(o.plan, ctx);
   o.plan.submissions = co.submissions;
   o.between_submissions = co.between_submissions;
   o.timestamps = co.profile;
@@ -55,7 +69,7 @@ vk::GraphExecutorOptions executor_options(const CompileOptions& co) {
 class VulkanEngine final : public Engine {
  public:
   VulkanEngine(std::shared_ptr<const ir::Graph> g, const CompileOptions& co)
-      : graph_(std::move(g)), ctx_(shared_context(co.device)), exec_(*graph_, ctx_, executor_options(co)),
+      : graph_(std::move(g)), ctx_(shared_context(co.device)), exec_(*graph_, ctx_, executor_options(co, ctx_)),
         profile_(co.profile) {
     check_validation(ctx_, "compile");
     name_ = "vulkan (" + ctx_.info().name + ")";

@@ -41,6 +41,10 @@ const std::vector<Row>& rows() {
         "loads the Khronos validation layer and turns any message into an error of the step that caused it "
         "(the tests run with it on). Option: `DeviceOptions::validation`"},
        [](Environment& e, const std::string& v, const char* n) { e.device.validation = parse_flag(v, n); }},
+      {{"MGN_SYNC_VALIDATION", "device", "`1` / `0` (`0`)",
+        "with the validation layer on, also its synchronization validation (hazards between dispatches, copies "
+        "and host access); slower. Option: `DeviceOptions::sync_validation`"},
+       [](Environment& e, const std::string& v, const char* n) { e.device.sync_validation = parse_flag(v, n); }},
       {{"MGN_CACHE_DIR", "device",
         "a folder (`$XDG_CACHE_HOME/meganeura`, else `~/.cache/meganeura`)",
         "where compiled SPIR-V (by content hash) and the Vulkan pipeline cache are kept across processes. "

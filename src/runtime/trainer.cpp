@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "mgn/checkpoint.h"
+
 namespace mgn {
 
 namespace {
@@ -43,6 +45,7 @@ Trainer::Trainer(Session& session, TrainerOptions opt) : s_(session), opt_(std::
   if (s_.mode() != Mode::Train) throw Error("Trainer: the session was compiled for inference");
   if (opt_.epochs <= 0) throw Error("Trainer: epochs must be positive");
   if (opt_.accuracy_every <= 0) throw Error("Trainer: accuracy_every must be positive");
+  if (!opt_.checkpoint.empty()) check_output_path(opt_.checkpoint);  // before training, not after the first epoch
 }
 
 EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {

@@ -1,6 +1,8 @@
 // Shared test helpers.
 #include "support/test_util.h"
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -9,6 +11,28 @@
 #include <stdexcept>
 
 namespace mgn::test {
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MGN_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MGN_TEST_ASAN 1
+#endif
+#endif
+
+#ifdef MGN_TEST_ASAN
+namespace {
+// Sanitizer builds (scripts/sanitize.sh): the Vulkan loader unloads the validation layer and the driver when a
+// test destroys its instance, and LeakSanitizer then cannot name the library that leaked (the frames are
+// "<unknown module>"), so its suppressions (scripts/sanitizer/lsan.supp, third-party only) cannot match.
+// Keeping the two libraries mapped for the process keeps their frames symbolized.
+const bool kept_mapped = [] {
+  for (const char* lib : {"libVkLayer_khronos_validation.so", "libvulkan_lvp.so"})
+    (void)::dlopen(lib, RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);
+  return true;
+}();
+}  // namespace
+#endif
 
 plan::PlanOptions separate_memory_plan() {
   plan::PlanOptions o;
@@ -20,6 +44,9 @@ DeviceOptions device_options() {
   const char* v = std::getenv("MGN_VALIDATION");
   DeviceOptions o;
   o.validation = !(v && std::string(v) == "0");
+  // Synchronization validation on top, when asked (scripts/sanitize.sh runs the Vulkan tests so).
+  const char* sync = std::getenv("MGN_SYNC_VALIDATION");
+  o.sync_validation = o.validation && sync && std::string(sync) == "1";
   return o;
 }
 

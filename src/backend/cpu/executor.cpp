@@ -61,18 +61,37 @@ Executor::Executor(const ir::Graph& g, ExecutorOptions opt) : g_(g), opt_(opt) {
   ir::verify(g_);
   for (int id : g_.parameters()) {
     const ir::Node& n = g_.node(id);
-    std::vector<float> init = materialize(n.init, n.shape, n.name);
+    // Parameters are host copies before any plan exists: refuse what host memory cannot hold up front.
+    if (uint64_t(numel(n.shape)) > opt_.plan.available_bytes / sizeof(double))
+      throw Error("cpu executor: parameter '" + n.name + "' " + shape_str(n.shape) + " needs more than the " +
+                  std::to_string(opt_.plan.available_bytes) + " bytes available (" + opt_.plan.available_what + ")");
+    std::vector<float> init;
+    try {
+      init = materialize(n.init, n.shape, n.name);
+    } catch (const std::bad_alloc&) {
+      throw Error("cpu executor: out of host memory for parameter '" + n.name + "' " + shape_str(n.shape));
+    }
     std::vector<double> v(init.begin(), init.end());
     Buffer b{n.shape, n.dtype, std::move(v)};
     if (!opt_.float64) round_to_dtype(b);
     state_[n.name] = std::move(b.v);
   }
   plan::PlanOptions po = opt_.plan;
-  po.tensor_bytes = [](const ir::Node& n) { return uint64_t(numel(n.shape)) * sizeof(double); };
+  po.tensor_bytes = [](const ir::Node& n) {
+    uint64_t bytes;
+    if (__builtin_mul_overflow(uint64_t(numel(n.shape)), uint64_t(sizeof(double)), &bytes))
+      throw Error("cpu executor: tensor " + shape_str(n.shape) + " has more bytes than 64 bits count");
+    return bytes;
+  };
   po.alignment = std::max<uint64_t>(po.alignment, sizeof(double));
   if (po.segment_bytes) po.segment_bytes = (po.segment_bytes + po.alignment - 1) / po.alignment * po.alignment;
   plan_ = plan::make_plan(g_, po);
-  arena_.assign(size_t(plan_.arena_bytes / sizeof(double)), 0.0);
+  try {
+    arena_.assign(size_t(plan_.arena_bytes / sizeof(double)), 0.0);
+  } catch (const std::bad_alloc&) {
+    throw Error("cpu executor: out of host memory allocating the plan's arena of " +
+                std::to_string(plan_.arena_bytes) + " bytes");
+  }
 }
 
 void Executor::set_input(const std::string& name, std::vector<double> values) {

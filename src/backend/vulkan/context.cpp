@@ -224,6 +224,16 @@ void Context::create_instance(bool validation) {
     if (!has_extension(exts, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
       throw Error("validation was requested but the loader lacks " VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
     enabled_exts.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    if (options_.sync_validation) {  // the layer offers VK_EXT_validation_features itself
+      uint32_t m = 0;
+      vkEnumerateInstanceExtensionProperties(kValidationLayer, &m, nullptr);
+      std::vector<VkExtensionProperties> layer_exts(m);
+      vkEnumerateInstanceExtensionProperties(kValidationLayer, &m, layer_exts.data());
+      if (!has_extension(layer_exts, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME))
+        throw Error("synchronization validation was requested but the validation layer lacks "
+                    VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+      enabled_exts.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+    }
   }
   VkInstanceCreateFlags flags = 0;
   // MoltenVK (the later Metal path) only shows up with portability enumeration.
@@ -255,6 +265,16 @@ void Context::create_instance(bool validation) {
   ci.enabledExtensionCount = static_cast<uint32_t>(enabled_exts.size());
   ci.ppEnabledExtensionNames = enabled_exts.data();
   if (validation) ci.pNext = &messenger_info;  // also catches messages from vkCreateInstance itself
+  // Synchronization validation is a feature of the same layer, enabled through VkValidationFeaturesEXT in the
+  // instance's chain (not the messenger's: vkCreateDebugUtilsMessengerEXT takes no pNext).
+  const VkValidationFeatureEnableEXT sync_feature = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+  auto features = make<VkValidationFeaturesEXT>(VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT);
+  features.enabledValidationFeatureCount = 1;
+  features.pEnabledValidationFeatures = &sync_feature;
+  if (validation && options_.sync_validation) {
+    features.pNext = &messenger_info;
+    ci.pNext = &features;
+  }
   check(vkCreateInstance(&ci, nullptr, &instance_), "vkCreateInstance");
   validation_ = validation;
 

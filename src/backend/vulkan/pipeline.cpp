@@ -15,6 +15,7 @@
 
 #include "codegen/shader_compiler.h"
 #include "mgn/types.h"
+#include "support/atomic_file.h"
 
 namespace mgn::vk {
 namespace {
@@ -88,17 +89,8 @@ void PipelineCache::save() const {
   if (vkGetPipelineCacheData(ctx_.device(), cache_, &size, data.data()) != VK_SUCCESS) return;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(cache_file_).parent_path(), ec);
-  const std::string tmp = cache_file_ + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out.write(data.data(), std::streamsize(size))) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
-  }
-  std::filesystem::rename(tmp, cache_file_, ec);  // atomic: readers see the old or the new file
-  if (ec) std::filesystem::remove(tmp, ec);
+  // Best effort (a read-only cache folder costs a recompile next time); atomic: readers see the old or new file.
+  (void)files::try_write_atomic(cache_file_, [&](int fd) { return files::write_all(fd, data.data(), size); });
 }
 
 PipelineCache::Stats PipelineCache::stats() const {

@@ -533,12 +533,18 @@ std::string inspect_bytes(const std::string& bytes, const std::string& origin) {
   int64_t params = 0;
   for (const auto& t : gp.initializer()) {
     inits.insert(t.name());
+    // A count for the report only: it saturates instead of overflowing on absurd declared dimensions.
     int64_t n = 1;
-    for (int64_t d : t.dims()) n = d > 0 && n < (int64_t(1) << 40) ? n * d : d == 0 ? 0 : n;
+    for (int64_t d : t.dims())
+      if (d <= 0)
+        n = d == 0 ? 0 : n;
+      else if (__builtin_mul_overflow(n, d, &n))
+        n = INT64_MAX;
     int et = t.data_type();
-    if (et == pb::TensorProto::FLOAT || et == pb::TensorProto::DOUBLE || et == pb::TensorProto::FLOAT16 ||
-        et == pb::TensorProto::BFLOAT16)
-      params += n;
+    if ((et == pb::TensorProto::FLOAT || et == pb::TensorProto::DOUBLE || et == pb::TensorProto::FLOAT16 ||
+         et == pb::TensorProto::BFLOAT16) &&
+        __builtin_add_overflow(params, n, &params))
+      params = INT64_MAX;
   }
   s << "inputs:\n";
   for (const auto& in : gp.input())

@@ -184,7 +184,8 @@ Shape reshape_target(const pb::NodeProto& n, const Shape& in, const std::vector<
     }
     if (d < 0) throw Error(node_label(n) + ": invalid target dimension " + std::to_string(d));
     out.push_back(d);
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known))
+      throw Error(node_label(n) + ": target shape has more elements than a 64-bit count holds");
   }
   int64_t total = checked_numel(in, node_label(n));
   if (infer >= 0) {
@@ -255,8 +256,10 @@ Outs op_flatten(Lowering& L, const pb::NodeProto& n, Ins& in) {
   int64_t axis = attr_i(n, "axis", 1);
   if (axis < -r || axis > r) throw Error(node_label(n) + ": axis " + std::to_string(axis) + " out of range");
   if (axis < 0) axis += r;
-  int64_t a = 1, b = 1;
-  for (int64_t i = 0; i < r; ++i) (i < axis ? a : b) *= x.shape()[size_t(i)];
+  // Checked: a graph input may declare dimensions whose product passes 2^63 (found by onnx_fuzz).
+  const Shape& xs = x.shape();
+  const int64_t a = checked_numel(Shape(xs.begin(), xs.begin() + axis), node_label(n)),
+                b = checked_numel(Shape(xs.begin() + axis, xs.end()), node_label(n));
   return {reshape_value(L, x, {a, b})};
 }
 
@@ -745,11 +748,19 @@ std::vector<int64_t> window_pads(const pb::NodeProto& n, const Shape& in_hw, con
                                  const std::vector<int64_t>& stride, const std::vector<int64_t>& dil) {
   std::string ap = attr_s(n, "auto_pad", "NOTSET");
   size_t r = in_hw.size();
+  // Every window parameter in range before any arithmetic on it (a zero stride divided by zero: onnx_fuzz).
+  if (k.size() != r || stride.size() != r || dil.size() != r)
+    throw Error(node_label(n) + ": kernel_shape, strides and dilations need " + std::to_string(r) + " values each");
+  for (size_t i = 0; i < r; ++i)
+    for (int64_t v : {k[i], stride[i], dil[i]})
+      if (v < 1 || v > (int64_t(1) << 20))
+        throw Error(node_label(n) + ": kernel_shape, strides and dilations must be from 1 to 2^20, got " +
+                    std::to_string(v));
   if (ap == "NOTSET") {
     std::vector<int64_t> p = attr_ints(n, "pads", std::vector<int64_t>(2 * r, 0));
     if (p.size() != 2 * r) throw Error(node_label(n) + ": pads must have " + std::to_string(2 * r) + " values");
     for (int64_t v : p)
-      if (v < 0) throw Error(node_label(n) + ": negative pads");
+      if (v < 0 || v > (int64_t(1) << 30)) throw Error(node_label(n) + ": pads must be from 0 to 2^30");
     return p;
   }
   if (ap == "VALID") return std::vector<int64_t>(2 * r, 0);
@@ -911,7 +922,9 @@ Outs op_layer_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
   // Normalizing several trailing axes: flatten them into one, then restore the shape.
   Shape lead(x.shape().begin(), x.shape().begin() + axis);
   int64_t d = 1;
-  for (int i = axis; i < x.rank(); ++i) d *= x.dim(i);
+  for (int i = axis; i < x.rank(); ++i)
+    if (__builtin_mul_overflow(d, x.dim(i), &d))
+      throw Error(node_label(n) + ": normalized axes have more elements than a 64-bit count holds");
   Shape flat = lead;
   flat.push_back(d);
   Tensor y = layer_norm(reshape(x, flat), std::nullopt, std::nullopt, eps);

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the libFuzzer targets (fuzz/*_fuzz.cpp) into fuzz/corpus/<target>/: small valid
+files of each format plus a few near misses, so mutation starts from inputs that reach deep into each reader.
+Deterministic; the output is committed. Usage: fuzz/make_corpus.py [OUT_DIR]   (default fuzz/corpus)
+"""
+import gzip
+import json
+import os
+import struct
+import sys
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(OUT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def safetensors(tensors, metadata=None, pad=True):
+    """tensors: [(name, dtype, shape, raw bytes)] laid out in order, as the format's writers do."""
+    header, off, blob = {}, 0, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        blob += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * ((8 - (len(h) + 8) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+def main():
+    f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+    put("safetensors_fuzz", "f32", safetensors([("w", "F32", [2, 2], f32(1, 2, 3, 4))], {"mgn.step": "3", "format": "pt"}))
+    put("safetensors_fuzz", "mixed", safetensors([
+        ("a", "F16", [3], struct.pack("<3H", 0x3C00, 0xC000, 0x7BFF)),
+        ("b", "BF16", [2], struct.pack("<2H", 0x3F80, 0xFF80)),
+        ("c", "I32", [2], struct.pack("<2i", -7, 2147483647)),
+        ("d", "I64", [1], struct.pack("<q", -(1 << 40))),
+        ("e", "F64", [1], struct.pack("<d", 0.5)),
+        ("f", "BOOL", [2], b"\x00\x01"),
+        ("g", "U8", [1], b"\xff"), ("h", "I8", [1], b"\x80"), ("i", "I16", [1], struct.pack("<h", -2)),
+        ("s", "F32", [], f32(9))]))
+    put("safetensors_fuzz", "empty_tensor", safetensors([("z", "F32", [0, 4], b"")]))
+    put("safetensors_fuzz", "no_tensors", safetensors([], {"k": "v"}))
+    put("safetensors_fuzz", "unpadded", safetensors([("w", "F32", [1], f32(1))], pad=False))
+
+    idx = {"metadata": {"total_size": 12}, "weight_map": {"a": "model-00001-of-00001.safetensors",
+                                                          "b": "model-00001-of-00001.safetensors"}}
+    put("safetensors_index_fuzz", "ok.json", json.dumps(idx))
+    put("safetensors_index_fuzz", "missing_tensor.json",
+        json.dumps({"weight_map": {"a": "model-00001-of-00001.safetensors"}}))
+    put("safetensors_index_fuzz", "unsafe_path.json", json.dumps({"weight_map": {"a": "../x.safetensors"}}))
+
+    def idx_file(dims, payload, type_code=0x08):
+        return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
+    put("idx_fuzz", "images", idx_file([2, 3, 3], bytes(range(18))))
+    put("idx_fuzz", "labels", idx_file([4], bytes([0, 9, 3, 1])))
+    put("idx_fuzz", "rank4", idx_file([1, 1, 2, 2], bytes(4)))
+    put("idx_fuzz", "float_type", idx_file([1], b"\x00\x00\x00\x00", 0x0D))
+    put("idx_fuzz", "gzip_magic", gzip.compress(idx_file([1], b"\x05"), mtime=0)[:16])
+
+    vocab = {"a": 0, "b": 1, "ab": 2, "<unk>": 3, "c": 4, "abc": 5, "<0x78>": 6, "\u0120": 7, "<|endoftext|>": 8}
+    base = {"version": "1.0",
+            "added_tokens": [{"id": 8, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True}],
+            "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+            "post_processor": {"type": "ByteLevel", "trim_offsets": False},
+            "decoder": {"type": "ByteLevel"},
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+                      "ignore_merges": False, "vocab": vocab, "merges": ["a b", "ab c"]}}
+    put("tokenizer_fuzz", "bytelevel.json", json.dumps(base, indent=1))
+    tpl = dict(base)
+    tpl["post_processor"] = {"type": "TemplateProcessing",
+                             "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                                        {"Sequence": {"id": "A", "type_id": 0}}],
+                             "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [8],
+                                                                  "tokens": ["<|endoftext|>"]}}}
+    tpl["model"] = dict(base["model"], merges=[["a", "b"], ["ab", "c"]])
+    put("tokenizer_fuzz", "template.json", json.dumps(tpl))
+    seq = dict(base)
+    seq["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\d"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": True, "use_regex": False}]}
+    seq["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteLevel"}]}
+    seq["post_processor"] = {"type": "RobertaProcessing", "cls": ["a", 0], "sep": ["b", 1]}
+    put("tokenizer_fuzz", "sequence.json", json.dumps(seq))
+
+    put("tokenizer_config_fuzz", "strings.json", json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+    put("tokenizer_config_fuzz", "objects.json", json.dumps(
+        {"bos_token": {"content": "<s>", "special": True}, "eos_token": {"content": "</s>", "lstrip": False},
+         "model_max_length": 2048, "chat_template": "{{ x }}"}))
+    put("tokenizer_config_fuzz", "nulls.json", json.dumps({"bos_token": None, "eos_token": "ab"}))
+
+    smollm2 = {"architectures": ["LlamaForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu",
+               "hidden_size": 576, "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+               "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 9,
+               "num_hidden_layers": 30, "num_key_value_heads": 3, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+               "rope_scaling": None, "rope_theta": 100000, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+               "use_cache": True, "vocab_size": 49152}
+    put("llama_config_fuzz", "smollm2.json", json.dumps(smollm2, indent=2))
+    put("llama_config_fuzz", "tiny.json", json.dumps({"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 2,
+                                                      "num_attention_heads": 4, "num_key_value_heads": 2,
+                                                      "intermediate_size": 32, "head_dim": 8,
+                                                      "tie_word_embeddings": False, "attention_bias": False}))
+
+
+if __name__ == "__main__":
+    main()
