@@ -124,7 +124,7 @@ TEST(Reliability, OutputPathsAreCheckedBeforeTraining) {
   o.mode = Mode::Train;
   o.optimizer = AdamW{};
   Session s = compile(g, o);
-  e = error_of([&] { Trainer t(s, {.epochs = 1, .progress = false, .checkpoint = (d / "no" / "c.safetensors").string()}); });
+  e = error_of([&] { Trainer t(s, {.epochs = 1, .checkpoint = (d / "no" / "c.safetensors").string()}); });
   EXPECT_TRUE(has(e, "does not exist")) << e;
   EXPECT_EQ(s.step_count(), 0);
   fs::remove_all(d);
@@ -215,7 +215,7 @@ void check_deterministic(Backend b) {
     Session s = compile(g, o);
     Dataset data = load_fashion_mnist(fashion_mnist_dir(), Split::Train, 32);
     BatchLoader loader(data, {.batch = 8, .shuffle = true, .seed = 5});
-    Trainer t(s, {.epochs = 2, .progress = false});
+    Trainer t(s, {.epochs = 2});
     t.fit(loader);
     std::vector<std::vector<float>> out{t.losses()};
     for (const std::string& n : s.state_names()) out.push_back(s.read(n));

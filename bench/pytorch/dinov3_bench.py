@@ -188,9 +188,13 @@ def build_model(cfg, weights, kind, workload):
     else:
         model = target = PlainViT(cfg)
     sd = target.state_dict()
-    if set(weights) != set(sd):
-        raise ValueError(f"weights file: {sorted(set(weights) ^ set(sd))} differ from the model's names")
-    target.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in weights.items()})
+    # transformers 5.x nests the blocks as model.layer.{i} where the checkpoint (and ours) says layer.{i}: map
+    # our names onto the module's where only that prefix differs (ours_of maps them back for the gate files).
+    to_hf = {k: k if k in sd or ("model." + k) not in sd else "model." + k for k in weights}
+    target.ours_of = {v: k for k, v in to_hf.items()}
+    if set(to_hf.values()) != set(sd):
+        raise ValueError(f"weights file: {sorted(set(to_hf.values()) ^ set(sd))} differ from the model's names")
+    target.load_state_dict({to_hf[k]: torch.from_numpy(v.astype(np.float32)) for k, v in weights.items()})
     return model, target
 
 
@@ -269,13 +273,13 @@ def gate_outputs(args, cfg, weights, x, target, device, meta):
     out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
     for name, p in tgt.named_parameters():
         if p.grad is not None:
-            out["grad." + name] = p.grad.detach().cpu().numpy()
+            out["grad." + tgt.ours_of.get(name, name)] = p.grad.detach().cpu().numpy()
     model, tgt = build_model(cfg, weights, args.model, args.workload)
     ph = Phases(model.to(device), args.lr, x, target, args.workload, "eager")
     ph.step()
     out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
     for name, p in tgt.named_parameters():
-        out["step." + name] = p.detach().cpu().numpy()
+        out["step." + tgt.ours_of.get(name, name)] = p.detach().cpu().numpy()
     safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
                                                    workload=args.workload, batch=str(x.shape[0]), lr=str(args.lr),
                                                    model=args.model))
