@@ -144,7 +144,18 @@ Rule binary(Tensor (*fn)(Tensor, Tensor), double (*host)(double, double, bool), 
                                           [&](const std::vector<double>& x) { return host(x[0], x[1], integer); }))};
     }
     auto dt = common_dtype({&a, &b});
-    return {tensor_value(fn(L.tensor(a, dt), L.tensor(b, dt)))};
+    Tensor ta = L.tensor(a, dt), tb = L.tensor(b, dt);
+    if (L.opset < 7 && attr_i(n, "broadcast", 0) && find_attr(n, "axis")) {
+      // Opset 1-6 aligns B's axes with A's from `axis`, not from the right.
+      int64_t axis = attr_i(n, "axis", 0), ra = ta.rank(), rb = tb.rank();
+      if (axis < 0) axis += ra;
+      if (axis < 0 || axis + rb > ra) throw Error(node_label(n) + ": broadcast axis out of range");
+      Shape s(size_t(axis), 1);
+      s.insert(s.end(), tb.shape().begin(), tb.shape().end());
+      s.resize(size_t(ra), 1);
+      tb = reshape(tb, s);
+    }
+    return {tensor_value(fn(ta, tb))};
   };
 }
 
@@ -366,12 +377,19 @@ Outs op_split(Lowering& L, const pb::NodeProto& n, Ins& in) {
 Outs op_slice(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& x = req_in(n, in, 0);
   const Shape& xs = x.shape();
-  std::vector<int64_t> starts = ints_of(host_of(n, in, 1, "starts")), ends = ints_of(host_of(n, in, 2, "ends"));
-  std::vector<int64_t> axes, steps;
-  if (opt_in(in, 3)) axes = ints_of(host_of(n, in, 3, "axes"));
-  else
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (L.opset < 10) {  // starts, ends and axes were attributes
+    starts = attr_ints(n, "starts");
+    ends = attr_ints(n, "ends");
+    axes = attr_ints(n, "axes");
+  } else {
+    starts = ints_of(host_of(n, in, 1, "starts"));
+    ends = ints_of(host_of(n, in, 2, "ends"));
+  }
+  if (L.opset >= 10 && opt_in(in, 3)) axes = ints_of(host_of(n, in, 3, "axes"));
+  if (axes.empty())
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-  if (opt_in(in, 4)) steps = ints_of(host_of(n, in, 4, "steps"));
+  if (L.opset >= 10 && opt_in(in, 4)) steps = ints_of(host_of(n, in, 4, "steps"));
   else steps.assign(starts.size(), 1);
   if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
     throw Error(node_label(n) + ": starts, ends, axes and steps differ in length");
@@ -596,21 +614,40 @@ Outs op_range(Lowering&, const pb::NodeProto& n, Ins& in) {
 
 Outs op_identity(Lowering&, const pb::NodeProto& n, Ins& in) { return {req_in(n, in, 0)}; }
 
-Outs op_dropout(Lowering&, const pb::NodeProto& n, Ins& in) {
+// Inference Dropout is the identity; its mask (second output) is all true.
+Outs op_dropout(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  double ratio = L.opset < 12 ? attr_f(n, "ratio", 0.5) : 0.5;
+  if (opt_in(in, 1)) ratio = scalar_of(n, host_of(n, in, 1, "ratio"), "ratio");
+  bool training = L.opset < 7 && attr_i(n, "is_test", 0) == 0;
   if (const Value* t = opt_in(in, 2)) {
-    if (!t->is_host() || scalar_of(n, *t->host, "training_mode") != 0)
-      throw Error(node_label(n) + ": only inference (training_mode = false) is supported");
+    if (!t->is_host()) throw Error(node_label(n) + ": training_mode must be known at import time");
+    training = scalar_of(n, *t->host, "training_mode") != 0;
   }
-  return {req_in(n, in, 0)};
+  if (training && ratio != 0)
+    throw Error(node_label(n) + ": only inference (training_mode = false, or ratio 0) is supported");
+  const Value& x = req_in(n, in, 0);
+  Outs outs = {x};
+  if (n.output_size() > 1 && !n.output(1).empty()) {
+    HostTensor m{Kind::B, x.shape(), std::vector<double>(size_t(checked_numel(x.shape(), node_label(n))), 1.0)};
+    outs.push_back(host_value(std::move(m)));
+  }
+  return outs;
 }
 
 Outs op_pad(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& x = req_in(n, in, 0);
   std::string mode = attr_s(n, "mode", "constant");
-  if (mode != "constant") throw Error(node_label(n) + ": mode '" + mode + "' is not supported (only 'constant')");
-  std::vector<int64_t> pads = ints_of(host_of(n, in, 1, "pads"));
+  if (mode != "constant" && mode != "edge" && mode != "reflect")
+    throw Error(node_label(n) + ": mode '" + mode + "' is not supported (constant, edge, reflect)");
+  std::vector<int64_t> pads;
   double value = 0;
-  if (opt_in(in, 2)) value = scalar_of(n, host_of(n, in, 2, "constant_value"), "constant_value");
+  if (L.opset < 11) {  // pads and value were attributes
+    pads = attr_ints(n, "pads");
+    value = attr_f(n, "value", 0.0);
+  } else {
+    pads = ints_of(host_of(n, in, 1, "pads"));
+    if (opt_in(in, 2)) value = scalar_of(n, host_of(n, in, 2, "constant_value"), "constant_value");
+  }
   size_t r = x.shape().size();
   std::vector<int64_t> axes;
   if (opt_in(in, 3)) {
@@ -630,11 +667,32 @@ Outs op_pad(Lowering& L, const pb::NodeProto& n, Ins& in) {
     any = any || b || e;
   }
   if (!any) return {x};
-  return {tensor_value(pad(L.tensor(x), pairs, value))};
+  if (mode == "constant") return {tensor_value(pad(L.tensor(x), pairs, value))};
+  // edge / reflect: a gather per padded axis of the positions each output reads.
+  Tensor t = L.tensor(x);
+  for (size_t a = 0; a < r; ++a) {
+    int64_t b = pairs[2 * a], e = pairs[2 * a + 1], d = t.dim(int(a));
+    if (!b && !e) continue;
+    if (mode == "reflect" && (b >= d || e >= d))
+      throw Error(node_label(n) + ": reflect pads must be smaller than the axis (" + std::to_string(d) + ")");
+    std::vector<int32_t> idx;
+    for (int64_t j = -b; j < d + e; ++j) {
+      int64_t k = j;
+      if (mode == "edge") k = std::clamp<int64_t>(j, 0, d - 1);
+      else if (j < 0) k = -j;
+      else if (j >= d) k = 2 * (d - 1) - j;
+      idx.push_back(int32_t(k));
+    }
+    t = gather(t, L.g.constant_i32({int64_t(idx.size())}, idx), int64_t(a));
+  }
+  return {tensor_value(t)};
 }
 
 Outs op_clip(Lowering& L, const pb::NodeProto& n, Ins& in) {
   Tensor x = L.tensor(req_in(n, in, 0));
+  if (L.opset < 11)  // min and max were attributes
+    return {tensor_value(clamp(x, attr_f(n, "min", -std::numeric_limits<double>::infinity()),
+                               attr_f(n, "max", std::numeric_limits<double>::infinity())))};
   const Value* lo = opt_in(in, 1);
   const Value* hi = opt_in(in, 2);
   if ((!lo || lo->is_host()) && (!hi || hi->is_host())) {
@@ -660,14 +718,21 @@ Outs op_trilu(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(where(L.g.constant({rows, cols}, mask, DType::Bool), x, L.g.full({}, 0, x.dtype())))};
 }
 
+Tensor pow_tensor(Graph& g, Tensor x, Tensor e);
+Tensor floor_(Graph& g, Tensor x);
+Tensor cast_f32(Tensor t) { return t.dtype() == DType::F32 ? t : cast(t, DType::F32); }
+
 Outs op_pow(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& x = req_in(n, in, 0);
   const Value& e = req_in(n, in, 1);
   if (foldable(&x) && foldable(&e))
     return {host_value(host_broadcast_n(n, {&*x.host, &*e.host}, x.host->kind,
                                         [](const std::vector<double>& v) { return std::pow(v[0], v[1]); }))};
-  if (!e.is_host() || e.host->numel() != 1)
-    throw Error(node_label(n) + ": only a constant scalar exponent is supported");
+  if (!e.is_host() || e.host->numel() != 1) {
+    Tensor t = L.tensor(x);
+    Tensor y = pow_tensor(L.g, cast_f32(t), cast_f32(L.tensor(e)));
+    return {tensor_value(t.dtype() == DType::I32 ? cast(floor_(L.g, y + 0.5), DType::I32) : t.dtype() == DType::F32 ? y : cast(y, t.dtype()))};
+  }
   double p = e.host->v[0];
   Tensor t = L.tensor(x);
   if (p == 1) return {tensor_value(t)};
@@ -710,9 +775,16 @@ Outs op_gelu(Lowering& L, const pb::NodeProto& n, Ins& in) {
   throw Error(node_label(n) + ": approximate must be 'none' or 'tanh', got '" + approx + "'");
 }
 
+// Before opset 13, Softmax/LogSoftmax/Hardmax flatten the input to 2-D at `axis` (default 1) and normalize
+// over the second dimension; from 13 they normalize one axis (default -1).
 Rule softmax_rule(Tensor (*fn)(Tensor, int64_t)) {
   return [fn](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
-    return {tensor_value(fn(L.tensor(req_in(n, in, 0)), attr_i(n, "axis", -1)))};
+    Tensor x = L.tensor(req_in(n, in, 0));
+    if (L.opset >= 13) return {tensor_value(fn(x, attr_i(n, "axis", -1)))};
+    int axis = x.rank() == 0 ? 0 : norm_axis(n, attr_i(n, "axis", 1), x.rank());
+    int64_t a = 1, b = 1;
+    for (int i = 0; i < x.rank(); ++i) (i < axis ? a : b) *= x.dim(i);
+    return {tensor_value(reshape(fn(reshape(x, {a, b}), -1), x.shape()))};
   };
 }
 
@@ -925,10 +997,9 @@ Rule reduce(Tensor (*fn)(Tensor, std::vector<int64_t>, bool), bool axes_input_13
   return [fn, axes_input_13](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
     const Value& xv = req_in(n, in, 0);
     bool keep = attr_i(n, "keepdims", 1) != 0;
-    // ReduceSum takes axes as an input from opset 13, the others from opset 18.
-    bool as_input = axes_input_13 || L.opset >= 18;
-    std::vector<int64_t> axes = as_input ? (opt_in(in, 1) ? ints_of(host_of(n, in, 1, "axes")) : std::vector<int64_t>{})
-                                         : attr_ints(n, "axes");
+    // ReduceSum takes axes as an input from opset 13, the others from opset 18; before, an attribute.
+    (void)axes_input_13;
+    std::vector<int64_t> axes = opt_in(in, 1) ? ints_of(host_of(n, in, 1, "axes")) : attr_ints(n, "axes");
     if (axes.empty() && attr_i(n, "noop_with_empty_axes", 0)) return {xv};
     Tensor x = L.tensor(xv);
     for (int64_t& a : axes) a = norm_axis(n, a, x.rank());
@@ -941,6 +1012,535 @@ Outs op_transpose(Lowering& L, const pb::NodeProto& n, Ins& in) {
   std::vector<int64_t> def(size_t(x.rank()));
   for (int i = 0; i < x.rank(); ++i) def[size_t(i)] = x.rank() - 1 - i;
   return {tensor_value(permute(x, attr_ints(n, "perm", def)))};
+}
+
+// ---- ops composed from the builder's ops (no IR op of their own, so every backend and autodiff apply)
+
+Tensor f32(Tensor t) { return t.dtype() == DType::F32 ? t : cast(t, DType::F32); }
+Tensor back_to(Tensor t, DType dt) { return t.dtype() == dt ? t : cast(t, dt); }
+
+// floor(x) exactly: |x| >= 2^23 is already an integer in f32 (and NaN/inf pass through); below, the cast to
+// i32 truncates and the correction steps negative non-integers down.
+Tensor floor_(Graph& g, Tensor x) {
+  const double big = 8388608.0;
+  Tensor t = cast(cast(clamp(x, -big, big), DType::I32), DType::F32);
+  Tensor fl = t - cast(less(x, t), DType::F32);
+  return where(less(abs(x), g.scalar(big)), fl, x);
+}
+Tensor ceil_(Graph& g, Tensor x) { return -floor_(g, -x); }
+Tensor sign_(Graph& g, Tensor x) {
+  return cast(greater(x, g.scalar(0.0)), DType::F32) - cast(less(x, g.scalar(0.0)), DType::F32);
+}
+// Round half to even.
+Tensor round_(Graph& g, Tensor x) {
+  Tensor r = floor_(g, x + 0.5);
+  Tensor half = equal(r - x, g.scalar(0.5));
+  Tensor odd = equal(r - 2.0 * floor_(g, r * 0.5), g.scalar(1.0));
+  Tensor both = greater(cast(half, DType::F32) + cast(odd, DType::F32), g.scalar(1.5));
+  return where(both, r - 1.0, r);
+}
+Tensor tan_(Graph&, Tensor x) { return sin(x) / cos(x); }
+Tensor sinh_(Graph&, Tensor x) { return (exp(x) - exp(-x)) * 0.5; }
+Tensor cosh_(Graph&, Tensor x) { return (exp(x) + exp(-x)) * 0.5; }
+Tensor asinh_(Graph&, Tensor x) { return log(x + sqrt(square(x) + 1.0)); }
+Tensor acosh_(Graph&, Tensor x) { return log(x + sqrt(square(x) - 1.0)); }
+Tensor atanh_(Graph&, Tensor x) { return log((1.0 + x) / (1.0 - x)) * 0.5; }
+Tensor softsign_(Graph&, Tensor x) { return x / (abs(x) + 1.0); }
+Tensor mish_(Graph&, Tensor x) { return x * tanh(softplus(x)); }
+
+Rule float_unary(Tensor (*fn)(Graph&, Tensor)) {
+  return [fn](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    Tensor x = L.tensor(req_in(n, in, 0));
+    return {tensor_value(back_to(fn(L.g, f32(x)), x.dtype()))};
+  };
+}
+
+Outs op_isnan(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  return {tensor_value(not_equal(x, x))};
+}
+
+Outs op_isinf(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  Tensor pos = equal(x, L.g.scalar(INFINITY)), neg = equal(x, L.g.scalar(-INFINITY));
+  bool p = attr_i(n, "detect_positive", 1) != 0, m = attr_i(n, "detect_negative", 1) != 0;
+  if (p && m) return {tensor_value(greater(cast(pos, DType::F32) + cast(neg, DType::F32), L.g.scalar(0.5)))};
+  if (p) return {tensor_value(pos)};
+  if (m) return {tensor_value(neg)};
+  return {tensor_value(equal(x, L.g.scalar(NAN)))};
+}
+
+// Activations with attributes.
+Outs op_elu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  double alpha = attr_f(n, "alpha", 1.0);
+  return {tensor_value(where(greater(x, L.g.scalar(0.0)), x, (exp(x) - 1.0) * alpha))};
+}
+Outs op_selu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  double alpha = attr_f(n, "alpha", 1.67326319217681884765625), gamma = attr_f(n, "gamma", 1.05070102214813232421875);
+  return {tensor_value(where(greater(x, L.g.scalar(0.0)), x * gamma, (exp(x) * alpha - alpha) * gamma))};
+}
+Outs op_celu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  double alpha = attr_f(n, "alpha", 1.0);
+  return {tensor_value(maximum(x, L.g.scalar(0.0)) + minimum(L.g.scalar(0.0), (exp(x / alpha) - 1.0) * alpha))};
+}
+Outs op_thresholded_relu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  return {tensor_value(where(greater(x, L.g.scalar(attr_f(n, "alpha", 1.0))), x, L.g.scalar(0.0)))};
+}
+Outs op_hard_sigmoid(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  return {tensor_value(clamp(x * attr_f(n, "alpha", 0.2) + attr_f(n, "beta", 0.5), 0.0, 1.0))};
+}
+Outs op_hard_swish(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  return {tensor_value(x * clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0))};
+}
+Outs op_shrink(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  DType dt = x.dtype();
+  x = f32(x);
+  double lambd = attr_f(n, "lambd", 0.5), bias = attr_f(n, "bias", 0.0);
+  Tensor y = where(less(x, L.g.scalar(-lambd)), x + bias,
+                   where(greater(x, L.g.scalar(lambd)), x - bias, L.g.full({}, 0.0)));
+  return {tensor_value(back_to(y, dt))};
+}
+Outs op_prelu(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  Tensor slope = L.tensor(req_in(n, in, 1), x.dtype());
+  if (L.opset < 7 && slope.rank() == 1 && x.rank() > 2 && slope.dim(0) == x.dim(1)) {  // per channel
+    Shape s(size_t(x.rank()) - 1, 1);
+    s[0] = slope.dim(0);
+    slope = reshape(slope, s);
+  }
+  return {tensor_value(where(less(x, L.g.scalar(0.0, x.dtype())), x * slope, x))};
+}
+
+// Variadic Sum / Mean.
+Rule variadic(bool is_mean) {
+  return [is_mean](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    if (in.empty()) throw Error(node_label(n) + ": needs at least one input");
+    auto dt = common_dtype(in);
+    Tensor acc = L.tensor(req_in(n, in, 0), dt);
+    for (size_t i = 1; i < in.size(); ++i) acc = acc + L.tensor(req_in(n, in, i), dt);
+    if (is_mean && in.size() > 1) acc = acc / double(in.size());
+    return {tensor_value(acc)};
+  };
+}
+
+Outs op_size(Lowering&, const pb::NodeProto& n, Ins& in) {
+  return {host_value(HostTensor{Kind::I, {}, {double(checked_numel(req_in(n, in, 0).shape(), node_label(n)))}})};
+}
+
+Outs op_cast_like(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& like = req_in(n, in, 1);
+  DType dt = like.is_host() ? (like.host->kind == Kind::F ? DType::F32 : like.host->kind == Kind::I ? DType::I32 : DType::Bool)
+                            : like.t.dtype();
+  const Value& x = req_in(n, in, 0);
+  if (foldable(&x)) {
+    HostTensor h = *x.host;
+    Kind k = dt == DType::Bool ? Kind::B : dt == DType::I32 ? Kind::I : Kind::F;
+    for (double& d : h.v) d = k == Kind::B ? double(d != 0) : k == Kind::I ? std::trunc(d) : d;
+    h.kind = k;
+    return {host_value(std::move(h))};
+  }
+  Tensor t = L.tensor(x);
+  return {tensor_value(back_to(t, dt))};
+}
+
+// ArgMax / ArgMin (keepdims, select_last_index) on the IR's argmax (first maximum).
+Rule arg_rule(bool is_min) {
+  return [is_min](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    Tensor x = f32(L.tensor(req_in(n, in, 0)));
+    int axis = norm_axis(n, attr_i(n, "axis", 0), x.rank());
+    bool keep = attr_i(n, "keepdims", 1) != 0, last = attr_i(n, "select_last_index", 0) != 0;
+    if (is_min) x = -x;
+    int64_t d = x.dim(axis);
+    if (last) {
+      std::vector<int32_t> rev;
+      for (int64_t k = d - 1; k >= 0; --k) rev.push_back(int32_t(k));
+      x = gather(x, L.g.constant_i32({d}, rev), axis);
+    }
+    Tensor i = argmax(x, axis, keep);
+    if (last) i = cast(double(d - 1) - cast(i, DType::F32), DType::I32);
+    return {tensor_value(i)};
+  };
+}
+
+// Hardmax: one-hot of the first maximum along `axis` (2-D coercion before opset 13).
+Tensor hardmax_last(Tensor x, int64_t) {
+  int64_t d = x.dim(-1);
+  return cast(one_hot(argmax(x, -1, false), d), x.dtype());
+}
+Outs op_hardmax(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  if (L.opset < 13) return softmax_rule(hardmax_last)(L, n, in);
+  int axis = norm_axis(n, attr_i(n, "axis", -1), x.rank());
+  if (axis == x.rank() - 1) return {tensor_value(hardmax_last(x, -1))};
+  return {tensor_value(transpose(hardmax_last(transpose(x, axis, -1), -1), axis, -1))};
+}
+
+// The reductions ONNX adds on top of sum/mean/max/min.
+Tensor reduce_l1(Tensor x, std::vector<int64_t> a, bool k) { return sum(abs(x), a, k); }
+Tensor reduce_l2(Tensor x, std::vector<int64_t> a, bool k) { return sqrt(sum(square(x), a, k)); }
+Tensor reduce_sum_square(Tensor x, std::vector<int64_t> a, bool k) { return sum(square(x), a, k); }
+Tensor reduce_log_sum(Tensor x, std::vector<int64_t> a, bool k) { return log(sum(x, a, k)); }
+Tensor reduce_log_sum_exp(Tensor x, std::vector<int64_t> a, bool k) {
+  if (a.empty())
+    for (int i = 0; i < x.rank(); ++i) a.push_back(i);
+  Tensor m = stop_gradient(max(x, a, true));
+  Tensor y = log(sum(exp(x - m), a, true)) + m;
+  if (!k) {
+    Shape s;
+    for (int i = 0; i < x.rank(); ++i)
+      if (std::find(a.begin(), a.end(), i) == a.end()) s.push_back(x.dim(i));
+    y = reshape(y, s);
+  }
+  return y;
+}
+// Product as sign × exp(Σ log|x|), zero when any factor is zero.
+Tensor reduce_prod(Graph& g, Tensor x, std::vector<int64_t> a, bool k) {
+  Tensor mag = exp(sum(log(abs(x)), a, k));
+  Tensor negs = sum(cast(less(x, g.scalar(0.0)), DType::F32), a, k);
+  Tensor odd = equal(negs - 2.0 * floor_(g, negs * 0.5), g.scalar(1.0));
+  Tensor zero = greater(sum(cast(equal(x, g.scalar(0.0)), DType::F32), a, k), g.scalar(0.5));
+  return where(zero, g.scalar(0.0), where(odd, -mag, mag));
+}
+Outs op_reduce_prod(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& xv = req_in(n, in, 0);
+  bool keep = attr_i(n, "keepdims", 1) != 0;
+  std::vector<int64_t> axes = opt_in(in, 1) ? ints_of(host_of(n, in, 1, "axes")) : attr_ints(n, "axes");
+  if (axes.empty() && attr_i(n, "noop_with_empty_axes", 0)) return {xv};
+  Tensor x = L.tensor(xv);
+  for (int64_t& a : axes) a = norm_axis(n, a, x.rank());
+  return {tensor_value(reduce_prod(L.g, x, axes, keep))};
+}
+
+// Mod: fmod = a - b·trunc(a / b) (sign of a), else a - b·floor(a / b) (sign of b); computed in f32.
+Outs op_mod(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& av = req_in(n, in, 0);
+  const Value& bv = req_in(n, in, 1);
+  bool fmod = attr_i(n, "fmod", 0) != 0;
+  if (foldable(&av) && foldable(&bv))
+    return {host_value(host_broadcast_n(n, {&*av.host, &*bv.host}, arith_kind(*av.host, *bv.host),
+                                        [fmod](const std::vector<double>& v) {
+                                          double r = std::fmod(v[0], v[1]);
+                                          if (!fmod && r != 0 && ((r < 0) != (v[1] < 0))) r += v[1];
+                                          return r;
+                                        }))};
+  auto dt = common_dtype({&av, &bv});
+  Tensor a = L.tensor(av, dt), b = L.tensor(bv, dt);
+  DType out = a.dtype();
+  Tensor af = f32(a), bf = f32(b);
+  Tensor q = af / bf;
+  Tensor t = fmod ? sign_(L.g, q) * floor_(L.g, abs(q)) : floor_(L.g, q);
+  Tensor r = af - bf * t;
+  return {tensor_value(out == DType::I32 ? cast(round_(L.g, r), DType::I32) : back_to(r, out))};
+}
+
+// CumSum along an axis as a matmul with a triangular 0/1 matrix (exclusive and reverse choose the triangle).
+Outs op_cumsum(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  int axis = norm_axis(n, to_i64(scalar_of(n, host_of(n, in, 1, "axis"), "axis")), x.rank());
+  bool excl = attr_i(n, "exclusive", 0) != 0, rev = attr_i(n, "reverse", 0) != 0;
+  int64_t d = x.dim(axis);
+  std::vector<float> m(size_t(d * d), 0.0f);  // y[j] = sum_i x[i] m[i][j]
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      bool on = rev ? (excl ? i > j : i >= j) : (excl ? i < j : i <= j);
+      m[size_t(i * d + j)] = on ? 1.0f : 0.0f;
+    }
+  DType dt = x.dtype();
+  Tensor t = f32(x);
+  bool last = axis == x.rank() - 1;
+  if (!last) t = transpose(t, axis, -1);
+  Tensor y = matmul(t, L.g.constant({d, d}, m));
+  if (!last) y = transpose(y, axis, -1);
+  return {tensor_value(dt == DType::I32 ? cast(round_(L.g, y), DType::I32) : back_to(y, dt))};
+}
+
+// Tile as unsqueeze → expand → reshape (the repeat axis before each input axis).
+Outs op_tile(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& xv = req_in(n, in, 0);
+  std::vector<int64_t> reps = ints_of(host_of(n, in, 1, "repeats"));
+  const Shape xs = xv.shape();
+  if (reps.size() != xs.size()) throw Error(node_label(n) + ": repeats must have one value per axis");
+  Shape inter, target, out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (reps[i] < 1) throw Error(node_label(n) + ": repeats must be >= 1 (empty tensors are not supported)");
+    inter.push_back(1), inter.push_back(xs[i]);
+    target.push_back(reps[i]), target.push_back(xs[i]);
+    out.push_back(reps[i] * xs[i]);
+  }
+  if (inter.size() > 6) throw Error(node_label(n) + ": tiling rank " + std::to_string(xs.size()) + " is not supported (at most 3)");
+  Tensor x = L.tensor(xv);
+  return {tensor_value(reshape(expand(reshape(x, inter), target), out))};
+}
+
+// DepthToSpace / SpaceToDepth: reshape, permute, reshape (DCR and CRD orders).
+Outs op_depth_to_space(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  if (x.rank() != 4) throw Error(node_label(n) + ": input must be NCHW");
+  int64_t b = attr_i(n, "blocksize", 0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  if (b < 1 || C % (b * b)) throw Error(node_label(n) + ": channels must be divisible by blocksize^2");
+  bool crd = attr_s(n, "mode", "DCR") == "CRD";
+  Tensor t = crd ? permute(reshape(x, {N, C / (b * b), b, b, H, W}), {0, 1, 4, 2, 5, 3})
+                 : permute(reshape(x, {N, b, b, C / (b * b), H, W}), {0, 3, 4, 1, 5, 2});
+  return {tensor_value(reshape(t, {N, C / (b * b), H * b, W * b}))};
+}
+Outs op_space_to_depth(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  if (x.rank() != 4) throw Error(node_label(n) + ": input must be NCHW");
+  int64_t b = attr_i(n, "blocksize", 0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  if (b < 1 || H % b || W % b) throw Error(node_label(n) + ": H and W must be divisible by blocksize");
+  Tensor t = permute(reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
+  return {tensor_value(reshape(t, {N, C * b * b, H / b, W / b}))};
+}
+
+Outs op_global_max_pool(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  if (x.rank() < 3) throw Error(node_label(n) + ": input must be [N, C, spatial...]");
+  std::vector<int64_t> axes;
+  for (int i = 2; i < x.rank(); ++i) axes.push_back(i);
+  return {tensor_value(max(x, axes, true))};
+}
+
+Outs op_instance_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  Tensor scale = L.tensor(req_in(n, in, 1)), bias = L.tensor(req_in(n, in, 2));
+  if (x.rank() < 3) throw Error(node_label(n) + ": input must be [N, C, spatial...]");
+  double eps = attr_f(n, "epsilon", 1e-5);
+  std::vector<int64_t> axes;
+  for (int i = 2; i < x.rank(); ++i) axes.push_back(i);
+  Tensor mu = mean(x, axes, true);
+  Tensor var = mean(square(x - mu), axes, true);
+  Shape cs(size_t(x.rank()) - 1, 1);
+  cs[0] = x.dim(1);
+  return {tensor_value((x - mu) * rsqrt(var + eps) * reshape(scale, cs) + reshape(bias, cs))};
+}
+
+Outs op_mvn(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  std::vector<int64_t> axes = attr_ints(n, "axes", {0, 2, 3});
+  for (int64_t& a : axes) a = norm_axis(n, a, x.rank());
+  Tensor mu = mean(x, axes, true);
+  Tensor var = mean(square(x), axes, true) - square(mu);
+  return {tensor_value((x - mu) / (sqrt(var) + 1e-9))};
+}
+
+Outs op_lp_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  int axis = norm_axis(n, attr_i(n, "axis", -1), x.rank());
+  int64_t p = attr_i(n, "p", 2);
+  if (p != 1 && p != 2) throw Error(node_label(n) + ": p must be 1 or 2");
+  Tensor norm = p == 1 ? sum(abs(x), {axis}, true) : sqrt(sum(square(x), {axis}, true));
+  return {tensor_value(x / norm)};
+}
+
+Outs op_eye_like(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Shape s = req_in(n, in, 0).shape();
+  if (s.size() != 2) throw Error(node_label(n) + ": input must be 2-D");
+  int64_t k = attr_i(n, "k", 0);
+  std::vector<float> v(size_t(s[0] * s[1]), 0.0f);
+  for (int64_t i = 0; i < s[0]; ++i)
+    if (i + k >= 0 && i + k < s[1]) v[size_t(i * s[1] + i + k)] = 1.0f;
+  int64_t dt = attr_i(n, "dtype", -1);
+  DType d = dt == pb::TensorProto::BOOL ? DType::Bool
+            : (dt == -1 ? req_in(n, in, 0).is_host() ? (req_in(n, in, 0).host->kind == Kind::F ? DType::F32 : DType::I32)
+                                                      : req_in(n, in, 0).t.dtype()
+                        : (dt == pb::TensorProto::FLOAT || dt == pb::TensorProto::DOUBLE || dt == pb::TensorProto::FLOAT16)
+                            ? DType::F32
+                            : DType::I32);
+  return {tensor_value(L.g.constant(s, v, d))};
+}
+
+// Pow with a tensor exponent: |x|^e = exp(e·log|x|), negative bases only with integer exponents (the sign
+// from the exponent's parity), x^0 = 1.
+Tensor pow_tensor(Graph& g, Tensor x, Tensor e) {
+  Tensor r = exp(e * log(abs(x)));
+  Tensor is_int = equal(e, floor_(g, e));
+  Tensor odd = equal(e - 2.0 * floor_(g, e * 0.5), g.scalar(1.0));
+  Tensor neg_r = where(is_int, where(odd, -r, r), g.scalar(NAN));
+  Tensor y = where(less(x, g.scalar(0.0)), neg_r, r);
+  return where(equal(e, g.scalar(0.0)), g.scalar(1.0), y);
+}
+
+// NegativeLogLikelihoodLoss on log-probabilities [N, C, d...] and targets [N, d...].
+Tensor nll(Lowering& L, const pb::NodeProto& n, Tensor x, Tensor target, std::optional<Tensor> weight) {
+  Graph& g = L.g;
+  std::string red = attr_s(n, "reduction", "mean");
+  if (red != "none" && red != "sum" && red != "mean") throw Error(node_label(n) + ": unknown reduction '" + red + "'");
+  if (x.rank() < 2 || target.rank() != x.rank() - 1) throw Error(node_label(n) + ": input must be [N, C, ...], target [N, ...]");
+  const Value* ii = nullptr;
+  (void)ii;
+  std::optional<int64_t> ignore;
+  if (find_attr(n, "ignore_index")) ignore = attr_i(n, "ignore_index", 0);
+  Tensor tgt = target;
+  Tensor keep = g.scalar(1.0);
+  if (ignore) {
+    Tensor ign = equal(cast(target, DType::F32), g.scalar(double(*ignore)));
+    tgt = where(ign, g.scalar(0.0, DType::I32), target);
+    keep = where(ign, g.scalar(0.0), g.scalar(1.0));
+  }
+  Tensor picked = squeeze(gather_elements(x, unsqueeze(tgt, 1), 1), 1);  // [N, d...]
+  Tensor w = keep;
+  if (weight) w = gather(*weight, tgt, 0) * keep;
+  Tensor loss = -picked * w;
+  if (red == "none") return loss;
+  if (red == "sum") return sum(loss);
+  Tensor denom = weight || ignore ? sum(expand(w, loss.shape())) : g.scalar(double(loss.numel()));
+  return sum(loss) / denom;
+}
+
+Outs op_nll_loss(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  Tensor t = L.tensor(req_in(n, in, 1), DType::I32);
+  std::optional<Tensor> w;
+  if (const Value* v = opt_in(in, 2)) w = L.tensor(*v);
+  return {tensor_value(back_to(nll(L, n, f32(x), t, w), x.dtype()))};
+}
+
+Outs op_softmax_ce_loss(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  Tensor t = L.tensor(req_in(n, in, 1), DType::I32);
+  std::optional<Tensor> w;
+  if (const Value* v = opt_in(in, 2)) w = L.tensor(*v);
+  Tensor lp = log_softmax(f32(x), 1);
+  Outs o = {tensor_value(back_to(nll(L, n, lp, t, w), x.dtype()))};
+  if (n.output_size() > 1) o.push_back(tensor_value(back_to(lp, x.dtype())));
+  return o;
+}
+
+// Resize / Upsample: separable per axis; each output position reads 1 (nearest), 2 (linear) or 4 (cubic)
+// input positions (edge-clamped) with weights computed on the host, as onnx's reference does.
+struct Taps {
+  std::vector<std::vector<int32_t>> idx;  // [tap][out]
+  std::vector<std::vector<float>> w;      // [tap][out]
+};
+Taps resize_taps(const pb::NodeProto& n, int64_t d, int64_t o, double scale, const std::string& mode,
+                 const std::string& ctm, const std::string& nearest, double cubic_a, bool exclude_outside) {
+  int taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+  Taps t{std::vector<std::vector<int32_t>>(size_t(taps)), std::vector<std::vector<float>>(size_t(taps))};
+  for (int64_t j = 0; j < o; ++j) {
+    double x;
+    double out_len = scale * double(d);
+    if (ctm == "half_pixel") x = (double(j) + 0.5) / scale - 0.5;
+    else if (ctm == "pytorch_half_pixel") x = o > 1 ? (double(j) + 0.5) / scale - 0.5 : -0.5;
+    else if (ctm == "align_corners") x = out_len == 1 ? 0.0 : double(j) * double(d - 1) / (out_len - 1);
+    else if (ctm == "asymmetric") x = double(j) / scale;
+    else if (ctm == "tf_half_pixel_for_nn") x = (double(j) + 0.5) / scale;
+    else throw Error(node_label(n) + ": coordinate_transformation_mode '" + ctm + "' is not supported");
+    double fl = std::floor(x), r = x - fl;
+    int64_t k = int64_t(fl);
+    auto clampi = [d](int64_t i) { return int32_t(std::clamp<int64_t>(i, 0, d - 1)); };
+    if (taps == 1) {
+      int64_t pick = k;
+      if (r != 0) {
+        if (nearest == "round_prefer_floor") pick = r <= 0.5 ? k : k + 1;
+        else if (nearest == "round_prefer_ceil") pick = r < 0.5 ? k : k + 1;
+        else if (nearest == "floor") pick = k;
+        else if (nearest == "ceil") pick = k + 1;
+        else throw Error(node_label(n) + ": nearest_mode '" + nearest + "' is not supported");
+      }
+      t.idx[0].push_back(clampi(pick));
+      t.w[0].push_back(1.0f);
+    } else if (taps == 2) {
+      t.idx[0].push_back(clampi(k));
+      t.idx[1].push_back(clampi(k + 1));
+      t.w[0].push_back(float(1 - r));
+      t.w[1].push_back(float(r));
+    } else {
+      if (r == 0) r = 1, k -= 1;  // the reference's neighbours of an integer position
+      const double A = cubic_a;
+      double c[4] = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+                     ((A + 2) * r - (A + 3)) * r * r + 1, ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1,
+                     ((A * ((1 - r) + 1) - 5 * A) * ((1 - r) + 1) + 8 * A) * ((1 - r) + 1) - 4 * A};
+      if (exclude_outside) {
+        double s = 0;
+        for (int q = 0; q < 4; ++q) {
+          int64_t i = k - 1 + q;
+          if (i < 0 || i >= d) c[q] = 0;
+          s += c[q];
+        }
+        for (double& v : c) v /= s;
+      }
+      for (int q = 0; q < 4; ++q) {
+        t.idx[size_t(q)].push_back(clampi(k - 1 + q));
+        t.w[size_t(q)].push_back(float(c[q]));
+      }
+    }
+  }
+  return t;
+}
+
+Tensor resize_nd(Lowering& L, const pb::NodeProto& n, Tensor x, const Shape& out, const std::vector<double>& scales,
+                 const std::string& mode, const std::string& ctm, const std::string& nearest, double cubic_a,
+                 bool exclude_outside) {
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    throw Error(node_label(n) + ": mode '" + mode + "' is not supported");
+  DType dt = x.dtype();
+  x = f32(x);
+  for (int a = 0; a < x.rank(); ++a) {
+    int64_t d = x.dim(a), o = out[size_t(a)];
+    if (o == d && scales[size_t(a)] == 1.0) continue;
+    if (o < 1) throw Error(node_label(n) + ": output size " + std::to_string(o) + " (empty tensors are not supported)");
+    Taps t = resize_taps(n, d, o, scales[size_t(a)], mode, ctm, nearest, cubic_a, exclude_outside);
+    Shape ws(size_t(x.rank()), 1);
+    ws[size_t(a)] = o;
+    Tensor acc;
+    for (size_t q = 0; q < t.idx.size(); ++q) {
+      Tensor g = gather(x, L.g.constant_i32({o}, t.idx[q]), a);
+      if (mode != "nearest") g = g * L.g.constant(ws, t.w[q]);
+      acc = q == 0 ? g : acc + g;
+    }
+    x = acc;
+  }
+  return back_to(x, dt);
+}
+
+Outs op_resize(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  const int r = x.rank();
+  std::vector<double> scales;
+  Shape out;
+  std::string mode = attr_s(n, "mode", "nearest");
+  std::string ctm = attr_s(n, "coordinate_transformation_mode", "half_pixel");
+  std::string nearest = attr_s(n, "nearest_mode", "round_prefer_floor");
+  auto from_scales = [&](const std::vector<double>& s) {
+    if (int(s.size()) != r) throw Error(node_label(n) + ": scales must have one value per axis");
+    scales = s;
+    for (int a = 0; a < r; ++a) out.push_back(int64_t(std::floor(double(x.dim(a)) * s[size_t(a)])));
+  };
+  if (n.op_type() == "Upsample" || L.opset < 11) {  // Upsample and Resize-10: scales, asymmetric, floor
+    ctm = "asymmetric";
+    nearest = "floor";
+    if (mode == "bilinear") mode = "linear";
+    if (L.opset < 9 && n.op_type() == "Upsample") {
+      std::vector<double> s;
+      const auto* a = find_attr(n, "scales");
+      if (!a) throw Error(node_label(n) + ": needs the scales attribute");
+      for (float f : a->floats()) s.push_back(f);
+      from_scales(s);
+    } else {
+      from_scales(host_of(n, in, 1, "scales").v);
+    }
+  } else {
+    if (opt_in(in, 3) && host_of(n, in, 3, "sizes").numel() > 0) {
+      std::vector<int64_t> sz = ints_of(host_of(n, in, 3, "sizes"));
+      if (int(sz.size()) != r) throw Error(node_label(n) + ": sizes must have one value per axis");
+      for (int a = 0; a < r; ++a) {
+        out.push_back(sz[size_t(a)]);
+        scales.push_back(double(sz[size_t(a)]) / double(x.dim(a)));
+      }
+    } else {
+      from_scales(host_of(n, in, 2, "scales").v);
+    }
+  }
+  if (ctm == "tf_crop_and_resize") throw Error(node_label(n) + ": coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+  return {tensor_value(resize_nd(L, n, x, out, scales, mode, ctm, nearest, attr_f(n, "cubic_coeff_a", -0.75),
+                                 attr_i(n, "exclude_outside", 0) != 0))};
 }
 
 double h_add(double a, double b, bool) { return a + b; }
@@ -1038,6 +1638,55 @@ const std::map<std::string, Rule>& op_table() {
       {"Pad", op_pad},
       {"Clip", op_clip},
       {"Trilu", op_trilu},
+      {"Upsample", op_resize},
+      {"Resize", op_resize},
+      {"Sum", variadic(false)},
+      {"Mean", variadic(true)},
+      {"Size", op_size},
+      {"CastLike", op_cast_like},
+      {"PRelu", op_prelu},
+      {"ArgMax", arg_rule(false)},
+      {"ArgMin", arg_rule(true)},
+      {"Hardmax", op_hardmax},
+      {"ReduceL1", reduce(reduce_l1, false)},
+      {"ReduceL2", reduce(reduce_l2, false)},
+      {"ReduceSumSquare", reduce(reduce_sum_square, false)},
+      {"ReduceLogSum", reduce(reduce_log_sum, false)},
+      {"ReduceLogSumExp", reduce(reduce_log_sum_exp, false)},
+      {"ReduceProd", op_reduce_prod},
+      {"Mod", op_mod},
+      {"CumSum", op_cumsum},
+      {"Tile", op_tile},
+      {"DepthToSpace", op_depth_to_space},
+      {"SpaceToDepth", op_space_to_depth},
+      {"GlobalMaxPool", op_global_max_pool},
+      {"InstanceNormalization", op_instance_norm},
+      {"MeanVarianceNormalization", op_mvn},
+      {"LpNormalization", op_lp_norm},
+      {"EyeLike", op_eye_like},
+      {"NegativeLogLikelihoodLoss", op_nll_loss},
+      {"SoftmaxCrossEntropyLoss", op_softmax_ce_loss},
+      {"Floor", float_unary(floor_)},
+      {"Ceil", float_unary(ceil_)},
+      {"Round", float_unary(round_)},
+      {"Sign", float_unary(sign_)},
+      {"Tan", float_unary(tan_)},
+      {"Sinh", float_unary(sinh_)},
+      {"Cosh", float_unary(cosh_)},
+      {"Asinh", float_unary(asinh_)},
+      {"Acosh", float_unary(acosh_)},
+      {"Atanh", float_unary(atanh_)},
+      {"Softsign", float_unary(softsign_)},
+      {"Mish", float_unary(mish_)},
+      {"IsNaN", op_isnan},
+      {"IsInf", op_isinf},
+      {"Elu", op_elu},
+      {"Selu", op_selu},
+      {"Celu", op_celu},
+      {"ThresholdedRelu", op_thresholded_relu},
+      {"HardSigmoid", op_hard_sigmoid},
+      {"HardSwish", op_hard_swish},
+      {"Shrink", op_shrink},
   };
   return table;
 }
