@@ -6,8 +6,8 @@
 //
 // A case is a folder (anywhere under DIR) with model.onnx and test_data_set_*/{input,output}_N.pb. Inputs bind the model's
 // dynamic axes by their shapes. When the import fails because a value must be known at import time (a
-// shape, axes or repeats tensor that the test feeds as an input), the case is retried with its integer
-// inputs given as values (ImportOptions::input_values) and reported as "pass (integer inputs folded)".
+// shape, axes, repeats or scales tensor that the test feeds as an input), the case is retried with that
+// input given its test value (ImportOptions::input_values) and reported as "pass (inputs folded)".
 // Outputs compare as onnx's backend runner does: |got - want| <= atol + rtol * |want|, NaN matches NaN,
 // same shape (rtol 1e-3, atol 1e-7 by default).
 #include <algorithm>
@@ -125,7 +125,10 @@ std::string compare(const onnx::TensorFile& want, const Shape& got_shape, const 
 }
 
 // Runs every data set of one case. Throws mgn::Error (import, compile) or returns a mismatch description.
-std::string run_case(const fs::path& dir, const CompileOptions& co, const ConformanceArgs& a, bool fold_ints) {
+constexpr int kDouble = 11;  // onnx::TensorProto::DOUBLE
+
+std::string run_case(const fs::path& dir, const CompileOptions& co, const ConformanceArgs& a,
+                     const std::set<std::string>& fold) {
   const std::string model = (dir / "model.onnx").string();
   const std::vector<std::string> names = onnx::graph_inputs(model);
   std::vector<fs::path> sets = sorted_entries(dir, "test_data_set_");
@@ -141,7 +144,12 @@ std::string run_case(const fs::path& dir, const CompileOptions& co, const Confor
     std::vector<std::string> bound(ins.size());
     for (size_t i = 0; i < ins.size(); ++i) {
       bound[i] = ins[i].name.empty() ? names[i] : ins[i].name;
-      if (fold_ints && !ins[i].is_float()) io.input_values[bound[i]] = ins[i];
+      if (ins[i].elem_type == kDouble)
+        for (double v : ins[i].values)
+          if (std::isfinite(v) && std::fabs(v) > 3.4028234663852886e38)
+            throw Error(set.string() + ": input '" + bound[i] + "' holds " + std::to_string(v) +
+                        ", beyond the f32 range the IR's float tensors have (element type DOUBLE)");
+      if (fold.count(bound[i])) io.input_values[bound[i]] = ins[i];
       else io.input_shapes[bound[i]] = ins[i].shape;
     }
     onnx::Imported m = onnx::import_file(model, io);
@@ -178,10 +186,11 @@ Result run_one(const fs::path& dir, const CompileOptions& co, const ConformanceA
   Result r;
   r.name = dir.filename().string();
   auto t0 = std::chrono::steady_clock::now();
-  auto attempt = [&](bool fold) {
+  std::set<std::string> fold;
+  auto attempt = [&]() {
     try {
       std::string why = run_case(dir, co, a, fold);
-      r.verdict = why.empty() ? (fold ? Verdict::PassFolded : Verdict::Pass) : Verdict::Mismatch;
+      r.verdict = why.empty() ? (fold.empty() ? Verdict::Pass : Verdict::PassFolded) : Verdict::Mismatch;
       r.detail = why;
       r.category.clear();
     } catch (const std::exception& e) {
@@ -200,8 +209,21 @@ Result run_one(const fs::path& dir, const CompileOptions& co, const ConformanceA
       }
     }
   };
-  attempt(false);
-  if (r.verdict == Verdict::Error && r.category == "shape input computed at run time") attempt(true);
+  attempt();
+  // A value the importer needs at import time that the test feeds as a graph input: give that input's
+  // value (from the test data) and try again.
+  static const std::regex needs(R"(\([a-z_ ]+, '([^']+)'\) must be known at import time)");
+  for (int tries = 0; tries < 4 && r.verdict == Verdict::Error; ++tries) {
+    std::smatch m;
+    if (!std::regex_search(r.detail, m, needs) || fold.count(m[1])) break;
+    fold.insert(m[1]);
+    attempt();
+  }
+  if (!fold.empty()) {
+    std::string names;
+    for (const auto& f : fold) names += (names.empty() ? "" : ", ") + f;
+    if (r.detail.empty()) r.detail = "folded: " + names;
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -209,7 +231,7 @@ Result run_one(const fs::path& dir, const CompileOptions& co, const ConformanceA
 const char* verdict_name(Verdict v) {
   switch (v) {
     case Verdict::Pass: return "pass";
-    case Verdict::PassFolded: return "pass (integer inputs folded)";
+    case Verdict::PassFolded: return "pass (inputs folded)";
     case Verdict::Mismatch: return "mismatch";
     case Verdict::Unsupported: return "unsupported op";
     case Verdict::Error: return "error";
@@ -262,9 +284,10 @@ std::string markdown(const std::vector<Result>& rs, const ConformanceArgs& a, co
     << " --report docs/onnx-conformance.md` (backend: " << backend << "), over Debian's `libonnx-testdata` "
     << "(onnx 1.12). Tolerance: |got - expected| <= " << a.atol << " + " << a.rtol << " |expected|.\n\n"
     << "**" << pass << " of " << rs.size() << " cases pass (" << pct << ").**\n\n"
-    << "\"pass (integer inputs folded)\": the case feeds a shape-like tensor (Reshape's shape, Expand's shape, "
-    << "Tile's repeats, axes...) as a graph input; the importer needs it at import time, so the runner gives the "
-    << "test's integer inputs as `ImportOptions::input_values` and they fold like constants.\n\n"
+    << "\"pass (inputs folded)\": the case feeds a value the importer needs at import time (Reshape's shape, "
+    << "Expand's shape, Tile's repeats, Resize's scales, axes...) as a graph input; the runner gives exactly "
+    << "those inputs their test values (`ImportOptions::input_values`, named in the detail column) and they "
+    << "fold like constants; every other input stays a runtime input.\n\n"
     << "| verdict | cases |\n|---|---|\n";
   for (const auto& [v, c] : by_verdict) o << "| " << v << " | " << c << " |\n";
   o << "\n## Errors by reason\n\n| reason | cases |\n|---|---|\n";

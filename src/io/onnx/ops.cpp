@@ -616,15 +616,13 @@ Outs op_identity(Lowering&, const pb::NodeProto& n, Ins& in) { return {req_in(n,
 
 // Inference Dropout is the identity; its mask (second output) is all true.
 Outs op_dropout(Lowering& L, const pb::NodeProto& n, Ins& in) {
-  double ratio = L.opset < 12 ? attr_f(n, "ratio", 0.5) : 0.5;
-  if (opt_in(in, 1)) ratio = scalar_of(n, host_of(n, in, 1, "ratio"), "ratio");
   bool training = L.opset < 7 && attr_i(n, "is_test", 0) == 0;
-  if (const Value* t = opt_in(in, 2)) {
-    if (!t->is_host()) throw Error(node_label(n) + ": training_mode must be known at import time");
-    training = scalar_of(n, *t->host, "training_mode") != 0;
+  if (opt_in(in, 2)) training = scalar_of(n, host_of(n, in, 2, "training_mode"), "training_mode") != 0;
+  if (training) {  // the ratio matters only in training, where only 0 (no dropping) is supported
+    double ratio = L.opset < 12 ? attr_f(n, "ratio", 0.5) : 0.5;
+    if (opt_in(in, 1)) ratio = scalar_of(n, host_of(n, in, 1, "ratio"), "ratio");
+    if (ratio != 0) throw Error(node_label(n) + ": only inference (training_mode = false, or ratio 0) is supported");
   }
-  if (training && ratio != 0)
-    throw Error(node_label(n) + ": only inference (training_mode = false, or ratio 0) is supported");
   const Value& x = req_in(n, in, 0);
   Outs outs = {x};
   if (n.output_size() > 1 && !n.output(1).empty()) {
@@ -971,6 +969,17 @@ Outs op_layer_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
   Tensor x = L.tensor(req_in(n, in, 0));
   int axis = norm_axis(n, attr_i(n, "axis", -1), x.rank());
   double eps = attr_f(n, "epsilon", 1e-5);
+  if (n.output_size() > 1) {
+    // Mean and InvStdDev asked for: the normalization spelled out, so they are values of the graph.
+    std::vector<int64_t> axes;
+    for (int i = axis; i < x.rank(); ++i) axes.push_back(i);
+    Tensor mu = mean(x, axes, true);
+    Tensor inv = rsqrt(mean(square(x - mu), axes, true) + eps);
+    Tensor y = (x - mu) * inv;
+    if (const Value* v = opt_in(in, 1)) y = y * L.tensor(*v);
+    if (const Value* v = opt_in(in, 2)) y = y + L.tensor(*v);
+    return {tensor_value(y), tensor_value(mu), tensor_value(inv)};
+  }
   std::optional<Tensor> w, b;
   if (const Value* v = opt_in(in, 1)) w = L.tensor(*v);
   if (const Value* v = opt_in(in, 2)) b = L.tensor(*v);
@@ -1256,27 +1265,31 @@ Outs op_cumsum(Lowering& L, const pb::NodeProto& n, Ins& in) {
   Tensor t = f32(x);
   bool last = axis == x.rank() - 1;
   if (!last) t = transpose(t, axis, -1);
+  if (x.rank() == 1) t = unsqueeze(t, 0);
   Tensor y = matmul(t, L.g.constant({d, d}, m));
+  if (x.rank() == 1) y = squeeze(y, 0);
   if (!last) y = transpose(y, axis, -1);
   return {tensor_value(dt == DType::I32 ? cast(round_(L.g, y), DType::I32) : back_to(y, dt))};
 }
 
-// Tile as unsqueeze → expand → reshape (the repeat axis before each input axis).
+// Tile, one axis at a time: [pre, 1, d, post] expanded to [pre, r, d, post].
 Outs op_tile(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& xv = req_in(n, in, 0);
   std::vector<int64_t> reps = ints_of(host_of(n, in, 1, "repeats"));
-  const Shape xs = xv.shape();
-  if (reps.size() != xs.size()) throw Error(node_label(n) + ": repeats must have one value per axis");
-  Shape inter, target, out;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (reps[i] < 1) throw Error(node_label(n) + ": repeats must be >= 1 (empty tensors are not supported)");
-    inter.push_back(1), inter.push_back(xs[i]);
-    target.push_back(reps[i]), target.push_back(xs[i]);
-    out.push_back(reps[i] * xs[i]);
-  }
-  if (inter.size() > 6) throw Error(node_label(n) + ": tiling rank " + std::to_string(xs.size()) + " is not supported (at most 3)");
+  if (reps.size() != xv.shape().size()) throw Error(node_label(n) + ": repeats must have one value per axis");
   Tensor x = L.tensor(xv);
-  return {tensor_value(reshape(expand(reshape(x, inter), target), out))};
+  for (int a = 0; a < x.rank(); ++a) {
+    int64_t r = reps[size_t(a)];
+    if (r < 1) throw Error(node_label(n) + ": repeats must be >= 1 (empty tensors are not supported)");
+    if (r == 1) continue;
+    int64_t pre = 1, post = 1, d = x.dim(a);
+    for (int i = 0; i < a; ++i) pre *= x.dim(i);
+    for (int i = a + 1; i < x.rank(); ++i) post *= x.dim(i);
+    Shape out = x.shape();
+    out[size_t(a)] *= r;
+    x = reshape(expand(reshape(x, {pre, 1, d, post}), {pre, r, d, post}), out);
+  }
+  return {tensor_value(x)};
 }
 
 // DepthToSpace / SpaceToDepth: reshape, permute, reshape (DCR and CRD orders).
