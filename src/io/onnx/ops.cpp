@@ -924,28 +924,68 @@ Outs op_conv_transpose(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(y)};
 }
 
+// MaxPool / AveragePool, 1-D (as [N, C, 1, L]) and 2-D. Pads beyond half the kernel and ceil_mode become
+// explicit padding (-inf for max; for average, a pooled validity mask divides so padding is not counted).
 Rule pool(bool is_max) {
   return [is_max](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
     Tensor x = L.tensor(req_in(n, in, 0));
-    if (x.rank() != 4) throw Error(node_label(n) + ": only 2-D pooling (NCHW) is supported");
+    const DType dt = x.dtype();
+    if (dt != DType::F32) x = cast(x, DType::F32);
+    const bool is1d = x.rank() == 3;
+    if (!is1d && x.rank() != 4) throw Error(node_label(n) + ": only 1-D and 2-D pooling (NCHW) is supported");
+    const size_t r = size_t(x.rank()) - 2;
     std::vector<int64_t> k = attr_ints(n, "kernel_shape");
-    if (k.size() != 2) throw Error(node_label(n) + ": kernel_shape must have 2 values");
-    std::vector<int64_t> stride = attr_ints(n, "strides", {1, 1});
-    std::vector<int64_t> dil = attr_ints(n, "dilations", {1, 1});
-    if (stride.size() != 2 || dil.size() != 2) throw Error(node_label(n) + ": strides/dilations must have 2 values");
-    if (!is_max && (dil[0] != 1 || dil[1] != 1)) throw Error(node_label(n) + ": dilated average pooling is not supported");
-    Shape hw = {x.dim(2), x.dim(3)};
+    if (k.size() != r) throw Error(node_label(n) + ": kernel_shape must have " + std::to_string(r) + " values");
+    std::vector<int64_t> stride = attr_ints(n, "strides", std::vector<int64_t>(r, 1));
+    std::vector<int64_t> dil = attr_ints(n, "dilations", std::vector<int64_t>(r, 1));
+    if (stride.size() != r || dil.size() != r) throw Error(node_label(n) + ": strides/dilations have the wrong length");
+    Shape hw(x.shape().begin() + 2, x.shape().end());
     std::vector<int64_t> p = window_pads(n, hw, k, stride, dil);
-    if (attr_i(n, "ceil_mode", 0)) {
-      // Supported only where ceil and floor agree (the window grid fits exactly).
-      for (size_t i = 0; i < 2; ++i) {
-        int64_t span = hw[i] + p[i] + p[i + 2] - dil[i] * (k[i] - 1) - 1;
-        if (span % stride[i]) throw Error(node_label(n) + ": ceil_mode = 1 changes the output size; not supported");
+    const bool include_pad = attr_i(n, "count_include_pad", 0) != 0;
+    if (is1d) {
+      x = unsqueeze(x, 2);
+      k.insert(k.begin(), 1), stride.insert(stride.begin(), 1), dil.insert(dil.begin(), 1);
+      hw.insert(hw.begin(), 1);
+      p = {0, p[0], 0, p[1]};
+    }
+    if (!is_max && (dil[0] != 1 || dil[1] != 1)) throw Error(node_label(n) + ": dilated average pooling is not supported");
+    std::vector<int64_t> extra(2, 0);  // ceil_mode: more padding at the end
+    bool explicit_pad = false;
+    for (size_t i = 0; i < 2; ++i) {
+      int64_t span = hw[i] + p[i] + p[i + 2] - dil[i] * (k[i] - 1) - 1;
+      if (span < 0) throw Error(node_label(n) + ": the window is larger than the padded input");
+      if (attr_i(n, "ceil_mode", 0) && span % stride[i]) {
+        int64_t out = span / stride[i] + 2;
+        if ((out - 1) * stride[i] >= hw[i] + p[i]) --out;  // the last window must start inside
+        extra[i] = std::max<int64_t>((out - 1) * stride[i] + dil[i] * (k[i] - 1) + 1 - (hw[i] + p[i] + p[i + 2]), 0);
+      }
+      if (extra[i] || 2 * std::max(p[i], p[i + 2]) > k[i]) explicit_pad = true;
+    }
+    Tensor y;
+    if (!explicit_pad) {
+      Pool2dOptions o{.kernel = k, .stride = stride, .padding = p, .dilation = dil, .count_include_pad = include_pad};
+      y = is_max ? max_pool2d(x, o) : avg_pool2d(x, o);
+    } else {
+      std::vector<int64_t> pairs = {0, 0, 0, 0, p[0], p[2] + extra[0], p[1], p[3] + extra[1]};
+      Pool2dOptions o{.kernel = k, .stride = stride, .padding = {0, 0, 0, 0}, .dilation = dil, .count_include_pad = true};
+      if (is_max) {
+        y = max_pool2d(pad(x, pairs, -INFINITY), o);
+      } else {
+        // The fraction of each window that counts: the input (and the explicit pads when they count).
+        Shape ms = {1, 1, hw[0], hw[1]};
+        Tensor mask = L.g.full(ms, 1.0);
+        if (include_pad) {
+          mask = pad(mask, {0, 0, 0, 0, p[0], p[2], p[1], p[3]}, 1.0);
+          pairs = {0, 0, 0, 0, 0, extra[0], 0, extra[1]};
+          y = avg_pool2d(pad(pad(x, {0, 0, 0, 0, p[0], p[2], p[1], p[3]}, 0.0), pairs, 0.0), o);
+        } else {
+          y = avg_pool2d(pad(x, pairs, 0.0), o);
+        }
+        y = y / avg_pool2d(pad(mask, pairs, 0.0), o);
       }
     }
-    Pool2dOptions o{.kernel = k, .stride = stride, .padding = p, .dilation = dil,
-                    .count_include_pad = attr_i(n, "count_include_pad", 0) != 0};
-    return {tensor_value(is_max ? max_pool2d(x, o) : avg_pool2d(x, o))};
+    if (is1d) y = squeeze(y, 2);
+    return {tensor_value(dt == DType::F32 ? y : cast(y, dt))};
   };
 }
 
@@ -1556,6 +1596,110 @@ Outs op_resize(Lowering& L, const pb::NodeProto& n, Ins& in) {
                                  attr_i(n, "exclude_outside", 0) != 0))};
 }
 
+// OneHot: negative indices count from the end of `depth`; out-of-range ones give a row of `off`.
+Outs op_one_hot(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor idx = f32(L.tensor(req_in(n, in, 0)));
+  int64_t depth = to_i64(scalar_of(n, host_of(n, in, 1, "depth"), "depth"));
+  const HostTensor& vals = host_of(n, in, 2, "values");
+  if (vals.numel() != 2) throw Error(node_label(n) + ": values must hold [off, on]");
+  idx = where(less(idx, L.g.scalar(0.0)), idx + double(depth), idx);
+  Tensor oh = one_hot(cast(idx, DType::I32), depth);
+  Tensor y = oh * (vals.v[1] - vals.v[0]) + vals.v[0];
+  int axis = norm_axis(n, attr_i(n, "axis", -1), y.rank());
+  if (axis != y.rank() - 1) {
+    std::vector<int64_t> perm;
+    for (int i = 0; i < y.rank() - 1; ++i) {
+      if (i == axis) perm.push_back(y.rank() - 1);
+      perm.push_back(i);
+    }
+    y = permute(y, perm);
+  }
+  return {tensor_value(vals.kind == Kind::F ? y : cast(y, DType::I32))};
+}
+
+// BitShift on unsigned integers: x · 2^y or floor(x / 2^y), in f32 (exact below 2^24).
+Outs op_bit_shift(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = f32(L.tensor(req_in(n, in, 0))), y = f32(L.tensor(req_in(n, in, 1)));
+  std::string dir = attr_s(n, "direction", "");
+  Tensor p = round_(L.g, exp(y * std::log(2.0)));
+  Tensor r;
+  if (dir == "LEFT") r = x * p;
+  else if (dir == "RIGHT") r = floor_(L.g, x / p + 1e-6);
+  else throw Error(node_label(n) + ": direction must be LEFT or RIGHT, got '" + dir + "'");
+  return {tensor_value(cast(r, DType::I32))};
+}
+
+// Linear offsets of GatherND/ScatterND index tuples (the last axis of `indices`) into the first q axes of
+// `shape`, negative entries counting from the end.
+Tensor nd_offsets(Lowering& L, const pb::NodeProto& n, Tensor indices, const Shape& shape) {
+  int64_t q = indices.dim(-1);
+  if (q < 1 || q > int64_t(shape.size())) throw Error(node_label(n) + ": indices' last axis exceeds the data's rank");
+  std::vector<float> dims, strides(static_cast<size_t>(q), 0.0f);
+  int64_t st = 1;
+  for (int64_t j = q - 1; j >= 0; --j) strides[size_t(j)] = float(st), st *= shape[size_t(j)];
+  for (int64_t j = 0; j < q; ++j) dims.push_back(float(shape[size_t(j)]));
+  Tensor i = f32(indices);
+  i = where(less(i, L.g.scalar(0.0)), i + L.g.constant({q}, dims), i);
+  return cast(round_(L.g, sum(i * L.g.constant({q}, strides), {indices.rank() - 1}, false)), DType::I32);
+}
+
+Outs op_gather_nd(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  if (attr_i(n, "batch_dims", 0) != 0) throw Error(node_label(n) + ": batch_dims > 0 is not supported");
+  Tensor data = L.tensor(req_in(n, in, 0)), idx = L.tensor(req_in(n, in, 1));
+  int64_t q = idx.dim(-1), lead = 1;
+  for (int64_t j = 0; j < q; ++j) lead *= data.dim(int(j));
+  Shape flat = {lead};
+  flat.insert(flat.end(), data.shape().begin() + q, data.shape().end());
+  return {tensor_value(gather(reshape(data, flat), nd_offsets(L, n, idx, data.shape()), 0))};
+}
+
+Outs op_scatter_nd(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor data = L.tensor(req_in(n, in, 0)), idx = L.tensor(req_in(n, in, 1)), upd = L.tensor(req_in(n, in, 2));
+  const std::string r = attr_s(n, "reduction", "none");
+  const ScatterReduction red = r == "none"  ? ScatterReduction::None
+                               : r == "add" ? ScatterReduction::Add
+                               : r == "mul" ? ScatterReduction::Mul
+                               : r == "max" ? ScatterReduction::Max
+                               : r == "min" ? ScatterReduction::Min
+                                            : throw Error(node_label(n) + ": unknown reduction '" + r + "'");
+  int64_t q = idx.dim(-1), lead = 1, rest = 1, u = 1;
+  for (int64_t j = 0; j < int64_t(data.rank()); ++j) (j < q ? lead : rest) *= data.dim(int(j));
+  for (int j = 0; j < idx.rank() - 1; ++j) u *= idx.dim(j);
+  Tensor off = reshape(nd_offsets(L, n, idx, data.shape()), {u, 1});
+  Tensor y = scatter_elements(reshape(data, {lead, rest}), expand(off, {u, rest}), reshape(upd, {u, rest}), 0, red);
+  return {tensor_value(reshape(y, data.shape()))};
+}
+
+// LRN across channels: x / (bias + alpha / size · Σ x²)^beta over a window of `size` channels.
+Outs op_lrn(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  int64_t size = attr_i(n, "size", 0), C = x.dim(1);
+  if (size < 1) throw Error(node_label(n) + ": size must be >= 1");
+  double alpha = attr_f(n, "alpha", 1e-4), beta = attr_f(n, "beta", 0.75), bias = attr_f(n, "bias", 1.0);
+  std::vector<int64_t> pairs(size_t(2 * x.rank()), 0);
+  pairs[2] = (size - 1) / 2, pairs[3] = size - 1 - (size - 1) / 2;
+  Tensor sq = pad(square(x), pairs, 0.0), acc;
+  for (int64_t j = 0; j < size; ++j) {
+    Tensor s = slice(sq, 1, j, j + C);
+    acc = j == 0 ? s : acc + s;
+  }
+  return {tensor_value(x / pow(acc * (alpha / double(size)) + bias, beta))};
+}
+
+Outs op_dequantize(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = f32(L.tensor(req_in(n, in, 0))), scale = f32(L.tensor(req_in(n, in, 1)));
+  std::optional<Tensor> zp;
+  if (const Value* z = opt_in(in, 2)) zp = f32(L.tensor(*z));
+  if (scale.rank() == 1 && scale.dim(0) > 1) {  // per axis
+    int axis = norm_axis(n, attr_i(n, "axis", 1), x.rank());
+    Shape s(size_t(x.rank()), 1);
+    s[size_t(axis)] = scale.dim(0);
+    scale = reshape(scale, s);
+    if (zp) zp = reshape(*zp, s);
+  }
+  return {tensor_value((zp ? x - *zp : x) * scale)};
+}
+
 double h_add(double a, double b, bool) { return a + b; }
 double h_sub(double a, double b, bool) { return a - b; }
 double h_mul(double a, double b, bool) { return a * b; }
@@ -1700,6 +1844,13 @@ const std::map<std::string, Rule>& op_table() {
       {"HardSigmoid", op_hard_sigmoid},
       {"HardSwish", op_hard_swish},
       {"Shrink", op_shrink},
+      {"OneHot", op_one_hot},
+      {"BitShift", op_bit_shift},
+      {"GatherND", op_gather_nd},
+      {"ScatterND", op_scatter_nd},
+      {"Scatter", op_scatter_elements},
+      {"LRN", op_lrn},
+      {"DequantizeLinear", op_dequantize},
   };
   return table;
 }
