@@ -294,7 +294,7 @@ Outs op_unsqueeze(Lowering& L, const pb::NodeProto& n, Ins& in) {
 
 Outs op_squeeze(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& x = req_in(n, in, 0);
-  const Shape& xs = x.shape();
+  const Shape xs = x.shape();
   std::vector<bool> drop(xs.size(), false);
   if (opt_in(in, 1) || find_attr(n, "axes")) {
     for (int64_t a : axes_arg(n, in, 1)) {
@@ -376,7 +376,7 @@ Outs op_split(Lowering& L, const pb::NodeProto& n, Ins& in) {
 
 Outs op_slice(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& x = req_in(n, in, 0);
-  const Shape& xs = x.shape();
+  const Shape xs = x.shape();
   std::vector<int64_t> starts, ends, axes, steps;
   if (L.opset < 10) {  // starts, ends and axes were attributes
     starts = attr_ints(n, "starts");
@@ -688,6 +688,12 @@ Outs op_pad(Lowering& L, const pb::NodeProto& n, Ins& in) {
 
 Outs op_clip(Lowering& L, const pb::NodeProto& n, Ins& in) {
   Tensor x = L.tensor(req_in(n, in, 0));
+  if (x.dtype() == DType::I32) {  // integer clip in f32 (exact below 2^24), back to i32
+    Value xf = tensor_value(cast(x, DType::F32));
+    Ins fin = in;
+    fin[0] = &xf;
+    return {tensor_value(cast(op_clip(L, n, fin)[0].t, DType::I32))};
+  }
   if (L.opset < 11)  // min and max were attributes
     return {tensor_value(clamp(x, attr_f(n, "min", -std::numeric_limits<double>::infinity()),
                                attr_f(n, "max", std::numeric_limits<double>::infinity())))};
