@@ -6,7 +6,7 @@ PKGS=(
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev zlib1g-dev
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   libshaderc-dev glslang-dev spirv-tools
-  libonnx-dev libprotobuf-dev protobuf-compiler
+  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libsndfile1-dev libsamplerate0-dev libfftw3-dev
   python3-torch python3-torchvision python3-numpy python3-onnx libopenblas0-pthread
   clang libclang-rt-14-dev

@@ -48,6 +48,7 @@ struct Result {
   Verdict verdict = Verdict::Error;
   std::string category;  // for errors: the kind of failure
   std::string detail;    // reason, mismatch description or unsupported op types
+  std::string message;   // the whole error message
   double seconds = 0;
 };
 
@@ -193,12 +194,14 @@ Result run_one(const fs::path& dir, const CompileOptions& co, const ConformanceA
       std::string why = run_case(dir, co, a, fold);
       r.verdict = why.empty() ? (fold.empty() ? Verdict::Pass : Verdict::PassFolded) : Verdict::Mismatch;
       r.detail = why;
+      r.message.clear();
       r.category.clear();
     } catch (const std::exception& e) {
       std::string msg = e.what();
       // The file path prefix says nothing the case name does not.
       const std::string prefix = (dir / "model.onnx").string() + ": ";
       if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+      r.message = msg;
       if (msg.find("use unsupported ops") != std::string::npos) {
         r.verdict = Verdict::Unsupported;
         r.category = "unsupported op";
@@ -214,10 +217,32 @@ Result run_one(const fs::path& dir, const CompileOptions& co, const ConformanceA
   // A value the importer needs at import time that the test feeds as a graph input: give that input's
   // value (from the test data) and try again.
   static const std::regex needs(R"(\([a-z_ ]+, '([^']+)'\) must be known at import time)");
-  for (int tries = 0; tries < 4 && r.verdict == Verdict::Error; ++tries) {
+  std::vector<std::string> names;
+  try {
+    names = onnx::graph_inputs((dir / "model.onnx").string());
+  } catch (const std::exception&) {
+  }
+  for (int tries = 0; tries < 6 && r.verdict == Verdict::Error; ++tries) {
     std::smatch m;
-    if (!std::regex_search(r.detail, m, needs) || fold.count(m[1])) break;
-    fold.insert(m[1]);
+    if (!std::regex_search(r.message, m, needs)) break;
+    std::string name = m[1];
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      if (fold.count(name)) break;
+      fold.insert(name);
+    } else {
+      // Computed from graph inputs inside the model: give every integer input (sizes, counts) instead.
+      size_t before = fold.size();
+      try {
+        for (const fs::path& p : sorted_entries(sorted_entries(dir, "test_data_set_").at(0), "input_")) {
+          onnx::TensorFile t = onnx::read_tensor_file(p.string());
+          size_t i = size_t(std::stoi(p.stem().string().substr(6)));
+          if (!t.is_float() && i < names.size()) fold.insert(t.name.empty() ? names[i] : t.name);
+        }
+      } catch (const std::exception&) {
+        break;
+      }
+      if (fold.size() == before) break;
+    }
     attempt();
   }
   if (!fold.empty()) {

@@ -1,6 +1,7 @@
 // The ONNX op table: one lowering rule per op type. Shape-computing ops fold on the host when all their
 // inputs are known at import time; everything else becomes builder calls (include/mgn/graph.h).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -1706,6 +1707,145 @@ Outs op_dequantize(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value((zp ? x - *zp : x) * scale)};
 }
 
+// Einsum without ellipsis or repeated indices within an operand: each operand is permuted and reshaped onto
+// the full index space, the operands multiplied (broadcast), the indices not in the output summed.
+Outs op_einsum(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  std::string eq;
+  for (char c : attr_s(n, "equation", "")) if (c != ' ') eq += c;
+  if (eq.find("...") != std::string::npos) throw Error(node_label(n) + ": ellipsis in the equation is not supported");
+  size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow), out;
+  std::vector<std::string> terms;
+  for (size_t p = 0;;) {
+    size_t c = lhs.find(',', p);
+    terms.push_back(lhs.substr(p, c == std::string::npos ? std::string::npos : c - p));
+    if (c == std::string::npos) break;
+    p = c + 1;
+  }
+  if (terms.size() != in.size()) throw Error(node_label(n) + ": the equation names " + std::to_string(terms.size()) + " operands");
+  std::string letters;
+  std::map<char, int> count;
+  for (const auto& t : terms)
+    for (char c : t) {
+      if (!std::isalpha(static_cast<unsigned char>(c))) throw Error(node_label(n) + ": bad equation '" + eq + "'");
+      if (letters.find(c) == std::string::npos) letters += c;
+      count[c]++;
+    }
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+  } else {
+    for (const auto& [c, k] : count)
+      if (k == 1) out += c;
+  }
+  if (letters.size() > 6) throw Error(node_label(n) + ": more than 6 distinct indices are not supported");
+  std::map<char, int64_t> dim;
+  Tensor acc;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    Tensor x = f32(L.tensor(req_in(n, in, i)));
+    const std::string& t = terms[i];
+    if (int(t.size()) != x.rank()) throw Error(node_label(n) + ": operand " + std::to_string(i) + " has rank " + std::to_string(x.rank()));
+    for (size_t a = 0; a < t.size(); ++a) {
+      if (t.find(t[a]) != a) throw Error(node_label(n) + ": repeated index in one operand (a diagonal) is not supported");
+      if (dim.count(t[a]) && dim[t[a]] != x.dim(int(a)) && x.dim(int(a)) != 1 && dim[t[a]] != 1)
+        throw Error(node_label(n) + ": index '" + std::string(1, t[a]) + "' has different sizes");
+      dim[t[a]] = std::max(dim.count(t[a]) ? dim[t[a]] : 1, x.dim(int(a)));
+    }
+    std::vector<int64_t> perm;
+    Shape full;
+    for (char c : letters) {
+      size_t a = t.find(c);
+      if (a != std::string::npos) perm.push_back(int64_t(a)), full.push_back(x.dim(int(a)));
+      else full.push_back(1);
+    }
+    bool identity = true;
+    for (size_t a = 0; a < perm.size(); ++a) identity = identity && perm[a] == int64_t(a);
+    if (!identity) x = permute(x, perm);
+    x = reshape(x, full);
+    acc = i == 0 ? x : acc * x;
+  }
+  std::vector<int64_t> summed;
+  std::string kept;
+  for (size_t a = 0; a < letters.size(); ++a) {
+    if (out.find(letters[a]) == std::string::npos) summed.push_back(int64_t(a));
+    else kept += letters[a];
+  }
+  if (!summed.empty()) acc = sum(acc, summed, false);
+  std::vector<int64_t> perm;
+  for (char c : out) {
+    size_t a = kept.find(c);
+    if (a == std::string::npos) throw Error(node_label(n) + ": output index '" + std::string(1, c) + "' is in no operand");
+    perm.push_back(int64_t(a));
+  }
+  bool identity = true;
+  for (size_t a = 0; a < perm.size(); ++a) identity = identity && perm[a] == int64_t(a);
+  if (!identity && perm.size() > 1) acc = permute(acc, perm);
+  return {tensor_value(acc)};
+}
+
+// Hann, Hamming and Blackman windows of a size known at import time (host constants).
+Rule window(int kind) {
+  return [kind](Lowering&, const pb::NodeProto& n, Ins& in) -> Outs {
+    int64_t size = to_i64(scalar_of(n, host_of(n, in, 0, "size"), "size"));
+    if (size < 1) throw Error(node_label(n) + ": size must be >= 1 (empty tensors are not supported)");
+    double N = attr_i(n, "periodic", 1) ? double(size) : double(size - 1);
+    HostTensor h{attr_i(n, "output_datatype", 1) == pb::TensorProto::FLOAT || attr_i(n, "output_datatype", 1) ==
+                                                                                     pb::TensorProto::DOUBLE
+                     ? Kind::F
+                     : Kind::I,
+                 {size}, {}};
+    const double pi = 3.14159265358979323846;
+    for (int64_t i = 0; i < size; ++i) {
+      double x = 2 * pi * double(i) / N;
+      h.v.push_back(kind == 0   ? 0.5 - 0.5 * std::cos(x)
+                    : kind == 1 ? 25.0 / 46.0 - 21.0 / 46.0 * std::cos(x)
+                                : 0.42 - 0.5 * std::cos(x) + 0.08 * std::cos(2 * x));
+    }
+    return {host_value(std::move(h))};
+  };
+}
+
+// Compress with a condition known at import time: a gather of the selected positions.
+Outs op_compress(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& xv = req_in(n, in, 0);
+  const HostTensor& cond = host_of(n, in, 1, "condition");
+  Tensor x = L.tensor(xv);
+  int axis = 0;
+  if (find_attr(n, "axis")) axis = norm_axis(n, attr_i(n, "axis", 0), x.rank());
+  else x = reshape(x, {x.numel()});
+  std::vector<int32_t> idx;
+  for (int64_t i = 0; i < std::min<int64_t>(cond.numel(), x.dim(axis)); ++i)
+    if (cond.v[size_t(i)] != 0) idx.push_back(int32_t(i));
+  if (idx.empty()) throw Error(node_label(n) + ": nothing selected (empty tensors are not supported)");
+  return {tensor_value(gather(x, L.g.constant_i32({int64_t(idx.size())}, idx), axis))};
+}
+
+// ConvInteger / MatMulInteger: the integer operands minus their zero points, in f32 (exact below 2^24),
+// an i32 result.
+Tensor minus_zero_point(Lowering& L, const Value* zp, Tensor x, int per_axis) {
+  x = f32(x);
+  if (!zp) return x;
+  Tensor z = f32(L.tensor(*zp));
+  if (z.rank() == 1 && z.dim(0) > 1 && per_axis >= 0) {
+    Shape s(size_t(x.rank()), 1);
+    s[size_t(per_axis)] = z.dim(0);
+    z = reshape(z, s);
+  }
+  return x - z;
+}
+Outs op_conv_integer(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Value x = tensor_value(minus_zero_point(L, opt_in(in, 2), L.tensor(req_in(n, in, 0)), 1));
+  Value w = tensor_value(minus_zero_point(L, opt_in(in, 3), L.tensor(req_in(n, in, 1)), 0));
+  Ins fin = {&x, &w};
+  return {tensor_value(cast(round_(L.g, op_conv(L, n, fin)[0].t), DType::I32))};
+}
+Outs op_matmul_integer(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor a = L.tensor(req_in(n, in, 0));
+  Value av = tensor_value(minus_zero_point(L, opt_in(in, 2), a, a.rank() - 2));
+  Value bv = tensor_value(minus_zero_point(L, opt_in(in, 3), L.tensor(req_in(n, in, 1)), -1));
+  Ins fin = {&av, &bv};
+  return {tensor_value(cast(round_(L.g, op_matmul(L, n, fin)[0].t), DType::I32))};
+}
+
 double h_add(double a, double b, bool) { return a + b; }
 double h_sub(double a, double b, bool) { return a - b; }
 double h_mul(double a, double b, bool) { return a * b; }
@@ -1857,6 +1997,13 @@ const std::map<std::string, Rule>& op_table() {
       {"Scatter", op_scatter_elements},
       {"LRN", op_lrn},
       {"DequantizeLinear", op_dequantize},
+      {"Einsum", op_einsum},
+      {"HannWindow", window(0)},
+      {"HammingWindow", window(1)},
+      {"BlackmanWindow", window(2)},
+      {"Compress", op_compress},
+      {"ConvInteger", op_conv_integer},
+      {"MatMulInteger", op_matmul_integer},
   };
   return table;
 }
