@@ -126,18 +126,28 @@ std::string compare(const onnx::TensorFile& want, const Shape& got_shape, const 
 }
 
 // Runs every data set of one case. Throws mgn::Error (import, compile) or returns a mismatch description.
-constexpr int kDouble = 11;  // onnx::TensorProto::DOUBLE
+constexpr int kDouble = 11, kUint16 = 4, kBfloat16 = 16;  // onnx::TensorProto::DataType
 
 std::string run_case(const fs::path& dir, const CompileOptions& co, const ConformanceArgs& a,
                      std::set<std::string>& fold) {
   const std::string model = (dir / "model.onnx").string();
-  const std::vector<std::string> names = onnx::graph_inputs(model);
+  const std::vector<onnx::GraphValue> decl_in = onnx::graph_inputs(model), decl_out = onnx::graph_outputs(model);
+  std::vector<std::string> names;
+  for (const auto& v : decl_in) names.push_back(v.name);
   std::vector<fs::path> sets = sorted_entries(dir, "test_data_set_");
   if (sets.empty()) throw Error(dir.string() + ": no test_data_set_* folder");
   for (const fs::path& set : sets) {
     std::vector<onnx::TensorFile> ins, outs;
     for (const fs::path& p : sorted_entries(set, "input_")) ins.push_back(onnx::read_tensor_file(p.string()));
     for (const fs::path& p : sorted_entries(set, "output_")) outs.push_back(onnx::read_tensor_file(p.string()));
+    // The suite (onnx 1.12) stores bfloat16 data as uint16 bit patterns where the model declares BFLOAT16.
+    auto bf16_bits = [](onnx::TensorFile& t, int declared) {
+      if (declared != kBfloat16 || t.elem_type != kUint16) return;
+      for (double& v : t.values) v = bf16_to_float(uint16_t(v));
+      t.elem_type = kBfloat16;
+    };
+    for (size_t i = 0; i < ins.size() && i < decl_in.size(); ++i) bf16_bits(ins[i], decl_in[i].elem_type);
+    for (size_t i = 0; i < outs.size() && i < decl_out.size(); ++i) bf16_bits(outs[i], decl_out[i].elem_type);
     if (ins.size() > names.size())
       throw Error(set.string() + ": " + std::to_string(ins.size()) + " inputs, the model has " +
                   std::to_string(names.size()));
@@ -219,7 +229,7 @@ Result run_one(const fs::path& dir, const CompileOptions& co, const ConformanceA
   static const std::regex needs(R"(\([a-z_ ]+, '([^']+)'\) must be known at import time)");
   std::vector<std::string> names;
   try {
-    names = onnx::graph_inputs((dir / "model.onnx").string());
+    for (const auto& v : onnx::graph_inputs((dir / "model.onnx").string())) names.push_back(v.name);
   } catch (const std::exception&) {
   }
   for (int tries = 0; tries < 6 && r.verdict == Verdict::Error; ++tries) {
@@ -407,13 +417,18 @@ int run_conformance(const ConformanceArgs& a, const Context& c) {
 
 Run declare_onnx_conformance(CLI::App& app) {
   auto a = std::make_shared<ConformanceArgs>();
-  app.add_option("DIR", a->dir, "the suite's data folder (/usr/share/libonnx-testdata/data; its node/ subfolder for node cases only)")->required();
+  app.add_option("DIR", a->dir, "the suite's data folder (/usr/share/libonnx-testdata/data; its node/ subfolder for node cases only)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   app.add_option("--report", a->report, "write the per-case markdown report here")->type_name("FILE");
   app.add_option("--expect-pass", a->expect_pass, "fail (exit 1) when a case listed in FILE does not pass")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(CLI::ExistingFile);
   app.add_option("--write-pass-list", a->write_pass, "write the names of the passing cases to FILE")
       ->type_name("FILE");
-  app.add_option("--cases", a->cases_file, "run only the cases listed in FILE (one name a line)")->type_name("FILE");
+  app.add_option("--cases", a->cases_file, "run only the cases listed in FILE (one name a line)")
+      ->type_name("FILE")
+      ->check(CLI::ExistingFile);
   app.add_option("--filter", a->filter, "run only cases whose name matches this regular expression");
   app.add_option("--rtol", a->rtol, "relative tolerance")->check(number_at_least(0));
   app.add_option("--atol", a->atol, "absolute tolerance")->check(number_at_least(0));

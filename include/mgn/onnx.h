@@ -60,8 +60,14 @@ Imported import_bytes(const std::string& bytes, const std::string& origin, const
 std::string inspect(const std::string& path);
 std::string inspect_bytes(const std::string& bytes, const std::string& origin);
 
-// The model's graph inputs (initializers excluded), in order, without importing it.
-std::vector<std::string> graph_inputs(const std::string& path);
+// The model's graph inputs (initializers excluded) and outputs, in order, with their declared element types
+// (onnx::TensorProto::DataType; 0 when not a tensor), without importing it.
+struct GraphValue {
+  std::string name;
+  int elem_type = 0;
+};
+std::vector<GraphValue> graph_inputs(const std::string& path);
+std::vector<GraphValue> graph_outputs(const std::string& path);
 
 // Op types the importer maps (default domain), sorted; generated from the importer's table.
 std::vector<std::string> supported_ops();

@@ -192,6 +192,7 @@ HostTensor tensor_from_proto(const pb::TensorProto& p, const std::string& dir, c
   HostTensor h;
   int et = p.data_type();
   h.kind = kind_of(et, who);
+  h.elem = et;
   h.shape.assign(p.dims().begin(), p.dims().end());
   int64_t n = checked_numel(h.shape, who);
   h.v.resize(size_t(n));
@@ -239,6 +240,7 @@ HostTensor tensor_from_proto(const pb::TensorProto& p, const std::string& dir, c
 }
 
 Tensor Lowering::tensor(const Value& v, std::optional<DType> want, bool as_state) {
+  if (v.is_seq) throw Error("value '" + v.name + "' is a sequence where a tensor is expected");
   if (!v.is_host()) return v.t;
   const HostTensor& h = *v.host;
   if (v.initializer && h.kind == Kind::F) {
@@ -366,7 +368,7 @@ Imported lower(const pb::ModelProto& m, const std::string& origin, const ImportO
       const TensorFile& tf = known->second;
       Value v;
       v.name = in.name();
-      v.host = HostTensor{kind_of(tf.elem_type, who), tf.shape, tf.values};
+      v.host = HostTensor{kind_of(tf.elem_type, who), tf.shape, tf.values, tf.elem_type};
       if (checked_numel(tf.shape, who) != int64_t(tf.values.size()))
         throw Error(who + ": the given value holds " + std::to_string(tf.values.size()) + " elements, its shape " +
                     shape_str(tf.shape) + " needs " + std::to_string(numel(tf.shape)));
@@ -404,6 +406,7 @@ Imported lower(const pb::ModelProto& m, const std::string& origin, const ImportO
     Value v;
     v.name = in.name();
     v.t = g.input(in.name(), shape, dt);
+    v.elem = tt.elem_type();
     env.emplace(in.name(), std::move(v));
     out.inputs.push_back(in.name());
   }
@@ -596,14 +599,27 @@ TensorFile read_tensor_file(const std::string& path) {
   return t;
 }
 
-std::vector<std::string> graph_inputs(const std::string& path) {
+namespace {
+int elem_of(const pb::ValueInfoProto& v) {
+  return v.type().has_tensor_type() ? v.type().tensor_type().elem_type() : 0;
+}
+}  // namespace
+
+std::vector<GraphValue> graph_inputs(const std::string& path) {
   pb::ModelProto m = parse_model(read_file(path), path);
   std::set<std::string> inits;
   for (const auto& t : m.graph().initializer()) inits.insert(t.name());
-  std::vector<std::string> names;
+  std::vector<GraphValue> vs;
   for (const auto& in : m.graph().input())
-    if (!inits.count(in.name())) names.push_back(in.name());
-  return names;
+    if (!inits.count(in.name())) vs.push_back({in.name(), elem_of(in)});
+  return vs;
+}
+
+std::vector<GraphValue> graph_outputs(const std::string& path) {
+  pb::ModelProto m = parse_model(read_file(path), path);
+  std::vector<GraphValue> vs;
+  for (const auto& o : m.graph().output()) vs.push_back({o.name(), elem_of(o)});
+  return vs;
 }
 
 std::vector<std::string> supported_ops() {

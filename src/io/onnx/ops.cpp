@@ -705,8 +705,12 @@ Outs op_clip(Lowering& L, const pb::NodeProto& n, Ins& in) {
     double h = hi ? scalar_of(n, *hi->host, "max") : std::numeric_limits<double>::infinity();
     return {tensor_value(clamp(x, l, h))};
   }
-  if (lo) x = maximum(x, L.tensor(*lo, x.dtype()));
-  if (hi) x = minimum(x, L.tensor(*hi, x.dtype()));
+  auto bound = [&](const Value& v) {
+    Tensor t = L.tensor(v, x.dtype());
+    return t.dtype() == x.dtype() ? t : cast(t, x.dtype());
+  };
+  if (lo) x = maximum(x, bound(*lo));
+  if (hi) x = minimum(x, bound(*hi));
   return {tensor_value(x)};
 }
 
@@ -1846,6 +1850,315 @@ Outs op_matmul_integer(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(cast(round_(L.g, op_matmul(L, n, fin)[0].t), DType::I32))};
 }
 
+// RNN, GRU and LSTM unrolled over the (import-time) sequence length: per step, gates from the input's
+// projection (all steps in one matmul) and the recurrent projection, as the ONNX spec writes them.
+Tensor rnn_act(const pb::NodeProto& n, const std::string& name, Tensor x) {
+  if (name == "Sigmoid") return sigmoid(x);
+  if (name == "Tanh") return tanh(x);
+  if (name == "Relu") return relu(x);
+  throw Error(node_label(n) + ": activation '" + name + "' is not supported (Sigmoid, Tanh, Relu)");
+}
+
+Rule recurrent(int kind) {  // 0 RNN, 1 GRU, 2 LSTM
+  return [kind](Lowering& L, const pb::NodeProto& n, Ins& in) -> Outs {
+    const int G = kind == 0 ? 1 : kind == 1 ? 3 : 4;
+    Tensor X = f32(L.tensor(req_in(n, in, 0))), W = L.tensor(req_in(n, in, 1)), R = L.tensor(req_in(n, in, 2));
+    const bool batch_first = attr_i(n, "layout", 0) != 0;
+    if (X.rank() != 3) throw Error(node_label(n) + ": X must be 3-D");
+    if (batch_first) X = transpose(X, 0, 1);
+    const int64_t S = X.dim(0), B = X.dim(1), I = X.dim(2), H = attr_i(n, "hidden_size", R.dim(-1));
+    const std::string dir = attr_s(n, "direction", "forward");
+    const int dirs = dir == "bidirectional" ? 2 : 1;
+    if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+      throw Error(node_label(n) + ": unknown direction '" + dir + "'");
+    if (W.dim(0) != dirs || W.dim(1) != G * H || R.dim(2) != H) throw Error(node_label(n) + ": W or R has the wrong shape");
+    if (find_attr(n, "clip")) throw Error(node_label(n) + ": clip is not supported");
+    if (kind == 2 && attr_i(n, "input_forget", 0)) throw Error(node_label(n) + ": input_forget is not supported");
+    if (const Value* sl = opt_in(in, 4)) {
+      const HostTensor& lens = host_of(n, in, 4, "sequence_lens");
+      for (double v : lens.v)
+        if (int64_t(v) != S) throw Error(node_label(n) + ": sequence_lens shorter than the sequence are not supported");
+      (void)sl;
+    }
+    std::vector<std::string> acts;
+    if (const auto* a = find_attr(n, "activations")) acts.assign(a->strings().begin(), a->strings().end());
+    const size_t per_dir = kind == 0 ? 1 : kind == 1 ? 2 : 3;
+    std::vector<std::string> defaults = kind == 0   ? std::vector<std::string>{"Tanh"}
+                                        : kind == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                    : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+    std::vector<Tensor> ys, hs, cs;
+    for (int d = 0; d < dirs; ++d) {
+      auto act = [&](size_t k, Tensor x) {
+        size_t i = size_t(d) * per_dir + k;
+        return rnn_act(n, i < acts.size() ? acts[i] : defaults[k], x);
+      };
+      Tensor Wd = reshape(slice(W, 0, d, d + 1), {G * H, I}), Rd = reshape(slice(R, 0, d, d + 1), {G * H, H});
+      Tensor XW = reshape(matmul(reshape(X, {S * B, I}), Wd, false, true), {S, B, G * H});
+      std::optional<Tensor> Wb, Rb;
+      if (const Value* b = opt_in(in, 3)) {
+        Tensor Bd = reshape(slice(L.tensor(*b), 0, d, d + 1), {2 * G * H});
+        Wb = slice(Bd, 0, 0, G * H), Rb = slice(Bd, 0, G * H, 2 * G * H);
+        XW = XW + *Wb;
+      }
+      Tensor h = L.g.full({B, H}, 0.0), c = L.g.full({B, H}, 0.0);
+      if (const Value* h0 = opt_in(in, 5)) h = reshape(slice(L.tensor(*h0), 0, d, d + 1), {B, H});
+      if (kind == 2)
+        if (const Value* c0 = opt_in(in, 6)) c = reshape(slice(L.tensor(*c0), 0, d, d + 1), {B, H});
+      std::optional<Tensor> P;
+      if (kind == 2)
+        if (const Value* p = opt_in(in, 7)) P = reshape(slice(L.tensor(*p), 0, d, d + 1), {3 * H});
+      auto gate = [&](Tensor t, int k) { return slice(t, -1, k * H, (k + 1) * H); };
+      bool reverse = dir == "reverse" || d == 1;
+      std::vector<Tensor> steps(static_cast<size_t>(S));
+      for (int64_t s = 0; s < S; ++s) {
+        int64_t t = reverse ? S - 1 - s : s;
+        Tensor xw = reshape(slice(XW, 0, t, t + 1), {B, G * H});
+        if (kind == 0) {
+          Tensor hr = matmul(h, Rd, false, true);
+          if (Rb) hr = hr + *Rb;
+          h = act(0, xw + hr);
+        } else if (kind == 1) {
+          Tensor Rzr = slice(Rd, 0, 0, 2 * H), Rh = slice(Rd, 0, 2 * H, 3 * H);
+          Tensor hzr = matmul(h, Rzr, false, true);
+          if (Rb) hzr = hzr + slice(*Rb, 0, 0, 2 * H);
+          Tensor z = act(0, gate(xw, 0) + gate(hzr, 0)), r = act(0, gate(xw, 1) + gate(hzr, 1));
+          Tensor hh;
+          if (attr_i(n, "linear_before_reset", 0)) {
+            Tensor hr = matmul(h, Rh, false, true);
+            if (Rb) hr = hr + slice(*Rb, 0, 2 * H, 3 * H);
+            hh = act(1, gate(xw, 2) + r * hr);
+          } else {
+            Tensor hr = matmul(r * h, Rh, false, true);
+            if (Rb) hr = hr + slice(*Rb, 0, 2 * H, 3 * H);
+            hh = act(1, gate(xw, 2) + hr);
+          }
+          h = (1.0 - z) * hh + z * h;
+        } else {
+          Tensor g = xw + matmul(h, Rd, false, true);
+          if (Rb) g = g + *Rb;
+          Tensor gi = gate(g, 0), go = gate(g, 1), gf = gate(g, 2), gc = gate(g, 3);
+          if (P) gi = gi + slice(*P, 0, 0, H) * c, gf = gf + slice(*P, 0, 2 * H, 3 * H) * c;
+          Tensor i = act(0, gi), f = act(0, gf), cc = act(1, gc);
+          c = f * c + i * cc;
+          if (P) go = go + slice(*P, 0, H, 2 * H) * c;
+          h = act(0, go) * act(2, c);
+        }
+        steps[size_t(t)] = unsqueeze(h, 0);
+      }
+      ys.push_back(unsqueeze(concat(steps, 0), 1));  // [S, 1, B, H]
+      hs.push_back(unsqueeze(h, 0));
+      cs.push_back(unsqueeze(c, 0));
+    }
+    Tensor Y = dirs == 1 ? ys[0] : concat(ys, 1), Yh = dirs == 1 ? hs[0] : concat(hs, 0),
+           Yc = dirs == 1 ? cs[0] : concat(cs, 0);
+    if (batch_first) Y = permute(Y, {2, 0, 1, 3}), Yh = transpose(Yh, 0, 1), Yc = transpose(Yc, 0, 1);
+    Outs o = {tensor_value(Y), tensor_value(Yh)};
+    if (kind == 2) o.push_back(tensor_value(Yc));
+    return o;
+  };
+}
+
+// Quantization: round half to even and saturate to the zero point's integer type (uint8 when absent).
+std::pair<double, double> quant_range(const pb::NodeProto& n, int elem) {
+  switch (elem) {
+    case 0:
+    case pb::TensorProto::UINT8: return {0, 255};
+    case pb::TensorProto::INT8: return {-128, 127};
+    case pb::TensorProto::UINT16: return {0, 65535};
+    case pb::TensorProto::INT16: return {-32768, 32767};
+    default: throw Error(node_label(n) + ": zero point element type " + std::to_string(elem) + " is not supported");
+  }
+}
+// A per-axis quantization parameter ([C] along `axis`) shaped to broadcast against `like`.
+Tensor per_axis(const pb::NodeProto& n, Tensor p, const Tensor& like, int64_t axis_attr) {
+  if (p.rank() == 1 && p.dim(0) > 1) {
+    int axis = norm_axis(n, axis_attr, like.rank());
+    Shape s(size_t(like.rank()), 1);
+    s[size_t(axis)] = p.dim(0);
+    return reshape(p, s);
+  }
+  return p.rank() == 1 ? reshape(p, {}) : p;
+}
+Tensor quantize(Lowering& L, const pb::NodeProto& n, Tensor real, Tensor scale, const Value* zp, int64_t axis) {
+  auto [lo, hi] = quant_range(n, zp ? zp->elem_type() : 0);
+  Tensor q = round_(L.g, real / per_axis(n, f32(scale), real, axis));
+  if (zp) q = q + per_axis(n, f32(L.tensor(*zp)), real, axis);
+  return cast(clamp(q, lo, hi), DType::I32);
+}
+Tensor dequantize(Lowering& L, const pb::NodeProto& n, Tensor x, const Value& scale, const Value* zp, int64_t axis) {
+  x = f32(x);
+  if (zp) x = x - per_axis(n, f32(L.tensor(*zp)), x, axis);
+  return x * per_axis(n, f32(L.tensor(scale)), x, axis);
+}
+
+Outs op_quantize(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = f32(L.tensor(req_in(n, in, 0)));
+  return {tensor_value(quantize(L, n, x, L.tensor(req_in(n, in, 1)), opt_in(in, 2), attr_i(n, "axis", 1)))};
+}
+
+Outs op_dynamic_quantize(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = f32(L.tensor(req_in(n, in, 0)));
+  Tensor lo = minimum(min(x), L.g.scalar(0.0)), hi = maximum(max(x), L.g.scalar(0.0));
+  Tensor scale = (hi - lo) / 255.0;
+  Tensor zp = clamp(round_(L.g, -lo / scale), 0, 255);
+  Tensor y = clamp(round_(L.g, x / scale) + zp, 0, 255);
+  return {tensor_value(cast(y, DType::I32)), tensor_value(scale), tensor_value(cast(zp, DType::I32))};
+}
+
+Outs op_qlinear_matmul(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor a = dequantize(L, n, L.tensor(req_in(n, in, 0)), req_in(n, in, 1), opt_in(in, 2), -2);
+  Tensor b = dequantize(L, n, L.tensor(req_in(n, in, 3)), req_in(n, in, 4), opt_in(in, 5), -1);
+  Value av = tensor_value(a), bv = tensor_value(b);
+  Ins fin = {&av, &bv};
+  Tensor y = op_matmul(L, n, fin)[0].t;
+  return {tensor_value(quantize(L, n, y, L.tensor(req_in(n, in, 6)), opt_in(in, 7), -1))};
+}
+
+Outs op_qlinear_conv(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = dequantize(L, n, L.tensor(req_in(n, in, 0)), req_in(n, in, 1), opt_in(in, 2), 1);
+  Tensor w = dequantize(L, n, L.tensor(req_in(n, in, 3)), req_in(n, in, 4), opt_in(in, 5), 0);
+  Value xv = tensor_value(x), wv = tensor_value(w);
+  Ins fin = {&xv, &wv};
+  Tensor y = op_conv(L, n, fin)[0].t;
+  if (const Value* b = opt_in(in, 8)) {  // int32 bias in units of x_scale · w_scale
+    Tensor s = f32(L.tensor(req_in(n, in, 1))) * f32(L.tensor(req_in(n, in, 4)));
+    Tensor bias = f32(L.tensor(*b)) * s;
+    Shape bs(size_t(y.rank()) - 1, 1);
+    bs[0] = y.dim(1);
+    y = y + reshape(bias, bs);
+  }
+  return {tensor_value(quantize(L, n, y, L.tensor(req_in(n, in, 6)), opt_in(in, 7), 1))};
+}
+
+// Sequences exist only at import time: a sequence value is a list of values, positions must be known.
+const Value& seq_in(const pb::NodeProto& n, const Ins& in, size_t i) {
+  const Value& v = req_in(n, in, i);
+  if (!v.is_seq) throw Error(node_label(n) + ": input " + std::to_string(i) + " must be a sequence");
+  return v;
+}
+Value seq_value(std::vector<Value> items) {
+  Value v;
+  v.is_seq = true;
+  v.seq = std::move(items);
+  return v;
+}
+int64_t seq_pos(const pb::NodeProto& n, const Ins& in, size_t i, int64_t size, int64_t dflt, bool insert) {
+  if (!opt_in(in, i)) return dflt;
+  int64_t p = to_i64(scalar_of(n, host_of(n, in, i, "position"), "position"));
+  int64_t hi = insert ? size : size - 1;
+  if (p < -size || p > hi) throw Error(node_label(n) + ": position " + std::to_string(p) + " is out of range");
+  return p < 0 ? p + size : p;
+}
+Outs op_sequence_construct(Lowering&, const pb::NodeProto& n, Ins& in) {
+  std::vector<Value> items;
+  for (size_t i = 0; i < in.size(); ++i) items.push_back(req_in(n, in, i));
+  return {seq_value(std::move(items))};
+}
+Outs op_sequence_empty(Lowering&, const pb::NodeProto&, Ins&) { return {seq_value({})}; }
+Outs op_sequence_at(Lowering&, const pb::NodeProto& n, Ins& in) {
+  const Value& s = seq_in(n, in, 0);
+  return {s.seq.at(size_t(seq_pos(n, in, 1, int64_t(s.seq.size()), 0, false)))};
+}
+Outs op_sequence_insert(Lowering&, const pb::NodeProto& n, Ins& in) {
+  std::vector<Value> items = seq_in(n, in, 0).seq;
+  int64_t p = seq_pos(n, in, 2, int64_t(items.size()), int64_t(items.size()), true);
+  items.insert(items.begin() + p, req_in(n, in, 1));
+  return {seq_value(std::move(items))};
+}
+Outs op_sequence_erase(Lowering&, const pb::NodeProto& n, Ins& in) {
+  std::vector<Value> items = seq_in(n, in, 0).seq;
+  if (items.empty()) throw Error(node_label(n) + ": the sequence is empty");
+  items.erase(items.begin() + seq_pos(n, in, 1, int64_t(items.size()), int64_t(items.size()) - 1, false));
+  return {seq_value(std::move(items))};
+}
+Outs op_sequence_length(Lowering&, const pb::NodeProto& n, Ins& in) {
+  return {host_value(HostTensor{Kind::I, {}, {double(seq_in(n, in, 0).seq.size())}})};
+}
+Outs op_split_to_sequence(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& x = req_in(n, in, 0);
+  int axis = norm_axis(n, attr_i(n, "axis", 0), int64_t(x.shape().size()));
+  int64_t d = x.shape()[size_t(axis)];
+  std::vector<int64_t> sizes;
+  bool keep = attr_i(n, "keepdims", 1) != 0;
+  if (opt_in(in, 1)) {
+    const HostTensor& sp = host_of(n, in, 1, "split");
+    if (sp.shape.empty()) {
+      int64_t each = to_i64(sp.v.at(0));
+      for (int64_t left = d; left > 0; left -= each) sizes.push_back(std::min(each, left));
+    } else {
+      sizes = ints_of(sp);
+    }
+    keep = true;
+  } else {
+    sizes.assign(size_t(d), 1);
+  }
+  std::vector<Value> items;
+  for (Tensor t : split(L.tensor(x), sizes, axis)) items.push_back(tensor_value(keep ? t : squeeze(t, axis)));
+  return {seq_value(std::move(items))};
+}
+Outs op_concat_from_sequence(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  const Value& s = seq_in(n, in, 0);
+  if (s.seq.empty()) throw Error(node_label(n) + ": the sequence is empty");
+  bool stack = attr_i(n, "new_axis", 0) != 0;
+  int64_t r = int64_t(s.seq[0].shape().size()) + (stack ? 1 : 0);
+  int axis = norm_axis(n, attr_i(n, "axis", 0), r);
+  std::vector<Tensor> ts;
+  for (const Value& v : s.seq) ts.push_back(stack ? unsqueeze(L.tensor(v), axis) : L.tensor(v));
+  return {tensor_value(concat(ts, axis))};
+}
+
+// GridSample (2-D; bilinear and nearest; zeros, border and reflection padding) as PyTorch's grid_sample
+// computes it: unnormalize, clip or reflect the coordinates, then a weighted gather of the taps (taps
+// outside the image read zero).
+Outs op_grid_sample(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Graph& g = L.g;
+  Tensor x = f32(L.tensor(req_in(n, in, 0))), grid = f32(L.tensor(req_in(n, in, 1)));
+  if (x.rank() != 4 || grid.rank() != 4 || grid.dim(3) != 2) throw Error(node_label(n) + ": only 2-D sampling is supported");
+  const std::string mode = attr_s(n, "mode", "bilinear"), padding = attr_s(n, "padding_mode", "zeros");
+  const bool align = attr_i(n, "align_corners", 0) != 0;
+  if (mode != "bilinear" && mode != "nearest") throw Error(node_label(n) + ": mode '" + mode + "' is not supported");
+  if (padding != "zeros" && padding != "border" && padding != "reflection")
+    throw Error(node_label(n) + ": padding_mode '" + padding + "' is not supported");
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), Ho = grid.dim(1), Wo = grid.dim(2);
+  auto coord = [&](int k, int64_t size) {
+    Tensor c = reshape(slice(grid, 3, k, k + 1), {N, Ho, Wo});
+    c = align ? (c + 1.0) * (0.5 * double(size - 1)) : ((c + 1.0) * double(size) - 1.0) * 0.5;
+    if (padding == "border") c = clamp(c, 0.0, double(size - 1));
+    if (padding == "reflection") {
+      double lo = align ? 0.0 : -0.5, span = align ? double(size - 1) : double(size);
+      if (span > 0) {
+        Tensor a = abs(c - lo);
+        Tensor flips = floor_(g, a / span);
+        Tensor extra = a - flips * span;
+        Tensor even = equal(flips - 2.0 * floor_(g, flips * 0.5), g.scalar(0.0));
+        c = where(even, extra + lo, (span - extra) + lo);
+      } else {
+        c = c * 0.0;
+      }
+      c = clamp(c, 0.0, double(size - 1));
+    }
+    return c;
+  };
+  Tensor cx = coord(0, W), cy = coord(1, H);
+  Tensor flat = reshape(x, {N, C, H * W});
+  auto tap = [&](Tensor xi, Tensor yi, Tensor w) {
+    Tensor inside = cast(greater_equal(xi, g.scalar(0.0)), DType::F32) * cast(less_equal(xi, g.scalar(double(W - 1))), DType::F32) *
+                    cast(greater_equal(yi, g.scalar(0.0)), DType::F32) * cast(less_equal(yi, g.scalar(double(H - 1))), DType::F32);
+    Tensor idx = clamp(yi, 0.0, double(H - 1)) * double(W) + clamp(xi, 0.0, double(W - 1));
+    Tensor i32 = expand(reshape(cast(round_(g, idx), DType::I32), {N, 1, Ho * Wo}), {N, C, Ho * Wo});
+    return gather_elements(flat, i32, 2) * reshape(w * inside, {N, 1, Ho * Wo});
+  };
+  Tensor y;
+  if (mode == "nearest") {
+    y = tap(round_(g, cx), round_(g, cy), g.full({N, Ho, Wo}, 1.0));
+  } else {
+    Tensor x0 = floor_(g, cx), y0 = floor_(g, cy);
+    Tensor wx1 = cx - x0, wy1 = cy - y0, wx0 = 1.0 - wx1, wy0 = 1.0 - wy1;
+    y = tap(x0, y0, wx0 * wy0) + tap(x0 + 1.0, y0, wx1 * wy0) + tap(x0, y0 + 1.0, wx0 * wy1) + tap(x0 + 1.0, y0 + 1.0, wx1 * wy1);
+  }
+  return {tensor_value(reshape(y, {N, C, Ho, Wo}))};
+}
+
 double h_add(double a, double b, bool) { return a + b; }
 double h_sub(double a, double b, bool) { return a - b; }
 double h_mul(double a, double b, bool) { return a * b; }
@@ -2004,6 +2317,22 @@ const std::map<std::string, Rule>& op_table() {
       {"Compress", op_compress},
       {"ConvInteger", op_conv_integer},
       {"MatMulInteger", op_matmul_integer},
+      {"RNN", recurrent(0)},
+      {"GRU", recurrent(1)},
+      {"LSTM", recurrent(2)},
+      {"QuantizeLinear", op_quantize},
+      {"DynamicQuantizeLinear", op_dynamic_quantize},
+      {"QLinearMatMul", op_qlinear_matmul},
+      {"QLinearConv", op_qlinear_conv},
+      {"SequenceConstruct", op_sequence_construct},
+      {"SequenceEmpty", op_sequence_empty},
+      {"SequenceAt", op_sequence_at},
+      {"SequenceInsert", op_sequence_insert},
+      {"SequenceErase", op_sequence_erase},
+      {"SequenceLength", op_sequence_length},
+      {"SplitToSequence", op_split_to_sequence},
+      {"ConcatFromSequence", op_concat_from_sequence},
+      {"GridSample", op_grid_sample},
   };
   return table;
 }
