@@ -793,7 +793,8 @@ Rule softmax_rule(Tensor (*fn)(Tensor, int64_t)) {
     int axis = x.rank() == 0 ? 0 : norm_axis(n, attr_i(n, "axis", 1), x.rank());
     int64_t a = 1, b = 1;
     for (int i = 0; i < x.rank(); ++i) (i < axis ? a : b) *= x.dim(i);
-    return {tensor_value(reshape(fn(reshape(x, {a, b}), -1), x.shape()))};
+    const Shape xs = x.shape();  // a copy: building nodes may move the graph's shapes
+    return {tensor_value(reshape(fn(reshape(x, {a, b}), -1), xs))};
   };
 }
 
@@ -846,12 +847,84 @@ std::vector<int64_t> window_pads(const pb::NodeProto& n, const Shape& in_hw, con
   return p;
 }
 
+// 3-D convolution and pooling over [N, C, D, H, W] as 2-D ones: for each kernel depth tap kd, the input
+// depths od·stride + kd·dilation are gathered and folded into the batch (conv) or channels (pooling), then
+// the taps are summed (conv, average) or maxed.
+struct Depth3d {
+  std::vector<int64_t> k, stride, dil, p;  // p: ONNX [d0, h0, w0, d1, h1, w1]
+  int64_t Do = 0;
+};
+Depth3d depth_taps(const pb::NodeProto& n, const Shape& dhw, std::vector<int64_t> k) {
+  Depth3d t;
+  t.k = k;
+  t.stride = attr_ints(n, "strides", {1, 1, 1});
+  t.dil = attr_ints(n, "dilations", {1, 1, 1});
+  if (t.stride.size() != 3 || t.dil.size() != 3 || k.size() != 3)
+    throw Error(node_label(n) + ": kernel_shape/strides/dilations must have 3 values");
+  if (attr_i(n, "ceil_mode", 0)) throw Error(node_label(n) + ": ceil_mode = 1 is not supported in 3-D");
+  t.p = window_pads(n, dhw, k, t.stride, t.dil);
+  int64_t span = dhw[0] + t.p[0] + t.p[3] - t.dil[0] * (k[0] - 1) - 1;
+  if (span < 0) throw Error(node_label(n) + ": the window is deeper than the padded input");
+  t.Do = span / t.stride[0] + 1;
+  return t;
+}
+Tensor depth_tap(Lowering& L, Tensor x, const Depth3d& t, int64_t kd) {
+  std::vector<int32_t> idx;
+  for (int64_t o = 0; o < t.Do; ++o) idx.push_back(int32_t(o * t.stride[0] + kd * t.dil[0]));
+  return gather(x, L.g.constant_i32({t.Do}, idx), 2);  // [N, C, Do, H, W]
+}
+
+Tensor conv3d(Lowering& L, const pb::NodeProto& n, Tensor x, Tensor w, std::optional<Tensor> bias) {
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(3), W = x.dim(4), M = w.dim(0);
+  Depth3d t = depth_taps(n, {x.dim(2), H, W}, {w.dim(2), w.dim(3), w.dim(4)});
+  if (attr_ints(n, "kernel_shape", t.k) != t.k) throw Error(node_label(n) + ": kernel_shape disagrees with the weight");
+  if (t.p[0] || t.p[3]) x = pad(x, {0, 0, 0, 0, t.p[0], t.p[3], 0, 0, 0, 0}, 0.0);
+  Conv2dOptions o{.stride = {t.stride[1], t.stride[2]}, .padding = {t.p[1], t.p[2], t.p[4], t.p[5]},
+                  .dilation = {t.dil[1], t.dil[2]}, .groups = attr_i(n, "group", 1)};
+  Tensor acc;
+  for (int64_t kd = 0; kd < t.k[0]; ++kd) {
+    Tensor xs = reshape(permute(depth_tap(L, x, t, kd), {0, 2, 1, 3, 4}), {N * t.Do, C, H, W});
+    Tensor wk = reshape(slice(w, 2, kd, kd + 1), {M, w.dim(1), t.k[1], t.k[2]});
+    Tensor y = conv2d(xs, wk, o);
+    acc = kd == 0 ? y : acc + y;
+  }
+  Tensor y = permute(reshape(acc, {N, t.Do, M, acc.dim(2), acc.dim(3)}), {0, 2, 1, 3, 4});
+  if (bias) y = y + reshape(*bias, {M, 1, 1, 1});
+  return y;
+}
+
+Tensor pool3d(Lowering& L, const pb::NodeProto& n, Tensor x, bool is_max) {
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(3), W = x.dim(4);
+  Depth3d t = depth_taps(n, {x.dim(2), H, W}, attr_ints(n, "kernel_shape"));
+  const bool include_pad = attr_i(n, "count_include_pad", 0) != 0;
+  if (!is_max && (t.p[0] || t.p[3]) && !include_pad)
+    throw Error(node_label(n) + ": 3-D average pooling with depth padding not counted is not supported");
+  if (!is_max && (t.dil[0] != 1 || t.dil[1] != 1 || t.dil[2] != 1))
+    throw Error(node_label(n) + ": dilated average pooling is not supported");
+  for (int i = 1; i < 3; ++i)
+    if (2 * std::max(t.p[size_t(i)], t.p[size_t(i) + 3]) > t.k[size_t(i)])
+      throw Error(node_label(n) + ": 3-D pooling pads larger than half the window are not supported");
+  if (t.p[0] || t.p[3]) x = pad(x, {0, 0, 0, 0, t.p[0], t.p[3], 0, 0, 0, 0}, is_max ? -INFINITY : 0.0);
+  Pool2dOptions o{.kernel = {t.k[1], t.k[2]}, .stride = {t.stride[1], t.stride[2]},
+                  .padding = {t.p[1], t.p[2], t.p[4], t.p[5]}, .dilation = {t.dil[1], t.dil[2]},
+                  .count_include_pad = include_pad};
+  Tensor acc;
+  for (int64_t kd = 0; kd < t.k[0]; ++kd) {
+    Tensor xs = reshape(depth_tap(L, x, t, kd), {N, C * t.Do, H, W});
+    Tensor y = is_max ? max_pool2d(xs, o) : avg_pool2d(xs, o);
+    acc = kd == 0 ? y : is_max ? maximum(acc, y) : acc + y;
+  }
+  if (!is_max) acc = acc / double(t.k[0]);
+  return reshape(acc, {N, C, t.Do, acc.dim(2), acc.dim(3)});
+}
+
 Outs op_conv(Lowering& L, const pb::NodeProto& n, Ins& in) {
   Tensor x = L.tensor(req_in(n, in, 0)), w = L.tensor(req_in(n, in, 1));
   std::optional<Tensor> bias;
   if (const Value* b = opt_in(in, 2)) bias = L.tensor(*b);
+  if (x.rank() == 5 && w.rank() == 5) return {tensor_value(conv3d(L, n, x, w, bias))};
   bool is1d = x.rank() == 3;
-  if (!is1d && x.rank() != 4) throw Error(node_label(n) + ": only 1-D and 2-D convolutions are supported");
+  if (!is1d && x.rank() != 4) throw Error(node_label(n) + ": only 1-D, 2-D and 3-D convolutions are supported");
   if (w.rank() != x.rank()) throw Error(node_label(n) + ": weight rank differs from input rank");
   size_t r = size_t(x.rank()) - 2;
   std::vector<int64_t> k(w.shape().begin() + 2, w.shape().end());
@@ -942,8 +1015,12 @@ Rule pool(bool is_max) {
     Tensor x = L.tensor(req_in(n, in, 0));
     const DType dt = x.dtype();
     if (dt != DType::F32) x = cast(x, DType::F32);
+    if (x.rank() == 5) {
+      Tensor y = pool3d(L, n, x, is_max);
+      return {tensor_value(dt == DType::F32 ? y : cast(y, dt))};
+    }
     const bool is1d = x.rank() == 3;
-    if (!is1d && x.rank() != 4) throw Error(node_label(n) + ": only 1-D and 2-D pooling (NCHW) is supported");
+    if (!is1d && x.rank() != 4) throw Error(node_label(n) + ": only 1-D, 2-D and 3-D pooling (NCHW) is supported");
     const size_t r = size_t(x.rank()) - 2;
     std::vector<int64_t> k = attr_ints(n, "kernel_shape");
     if (k.size() != r) throw Error(node_label(n) + ": kernel_shape must have " + std::to_string(r) + " values");
@@ -1009,7 +1086,20 @@ Outs op_global_avg_pool(Lowering& L, const pb::NodeProto& n, Ins& in) {
 }
 
 Outs op_batch_norm(Lowering& L, const pb::NodeProto& n, Ins& in) {
-  if (attr_i(n, "training_mode", 0)) throw Error(node_label(n) + ": training_mode = 1 is not supported (export in eval mode)");
+  if (attr_i(n, "training_mode", 0)) {
+    // Batch statistics (population variance) normalize; the running statistics update by momentum.
+    Tensor x = L.tensor(req_in(n, in, 0));
+    std::vector<int64_t> axes = {0};
+    for (int i = 2; i < x.rank(); ++i) axes.push_back(i);
+    Shape cs(size_t(x.rank()) - 1, 1);
+    cs[0] = x.dim(1);
+    double eps = attr_f(n, "epsilon", 1e-5), mom = attr_f(n, "momentum", 0.9);
+    Tensor mu = mean(x, axes, true), var = mean(square(x - mu), axes, true);
+    Tensor y = (x - mu) * rsqrt(var + eps) * reshape(L.tensor(req_in(n, in, 1)), cs) + reshape(L.tensor(req_in(n, in, 2)), cs);
+    Tensor rm = L.tensor(req_in(n, in, 3)) * mom + reshape(mu, {x.dim(1)}) * (1 - mom);
+    Tensor rv = L.tensor(req_in(n, in, 4)) * mom + reshape(var, {x.dim(1)}) * (1 - mom);
+    return {tensor_value(y), tensor_value(rm), tensor_value(rv)};
+  }
   Tensor x = L.tensor(req_in(n, in, 0));
   Tensor scale = L.tensor(req_in(n, in, 1)), bias = L.tensor(req_in(n, in, 2));
   Tensor mean = L.tensor(req_in(n, in, 3), std::nullopt, true), var = L.tensor(req_in(n, in, 4), std::nullopt, true);
@@ -2159,6 +2249,81 @@ Outs op_grid_sample(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(reshape(y, {N, C, Ho, Wo}))};
 }
 
+// TopK by K rounds of argmax (the first of equal values wins, as ONNX orders ties), each masking its pick.
+Outs op_topk(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  const DType dt = x.dtype();
+  int axis = norm_axis(n, attr_i(n, "axis", -1), x.rank());
+  int64_t k = L.opset < 10 ? attr_i(n, "k", 0) : to_i64(scalar_of(n, host_of(n, in, 1, "K"), "K"));
+  int64_t d = x.dim(axis);
+  if (k < 1 || k > d) throw Error(node_label(n) + ": K = " + std::to_string(k) + " must be in [1, " + std::to_string(d) + "]");
+  const bool largest = attr_i(n, "largest", 1) != 0;
+  Tensor t = f32(x);
+  if (axis != t.rank() - 1) t = transpose(t, axis, -1);
+  Tensor work = largest ? t : -t;
+  std::vector<Tensor> vals, idxs;
+  for (int64_t j = 0; j < k; ++j) {
+    Tensor i = argmax(work, -1, true);
+    Tensor pick = gather_elements(t, i, t.rank() - 1);
+    vals.push_back(pick);
+    idxs.push_back(i);
+    if (j + 1 < k) {
+      Tensor hit = greater(one_hot(squeeze(i, -1), d), L.g.scalar(0.5));
+      work = where(hit, L.g.scalar(-INFINITY), work);
+    }
+  }
+  Tensor v = k == 1 ? vals[0] : concat(vals, -1), ix = k == 1 ? idxs[0] : concat(idxs, -1);
+  if (axis != t.rank() - 1) v = transpose(v, axis, -1), ix = transpose(ix, axis, -1);
+  return {tensor_value(back_to(v, dt)), tensor_value(ix)};
+}
+
+// ReverseSequence with lengths known at import time: a gather along the time axis by per-batch positions.
+Outs op_reverse_sequence(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = L.tensor(req_in(n, in, 0));
+  std::vector<int64_t> lens = ints_of(host_of(n, in, 1, "sequence_lens"));
+  int ta = norm_axis(n, attr_i(n, "time_axis", 0), x.rank()), ba = norm_axis(n, attr_i(n, "batch_axis", 1), x.rank());
+  int64_t T = x.dim(ta), B = x.dim(ba);
+  if (int64_t(lens.size()) != B) throw Error(node_label(n) + ": sequence_lens must have one value per batch");
+  Shape is(size_t(x.rank()), 1);
+  is[size_t(ta)] = T, is[size_t(ba)] = B;
+  std::vector<int32_t> idx(size_t(T * B));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t src = t < lens[size_t(b)] ? lens[size_t(b)] - 1 - t : t;
+      idx[size_t(ta < ba ? t * B + b : b * T + t)] = int32_t(src);
+    }
+  const Shape xs = x.shape();
+  Tensor i = expand(L.g.constant_i32(is, idx), xs);
+  return {tensor_value(gather_elements(x, i, ta))};
+}
+
+// MaxUnpool: the values scattered to their flat positions (MaxPool's Indices) in a zero tensor.
+Outs op_max_unpool(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = f32(L.tensor(req_in(n, in, 0)));
+  Tensor idx = L.tensor(req_in(n, in, 1), DType::I32);
+  if (x.rank() != 4) throw Error(node_label(n) + ": only 2-D unpooling is supported");
+  std::vector<int64_t> k = attr_ints(n, "kernel_shape"), s = attr_ints(n, "strides", {1, 1}),
+                       p = attr_ints(n, "pads", {0, 0, 0, 0});
+  if (k.size() != 2 || s.size() != 2 || p.size() != 4) throw Error(node_label(n) + ": kernel_shape/strides/pads");
+  Shape out = {x.dim(0), x.dim(1), (x.dim(2) - 1) * s[0] + k[0] - p[0] - p[2], (x.dim(3) - 1) * s[1] + k[1] - p[1] - p[3]};
+  if (opt_in(in, 2)) {
+    // The indices address the default output; re-address them in the requested (larger) one.
+    Shape want = ints_of(host_of(n, in, 2, "output_shape"));
+    if (want.size() != 4 || want[0] != out[0] || want[1] != out[1] || want[2] < out[2] || want[3] < out[3])
+      throw Error(node_label(n) + ": output_shape " + shape_str(want) + " cannot hold " + shape_str(out));
+    Tensor f = f32(idx);
+    double plane = double(out[2] * out[3]), w = double(out[3]);
+    Tensor pl = floor_(L.g, f / plane + 1e-7), rem = f - pl * plane;
+    Tensor r = floor_(L.g, rem / w + 1e-7), c = rem - r * w;
+    idx = cast(round_(L.g, pl * double(want[2] * want[3]) + r * double(want[3]) + c), DType::I32);
+    out = want;
+  }
+  int64_t total = checked_numel(out, node_label(n));
+  Tensor y = scatter_elements(L.g.full({total}, 0.0), reshape(idx, {x.numel()}), reshape(x, {x.numel()}), 0,
+                              ScatterReduction::None);
+  return {tensor_value(reshape(y, out))};
+}
+
 double h_add(double a, double b, bool) { return a + b; }
 double h_sub(double a, double b, bool) { return a - b; }
 double h_mul(double a, double b, bool) { return a * b; }
@@ -2333,6 +2498,9 @@ const std::map<std::string, Rule>& op_table() {
       {"SplitToSequence", op_split_to_sequence},
       {"ConcatFromSequence", op_concat_from_sequence},
       {"GridSample", op_grid_sample},
+      {"TopK", op_topk},
+      {"ReverseSequence", op_reverse_sequence},
+      {"MaxUnpool", op_max_unpool},
   };
   return table;
 }
