@@ -231,7 +231,7 @@ Result run_one(const fs::path& dir, const CompileOptions& co, const ConformanceA
   attempt();
   // A value the importer needs at import time that the test feeds as a graph input: give that input's
   // value (from the test data) and try again.
-  static const std::regex needs(R"(\([a-z_ ]+, '([^']+)'\) must be known at import time)");
+  static const std::regex needs(R"(\([A-Za-z_ ]+, '([^']+)'\) must be known at import time)");
   std::vector<std::string> names;
   try {
     for (const auto& v : onnx::graph_inputs((dir / "model.onnx").string())) names.push_back(v.name);

@@ -322,12 +322,12 @@ def bad_models():
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "missing_init", [x], [y])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
               os.path.join(OUT, "bad_missing_init.onnx"))
-    # Two unsupported ops (Unique, TopK) among supported ones.
+    # Two unsupported ops (NonMaxSuppression, RoiAlign) among supported ones.
     y2 = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     k = numpy_helper.from_array(np.array([1], dtype=np.int64), "k")
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
-             helper.make_node("Unique", ["r"], ["h"], name="the_unique"),
-             helper.make_node("TopK", ["h", "k"], ["y", "i"], name="the_topk")]
+             helper.make_node("NonMaxSuppression", ["r"], ["h"], name="the_nms"),
+             helper.make_node("RoiAlign", ["h", "k"], ["y"], name="the_roialign")]
     g = helper.make_graph(nodes, "unknown_ops", [x], [y2], [k])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
               os.path.join(OUT, "bad_unknown_ops.onnx"))

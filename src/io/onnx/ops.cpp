@@ -2324,6 +2324,151 @@ Outs op_max_unpool(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(reshape(y, out))};
 }
 
+// atan by argument reduction (|x| > 1 through π/2 − atan(1/x), then two half-angle steps
+// t → t / (1 + √(1 + t²)) down to |t| ≤ 0.2) and the odd Taylor series to t^19 (error below 1e-14).
+Tensor atan_(Graph& g, Tensor x) {
+  const double half_pi = 1.57079632679489661923;
+  Tensor big = greater(abs(x), g.scalar(1.0));
+  Tensor t = where(big, 1.0 / where(big, x, g.scalar(1.0)), x);
+  for (int i = 0; i < 2; ++i) t = t / (1.0 + sqrt(1.0 + square(t)));
+  Tensor t2 = square(t), term = t, acc = t;
+  for (int k = 1; k <= 9; ++k) {
+    term = term * t2;
+    acc = acc + term * ((k % 2 ? -1.0 : 1.0) / double(2 * k + 1));
+  }
+  acc = acc * 4.0;  // undo the two halvings
+  Tensor outside = where(greater(x, g.scalar(0.0)), half_pi - acc, -half_pi - acc);
+  return where(big, outside, acc);
+}
+Tensor asin_(Graph& g, Tensor x) {
+  // asin x = atan(x / √(1 − x²)); ±1 map to ±π/2 through the division by zero.
+  Tensor r = sqrt(1.0 - square(x));
+  Tensor edge = equal(r, g.scalar(0.0));
+  Tensor a = atan_(g, x / where(edge, g.scalar(1.0), r));
+  return where(edge, x * 1.57079632679489661923, a);
+}
+Tensor acos_(Graph& g, Tensor x) { return 1.57079632679489661923 - asin_(g, x); }
+
+// Det of 1×1, 2×2 and 3×3 matrices (cofactor expansion) over the last two axes.
+Outs op_det(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = f32(L.tensor(req_in(n, in, 0)));
+  if (x.rank() < 2 || x.dim(-1) != x.dim(-2) || x.dim(-1) > 3)
+    throw Error(node_label(n) + ": only 1x1, 2x2 and 3x3 matrices are supported");
+  const int64_t m = x.dim(-1);
+  Shape lead(x.shape().begin(), x.shape().end() - 2);
+  auto e = [&](int64_t i, int64_t j) {
+    return reshape(slice(slice(x, x.rank() - 2, i, i + 1), x.rank() - 1, j, j + 1), lead);
+  };
+  Tensor d;
+  if (m == 1) d = e(0, 0);
+  else if (m == 2) d = e(0, 0) * e(1, 1) - e(0, 1) * e(1, 0);
+  else
+    d = e(0, 0) * (e(1, 1) * e(2, 2) - e(1, 2) * e(2, 1)) - e(0, 1) * (e(1, 0) * e(2, 2) - e(1, 2) * e(2, 0)) +
+        e(0, 2) * (e(1, 0) * e(2, 1) - e(1, 1) * e(2, 0));
+  return {tensor_value(d)};
+}
+
+// NonZero's output shape depends on the values: only for inputs known at import time.
+Outs op_nonzero(Lowering&, const pb::NodeProto& n, Ins& in) {
+  const HostTensor& x = host_of(n, in, 0, "X");
+  std::vector<std::vector<int64_t>> hits;
+  for_each_index(x.shape, [&](const std::vector<int64_t>& idx, int64_t k) {
+    if (x.v[size_t(k)] != 0) hits.push_back(idx);
+  });
+  if (hits.empty()) throw Error(node_label(n) + ": no non-zero element (empty tensors are not supported)");
+  HostTensor h{Kind::I, {int64_t(x.shape.size()), int64_t(hits.size())}, {}};
+  for (size_t a = 0; a < x.shape.size(); ++a)
+    for (const auto& idx : hits) h.v.push_back(double(idx[a]));
+  return {host_value(std::move(h))};
+}
+
+// DFT (opset 17) as matmuls with cos/sin matrices along `axis`; the last axis holds [re] or [re, im].
+Outs op_dft(Lowering& L, const pb::NodeProto& n, Ins& in) {
+  Tensor x = f32(L.tensor(req_in(n, in, 0)));
+  int axis = norm_axis(n, attr_i(n, "axis", 1), x.rank() - 1);
+  const bool inverse = attr_i(n, "inverse", 0) != 0, onesided = attr_i(n, "onesided", 0) != 0;
+  const int64_t len = x.dim(axis), c = x.dim(-1);
+  if (opt_in(in, 1) && to_i64(scalar_of(n, host_of(n, in, 1, "dft_length"), "dft_length")) != len)
+    throw Error(node_label(n) + ": dft_length different from the axis is not supported");
+  if (c != 1 && c != 2) throw Error(node_label(n) + ": the last axis must hold 1 (real) or 2 (complex) values");
+  const int64_t out = onesided ? len / 2 + 1 : len;
+  std::vector<float> cs(size_t(len * out)), sn(size_t(len * out));
+  const double sign = inverse ? 1.0 : -1.0, pi = 3.14159265358979323846;
+  for (int64_t j = 0; j < len; ++j)
+    for (int64_t k = 0; k < out; ++k) {
+      double a = 2 * pi * double((j * k) % len) / double(len);
+      cs[size_t(j * out + k)] = float(std::cos(a));
+      sn[size_t(j * out + k)] = float(sign * std::sin(a));
+    }
+  Tensor C = L.g.constant({len, out}, cs), S = L.g.constant({len, out}, sn);
+  // Move `axis` last (dropping the complex axis), transform, move it back.
+  auto part = [&](int64_t k) { return transpose(squeeze(slice(x, x.rank() - 1, k, k + 1), x.rank() - 1), axis, -1); };
+  Tensor re = part(0);
+  Tensor yr = matmul(re, C), yi = matmul(re, S);
+  if (c == 2) {
+    Tensor im = part(1);
+    yr = yr - matmul(im, S);
+    yi = yi + matmul(im, C);
+  }
+  if (inverse) yr = yr / double(len), yi = yi / double(len);
+  yr = unsqueeze(transpose(yr, axis, -1), -1);
+  yi = unsqueeze(transpose(yi, axis, -1), -1);
+  return {tensor_value(concat({yr, yi}, -1))};
+}
+
+// Unique's output shape depends on the values: only for inputs known at import time (host computation;
+// slices along `axis` compare lexicographically when sorted).
+Outs op_unique(Lowering&, const pb::NodeProto& n, Ins& in) {
+  const HostTensor& x = host_of(n, in, 0, "X");
+  const bool sorted = attr_i(n, "sorted", 1) != 0, has_axis = find_attr(n, "axis") != nullptr;
+  HostTensor flat = x;
+  int axis = 0;
+  if (!has_axis) flat.shape = {x.numel()};
+  else axis = norm_axis(n, attr_i(n, "axis", 0), int64_t(x.shape.size()));
+  const Shape& s = flat.shape;
+  int64_t outer = 1, inner = 1, d = s[size_t(axis)];
+  for (int i = 0; i < axis; ++i) outer *= s[size_t(i)];
+  for (size_t i = size_t(axis) + 1; i < s.size(); ++i) inner *= s[i];
+  auto slice_of = [&](int64_t j) {
+    std::vector<double> v;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k) v.push_back(flat.v[size_t((o * d + j) * inner + k)]);
+    return v;
+  };
+  std::vector<std::vector<double>> keys;
+  std::vector<int64_t> first, counts, inverse(static_cast<size_t>(d), 0);
+  for (int64_t j = 0; j < d; ++j) {
+    std::vector<double> v = slice_of(j);
+    auto it = std::find(keys.begin(), keys.end(), v);
+    if (it == keys.end()) {
+      keys.push_back(v), first.push_back(j), counts.push_back(0);
+      it = keys.end() - 1;
+    }
+    counts[size_t(it - keys.begin())]++;
+  }
+  std::vector<size_t> order(keys.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  if (sorted) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  std::vector<size_t> rank(keys.size());
+  for (size_t r = 0; r < order.size(); ++r) rank[order[r]] = r;
+  for (int64_t j = 0; j < d; ++j)
+    inverse[size_t(j)] = int64_t(rank[size_t(std::find(keys.begin(), keys.end(), slice_of(j)) - keys.begin())]);
+  const int64_t u = int64_t(keys.size());
+  Shape ys = s;
+  ys[size_t(axis)] = u;
+  HostTensor y{x.kind, ys, std::vector<double>(size_t(outer * u * inner)), x.elem};
+  for (int64_t r = 0; r < u; ++r) {
+    const auto& v = keys[order[size_t(r)]];
+    size_t p = 0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k) y.v[size_t((o * u + r) * inner + k)] = v[p++];
+  }
+  HostTensor idx{Kind::I, {u}, {}}, inv{Kind::I, {d}, {}}, cnt{Kind::I, {u}, {}};
+  for (size_t r : order) idx.v.push_back(double(first[r])), cnt.v.push_back(double(counts[r]));
+  for (int64_t j : inverse) inv.v.push_back(double(j));
+  return {host_value(std::move(y)), host_value(std::move(idx)), host_value(std::move(inv)), host_value(std::move(cnt))};
+}
+
 double h_add(double a, double b, bool) { return a + b; }
 double h_sub(double a, double b, bool) { return a - b; }
 double h_mul(double a, double b, bool) { return a * b; }
@@ -2501,6 +2646,13 @@ const std::map<std::string, Rule>& op_table() {
       {"TopK", op_topk},
       {"ReverseSequence", op_reverse_sequence},
       {"MaxUnpool", op_max_unpool},
+      {"Atan", float_unary(atan_)},
+      {"Asin", float_unary(asin_)},
+      {"Acos", float_unary(acos_)},
+      {"Det", op_det},
+      {"NonZero", op_nonzero},
+      {"DFT", op_dft},
+      {"Unique", op_unique},
   };
   return table;
 }
