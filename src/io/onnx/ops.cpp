@@ -1573,8 +1573,11 @@ struct Taps {
   std::vector<std::vector<int32_t>> idx;  // [tap][out]
   std::vector<std::vector<float>> w;      // [tap][out]
 };
+// tf_crop_and_resize: the region [roi0, roi1] (normalized) of the axis; positions outside the input are
+// marked in `outside` (they take the extrapolation value).
 Taps resize_taps(const pb::NodeProto& n, int64_t d, int64_t o, double scale, const std::string& mode,
-                 const std::string& ctm, const std::string& nearest, double cubic_a, bool exclude_outside) {
+                 const std::string& ctm, const std::string& nearest, double cubic_a, bool exclude_outside,
+                 double roi0 = 0, double roi1 = 1, std::vector<float>* outside = nullptr) {
   int taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
   Taps t{std::vector<std::vector<int32_t>>(size_t(taps)), std::vector<std::vector<float>>(size_t(taps))};
   for (int64_t j = 0; j < o; ++j) {
@@ -1585,7 +1588,11 @@ Taps resize_taps(const pb::NodeProto& n, int64_t d, int64_t o, double scale, con
     else if (ctm == "align_corners") x = out_len == 1 ? 0.0 : double(j) * double(d - 1) / (out_len - 1);
     else if (ctm == "asymmetric") x = double(j) / scale;
     else if (ctm == "tf_half_pixel_for_nn") x = (double(j) + 0.5) / scale;
+    else if (ctm == "tf_crop_and_resize")
+      x = o > 1 ? roi0 * double(d - 1) + double(j) * (roi1 - roi0) * double(d - 1) / double(o - 1)
+                : 0.5 * (roi0 + roi1) * double(d - 1);
     else throw Error(node_label(n) + ": coordinate_transformation_mode '" + ctm + "' is not supported");
+    if (outside) outside->push_back(x < 0 || x > double(d - 1) ? 1.0f : 0.0f);
     double fl = std::floor(x), r = x - fl;
     int64_t k = int64_t(fl);
     auto clampi = [d](int64_t i) { return int32_t(std::clamp<int64_t>(i, 0, d - 1)); };
@@ -1631,16 +1638,21 @@ Taps resize_taps(const pb::NodeProto& n, int64_t d, int64_t o, double scale, con
 
 Tensor resize_nd(Lowering& L, const pb::NodeProto& n, Tensor x, const Shape& out, const std::vector<double>& scales,
                  const std::string& mode, const std::string& ctm, const std::string& nearest, double cubic_a,
-                 bool exclude_outside) {
+                 bool exclude_outside, const std::vector<double>& roi = {}, double extrapolation = 0) {
   if (mode != "nearest" && mode != "linear" && mode != "cubic")
     throw Error(node_label(n) + ": mode '" + mode + "' is not supported");
   DType dt = x.dtype();
   x = f32(x);
-  for (int a = 0; a < x.rank(); ++a) {
+  const bool crop = ctm == "tf_crop_and_resize";
+  // Innermost axis first, as the reference recurses (it matters only for extrapolated positions).
+  for (int a = x.rank() - 1; a >= 0; --a) {
     int64_t d = x.dim(a), o = out[size_t(a)];
-    if (o == d && scales[size_t(a)] == 1.0) continue;
+    if (o == d && scales[size_t(a)] == 1.0 && !crop) continue;
     if (o < 1) throw Error(node_label(n) + ": output size " + std::to_string(o) + " (empty tensors are not supported)");
-    Taps t = resize_taps(n, d, o, scales[size_t(a)], mode, ctm, nearest, cubic_a, exclude_outside);
+    std::vector<float> outside;
+    Taps t = crop ? resize_taps(n, d, o, scales[size_t(a)], mode, ctm, nearest, cubic_a, exclude_outside,
+                                roi[size_t(a)], roi[size_t(a + x.rank())], &outside)
+                  : resize_taps(n, d, o, scales[size_t(a)], mode, ctm, nearest, cubic_a, exclude_outside);
     Shape ws(size_t(x.rank()), 1);
     ws[size_t(a)] = o;
     Tensor acc;
@@ -1648,6 +1660,10 @@ Tensor resize_nd(Lowering& L, const pb::NodeProto& n, Tensor x, const Shape& out
       Tensor g = gather(x, L.g.constant_i32({o}, t.idx[q]), a);
       if (mode != "nearest") g = g * L.g.constant(ws, t.w[q]);
       acc = q == 0 ? g : acc + g;
+    }
+    if (std::find(outside.begin(), outside.end(), 1.0f) != outside.end()) {
+      Tensor m = L.g.constant(ws, outside);
+      acc = acc * (1.0 - m) + m * extrapolation;
     }
     x = acc;
   }
@@ -1692,9 +1708,13 @@ Outs op_resize(Lowering& L, const pb::NodeProto& n, Ins& in) {
       from_scales(host_of(n, in, 2, "scales").v);
     }
   }
-  if (ctm == "tf_crop_and_resize") throw Error(node_label(n) + ": coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+  std::vector<double> roi;
+  if (ctm == "tf_crop_and_resize") {
+    roi = host_of(n, in, 1, "roi").v;
+    if (int(roi.size()) != 2 * r) throw Error(node_label(n) + ": roi must hold 2 values per axis");
+  }
   return {tensor_value(resize_nd(L, n, x, out, scales, mode, ctm, nearest, attr_f(n, "cubic_coeff_a", -0.75),
-                                 attr_i(n, "exclude_outside", 0) != 0))};
+                                 attr_i(n, "exclude_outside", 0) != 0, roi, attr_f(n, "extrapolation_value", 0.0)))};
 }
 
 // OneHot: negative indices count from the end of `depth`; out-of-range ones give a row of `off`.
@@ -1745,8 +1765,30 @@ Tensor nd_offsets(Lowering& L, const pb::NodeProto& n, Tensor indices, const Sha
 }
 
 Outs op_gather_nd(Lowering& L, const pb::NodeProto& n, Ins& in) {
-  if (attr_i(n, "batch_dims", 0) != 0) throw Error(node_label(n) + ": batch_dims > 0 is not supported");
   Tensor data = L.tensor(req_in(n, in, 0)), idx = L.tensor(req_in(n, in, 1));
+  if (int64_t b = attr_i(n, "batch_dims", 0); b > 0) {
+    // Leading batch axes shared by data and indices: prepend each batch's own coordinates to its index
+    // tuples and gather from the data as if batch_dims were 0.
+    if (b >= idx.rank() || b >= data.rank()) throw Error(node_label(n) + ": batch_dims too large");
+    Shape lead(idx.shape().begin(), idx.shape().end() - 1);
+    std::vector<Tensor> coords;
+    for (int64_t a = 0; a < b; ++a) {
+      Shape cs(lead.size(), 1);
+      cs[size_t(a)] = lead[size_t(a)];
+      std::vector<int32_t> v(size_t(lead[size_t(a)]));
+      std::iota(v.begin(), v.end(), 0);
+      Shape full = lead;
+      full.push_back(1);
+      cs.push_back(1);
+      coords.push_back(expand(L.g.constant_i32(cs, v), full));
+    }
+    coords.push_back(cast(idx, DType::I32));
+    Value iv = tensor_value(concat(coords, -1)), dv = tensor_value(data);
+    Ins fin = {&dv, &iv};
+    pb::NodeProto plain = n;
+    plain.clear_attribute();
+    return op_gather_nd(L, plain, fin);
+  }
   int64_t q = idx.dim(-1), lead = 1;
   for (int64_t j = 0; j < q; ++j) lead *= data.dim(int(j));
   Shape flat = {lead};
