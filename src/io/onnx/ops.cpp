@@ -1396,6 +1396,7 @@ Outs op_cumsum(Lowering& L, const pb::NodeProto& n, Ins& in) {
   int axis = norm_axis(n, to_i64(scalar_of(n, host_of(n, in, 1, "axis"), "axis")), x.rank());
   bool excl = attr_i(n, "exclusive", 0) != 0, rev = attr_i(n, "reverse", 0) != 0;
   int64_t d = x.dim(axis);
+  checked_numel({d, d}, node_label(n) + " (its summing matrix)");
   std::vector<float> m(size_t(d * d), 0.0f);  // y[j] = sum_i x[i] m[i][j]
   for (int64_t i = 0; i < d; ++i)
     for (int64_t j = 0; j < d; ++j) {
@@ -1418,6 +1419,13 @@ Outs op_tile(Lowering& L, const pb::NodeProto& n, Ins& in) {
   const Value& xv = req_in(n, in, 0);
   std::vector<int64_t> reps = ints_of(host_of(n, in, 1, "repeats"));
   if (reps.size() != xv.shape().size()) throw Error(node_label(n) + ": repeats must have one value per axis");
+  Shape final_shape = xv.shape();
+  for (size_t a = 0; a < reps.size(); ++a) {
+    if (reps[a] < 1 || reps[a] > kMaxHostElements)
+      throw Error(node_label(n) + ": repeats must be in [1, " + std::to_string(kMaxHostElements) + "]");
+    final_shape[a] *= reps[a];
+  }
+  checked_numel(final_shape, node_label(n));
   Tensor x = L.tensor(xv);
   for (int a = 0; a < x.rank(); ++a) {
     int64_t r = reps[size_t(a)];
@@ -1708,6 +1716,7 @@ Outs op_resize(Lowering& L, const pb::NodeProto& n, Ins& in) {
       from_scales(host_of(n, in, 2, "scales").v);
     }
   }
+  checked_numel(out, node_label(n));
   std::vector<double> roi;
   if (ctm == "tf_crop_and_resize") {
     roi = host_of(n, in, 1, "roi").v;
@@ -1723,6 +1732,10 @@ Outs op_one_hot(Lowering& L, const pb::NodeProto& n, Ins& in) {
   int64_t depth = to_i64(scalar_of(n, host_of(n, in, 1, "depth"), "depth"));
   const HostTensor& vals = host_of(n, in, 2, "values");
   if (vals.numel() != 2) throw Error(node_label(n) + ": values must hold [off, on]");
+  if (depth < 1) throw Error(node_label(n) + ": depth must be >= 1");
+  Shape os = idx.shape();
+  os.push_back(depth);
+  checked_numel(os, node_label(n));
   idx = where(less(idx, L.g.scalar(0.0)), idx + double(depth), idx);
   Tensor oh = one_hot(cast(idx, DType::I32), depth);
   Tensor y = oh * (vals.v[1] - vals.v[0]) + vals.v[0];
@@ -1775,7 +1788,7 @@ Outs op_gather_nd(Lowering& L, const pb::NodeProto& n, Ins& in) {
     for (int64_t a = 0; a < b; ++a) {
       Shape cs(lead.size(), 1);
       cs[size_t(a)] = lead[size_t(a)];
-      std::vector<int32_t> v(size_t(lead[size_t(a)]));
+      std::vector<int32_t> v(static_cast<size_t>(lead[size_t(a)]), 0);
       std::iota(v.begin(), v.end(), 0);
       Shape full = lead;
       full.push_back(1);
@@ -1899,6 +1912,7 @@ Outs op_einsum(Lowering& L, const pb::NodeProto& n, Ins& in) {
     x = reshape(x, full);
     acc = i == 0 ? x : acc * x;
   }
+  checked_numel(acc.shape(), node_label(n));
   std::vector<int64_t> summed;
   std::string kept;
   for (size_t a = 0; a < letters.size(); ++a) {
@@ -1923,6 +1937,7 @@ Rule window(int kind) {
   return [kind](Lowering&, const pb::NodeProto& n, Ins& in) -> Outs {
     int64_t size = to_i64(scalar_of(n, host_of(n, in, 0, "size"), "size"));
     if (size < 1) throw Error(node_label(n) + ": size must be >= 1 (empty tensors are not supported)");
+    checked_numel({size}, node_label(n));
     double N = attr_i(n, "periodic", 1) ? double(size) : double(size - 1);
     HostTensor h{attr_i(n, "output_datatype", 1) == pb::TensorProto::FLOAT || attr_i(n, "output_datatype", 1) ==
                                                                                      pb::TensorProto::DOUBLE
@@ -1982,6 +1997,9 @@ Outs op_matmul_integer(Lowering& L, const pb::NodeProto& n, Ins& in) {
   return {tensor_value(cast(round_(L.g, op_matmul(L, n, fin)[0].t), DType::I32))};
 }
 
+// Ops unrolled into one node group per step (TopK's K, a recurrent sequence) stay below this many steps.
+constexpr int64_t kMaxUnrolled = 4096;
+
 // RNN, GRU and LSTM unrolled over the (import-time) sequence length: per step, gates from the input's
 // projection (all steps in one matmul) and the recurrent projection, as the ONNX spec writes them.
 Tensor rnn_act(const pb::NodeProto& n, const std::string& name, Tensor x) {
@@ -1999,6 +2017,7 @@ Rule recurrent(int kind) {  // 0 RNN, 1 GRU, 2 LSTM
     if (X.rank() != 3) throw Error(node_label(n) + ": X must be 3-D");
     if (batch_first) X = transpose(X, 0, 1);
     const int64_t S = X.dim(0), B = X.dim(1), I = X.dim(2), H = attr_i(n, "hidden_size", R.dim(-1));
+    if (S > kMaxUnrolled) throw Error(node_label(n) + ": sequences above " + std::to_string(kMaxUnrolled) + " steps are not supported");
     const std::string dir = attr_s(n, "direction", "forward");
     const int dirs = dir == "bidirectional" ? 2 : 1;
     if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
@@ -2299,6 +2318,7 @@ Outs op_topk(Lowering& L, const pb::NodeProto& n, Ins& in) {
   int64_t k = L.opset < 10 ? attr_i(n, "k", 0) : to_i64(scalar_of(n, host_of(n, in, 1, "K"), "K"));
   int64_t d = x.dim(axis);
   if (k < 1 || k > d) throw Error(node_label(n) + ": K = " + std::to_string(k) + " must be in [1, " + std::to_string(d) + "]");
+  if (k > kMaxUnrolled) throw Error(node_label(n) + ": K above " + std::to_string(kMaxUnrolled) + " is not supported");
   const bool largest = attr_i(n, "largest", 1) != 0;
   Tensor t = f32(x);
   if (axis != t.rank() - 1) t = transpose(t, axis, -1);
@@ -2434,6 +2454,7 @@ Outs op_dft(Lowering& L, const pb::NodeProto& n, Ins& in) {
     throw Error(node_label(n) + ": dft_length different from the axis is not supported");
   if (c != 1 && c != 2) throw Error(node_label(n) + ": the last axis must hold 1 (real) or 2 (complex) values");
   const int64_t out = onesided ? len / 2 + 1 : len;
+  checked_numel({len, out}, node_label(n) + " (its DFT matrix)");
   std::vector<float> cs(size_t(len * out)), sn(size_t(len * out));
   const double sign = inverse ? 1.0 : -1.0, pi = 3.14159265358979323846;
   for (int64_t j = 0; j < len; ++j)
