@@ -33,6 +33,10 @@
 #                (same inputs, outputs checked), and mgn bench-gemm (f32 and --f16) next to gemm.py (f32, TF32
 #                and --dtype f16) on the SmolLM2 and cube shapes, one
 #                table -> micro_table.md (about 2 minutes)
+#   bench-dinov3 / bench-dinovision  DINOv3 ViT-S/16 (b1, b8) and DinoVision's decoder step (b8) next to
+#                dinov3_bench.py (transformers' DINOv3ViTModel: the full-model gate) -> bench_dinov3_bN_table.md,
+#                bench_dinovision_table.md
+#   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
@@ -178,6 +182,46 @@ for job in "$@"; do
           "--impls eager,cudagraph" bench/pytorch/whisper_bench.py \
           --inputs "/tmp/bench_whisper_b$WB/whisper-tiny-encoder_b$WB.mgn_out.safetensors"
       done
+      ;;
+    bench-dinov3)
+      # DINOv3 ViT-S/16 (224², 5 + 196 tokens, the paper's objective and init) at batch $DINOV3_BATCHES (default
+      # "1 8"): ours strict and accelerated next to dinov3_bench.py (transformers' DINOv3ViTModel, so the gate is the
+      # full model against transformers: eager and eager + CUDA-graph replay, strict and accelerated; torch.compile
+      # strict, capped at $BENCH_DINOV3_COMPILE_TIMEOUT s, default 200). Back: bench_dinov3_bN_{mgn,torch}.jsonl,
+      # _table.md, _log.txt.
+      for DB in ${DINOV3_BATCHES:-1 8}; do
+        model_bench "dinov3_b$DB" dinov3-vits16 "$DB" "${BENCH_DINOV3_COMPILE_TIMEOUT:-200}" dinov3_bench.py \
+          "--impls eager,cudagraph" bench/pytorch/dinov3_bench.py \
+          --inputs "/tmp/bench_dinov3_b$DB/dinov3-vits16_b$DB.mgn_out.safetensors"
+      done
+      ;;
+    bench-dinovision)
+      # DinoVision's decoder training step at batch 8 (features [384, 14, 14] -> RGB 224², MSE): ours strict and
+      # accelerated next to dinov3_bench.py (eager, eager + CUDA graph, compile capped at
+      # $BENCH_DINOVISION_COMPILE_TIMEOUT s, default 200). Back: bench_dinovision_{mgn,torch}.jsonl, _table.md, _log.txt.
+      model_bench dinovision dinovision 8 "${BENCH_DINOVISION_COMPILE_TIMEOUT:-200}" dinov3_bench.py \
+        "--impls eager,cudagraph" bench/pytorch/dinov3_bench.py --inputs /tmp/bench_dinovision/dinovision_b8.mgn_out.safetensors
+      ;;
+    dinovision)
+      # The case study on Debian's photographs (PHOTO_DIR, default .h200/photos): mgn dinovision train (ViT-S/16's
+      # first 3 layers with the paper's sine init, no pretrained weights; split by image 80/20, 4 cached crops per
+      # training image, Adam at batch 8 for $DINOVISION_STEPS updates, default 12000), then the PyTorch anchor
+      # (same decoder, init, order and optimizer on the same cached features, CUDA, TF32 off) within 0.2 dB, then
+      # reconstruct. Back: dinovision_metrics.json, dinovision_anchor.json, dinovision_run.json, dinovision_grid.png,
+      # dinovision_reconstruct.png, dinovision_log.txt.
+      L="$OUT/dinovision_log.txt" T=/tmp/dinovision PH=$(realpath "${PHOTO_DIR:-.h200/photos}")
+      rm -rf "$T" && mkdir -p "$T"
+      "$B/mgn" dinovision train --images "$PH" --run "$T/run" --steps "${DINOVISION_STEPS:-12000}" --progress 1000 \
+        > "$OUT/dinovision_train.txt" 2>> "$L"
+      echo "mgn dinovision train rc=$?" >> "$L"
+      python3 bench/pytorch/dinovision_anchor.py "$T/run" --device cuda --json "$OUT/dinovision_anchor.json" \
+        > /dev/null 2>> "$L"
+      echo "dinovision_anchor rc=$? (0: within 0.2 dB)" >> "$L"
+      "$B/mgn" dinovision reconstruct $(ls "$PH"/* | head -4) --run "$T/run" --out "$OUT/dinovision_reconstruct.png" \
+        >> "$L" 2>&1
+      echo "mgn dinovision reconstruct rc=$?" >> "$L"
+      cp "$T/run/metrics.json" "$OUT/dinovision_metrics.json"; cp "$T/run/run.json" "$OUT/dinovision_run.json"
+      cp "$T/run/grid.png" "$OUT/dinovision_grid.png"
       ;;
     whisper-audio)
       # Real speech (AUDIO_DIR, default .h200/audio) with the paper-init whisper-tiny weights as a model directory:

@@ -20,13 +20,19 @@ strip .h200/bin/mgn .h200/bin/tests/* 2>/dev/null || true
 # Shared libraries the GPU machine's image lacks (ONNX's protobuf classes, the audio libraries and theirs);
 # h200.sh puts lib/ on the path.
 mkdir -p .h200/bin/lib
-for l in $(ldd .h200/bin/mgn | awk '/libonnx_proto|libprotobuf|libsndfile|libsamplerate|libfftw3|libFLAC|libvorbis|libopus|libogg|libmpg123|libmp3lame/ {print $3}'); do
+for l in $(ldd .h200/bin/mgn | awk '/libonnx_proto|libprotobuf|libsndfile|libsamplerate|libfftw3|libFLAC|libvorbis|libopus|libogg|libmpg123|libmp3lame|libjpeg|libpng16|libwebp/ {print $3}'); do
   cp -L "$l" .h200/bin/lib/
 done
 # Real speech for the Whisper job: two ALSA recordings (48 kHz) and an espeak-ng sentence (22.05 kHz).
 mkdir -p .h200/audio
 cp /usr/share/sounds/alsa/Front_Center.wav /usr/share/sounds/alsa/Rear_Left.wav .h200/audio/
 espeak-ng -w .h200/audio/espeak.wav 'Meganeura compiles neural networks for any graphics card with a Vulkan driver.'
+# Photographs for the DinoVision job: opencv-doc's JPEGs and python3-skimage's colour photos (about 8 MB).
+mkdir -p .h200/photos
+cp /usr/share/doc/opencv-doc/examples/data/*.jpg .h200/photos/
+for f in astronaut.png chelsea.png coffee.png rocket.jpg motorcycle_left.png hubble_deep_field.jpg retina.jpg; do
+  cp "/usr/lib/python3/dist-packages/skimage/data/$f" .h200/photos/
+done
 [ -n "$TESTS" ] && [ -d "$B/oracle" ] && cp -r "$B/oracle" .h200/bin/oracle
 tar -cJf .h200/bin.tar.xz -C .h200 bin && rm -rf .h200/bin
 cp bench/h200.sh .h200/h200.sh

@@ -4,13 +4,14 @@
 # own, and compare.py applies the gates and writes one table. It checks that the harness runs and that both
 # sides compute the same function; it asserts nothing about timings.
 # Usage: bench/tiny.sh MGN PYTHON OUT_DIR [WORKLOAD...]
-#   workloads: fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test attention conv gemm (default:
-#   all of them)
+#   workloads: fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test dinov3-test dinovision-test
+#   attention conv gemm (default: all of them)
 #   BENCH_BACKEND=cpu|vulkan|auto (default auto) picks our side's backend (bench-gemm always uses auto)
 set -eu
 MGN=$1 PY=$2 OUT=$3
 shift 3
-[ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test attention conv gemm
+[ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test dinov3-test dinovision-test \
+  attention conv gemm
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
 RUNS="--warmup 1 --warmup-ms 0 --samples 2"
@@ -59,6 +60,16 @@ for W in "$@"; do
       "$MGN" bench whisper-encoder-test $BACKEND $RUNS --batch 2 --weights "$P.weights.safetensors" \
         --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/whisper_bench.py" $RUNS --impls eager --device cpu --model plain \
+        --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
+        --json "$P.torch.jsonl"
+      ;;
+    dinov3-test|dinovision-test)
+      # The DINOv3 ViT at 2 layers, hidden 64, 64x64 images, batch 2 (4 x 4 patches + 5 prefix tokens, the paper's
+      # objective), and the DinoVision decoder at hidden 64, 4 x 4 features -> 64 x 64 RGB, batch 2 (MSE); PyTorch
+      # runs plain-torch modules with DINOv3ViTModel's / the decoder's names (transformers is not in Debian).
+      "$MGN" bench "$W" $BACKEND $RUNS --batch 2 --weights "$P.weights.safetensors" \
+        --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
+      "$PY" "$HERE/pytorch/dinov3_bench.py" $RUNS --impls eager --device cpu --model plain \
         --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
         --json "$P.torch.jsonl"
       ;;

@@ -5,7 +5,8 @@
    public header (include/mgn/X.h) belongs to the layer that implements it (PUBLIC).
 2. Public headers: each is classified in PUBLIC, and every .cpp whose first include is "mgn/X.h" (the
    convention: a source file includes the header it implements first) lives in X's layer folder.
-3. Tools (tools/, fuzz/) include only public headers and their own folder's headers.
+3. Tools (tools/, fuzz/), the Python module (python/) and the examples (examples/) include only public
+   headers and their own folder's headers.
 4. Configuration: getenv appears in src/ only in src/runtime/environment.cpp; no setenv, unsetenv or
    putenv in src/, tools/ or tests/ (tests pass options).
 5. Exhaustive op handling: a switch over an op kind (ir::Op) has no `default:` label, so an op added to
@@ -48,6 +49,7 @@ PUBLIC = {
     "data.h": "src/io",
     "onnx.h": "src/io",
     "audio.h": "src/io",
+    "image.h": "src/io",
     "session.h": "src/runtime",
     "train.h": "src/runtime",
     "plan.h": "src/runtime",
@@ -56,6 +58,8 @@ PUBLIC = {
     "models.h": "src/models",
     "llama.h": "src/models",
     "whisper.h": "src/models",
+    "dinov3.h": "src/models",
+    "dinovision.h": "src/models",
     "tokenizer.h": "src/models",
 }
 
@@ -150,18 +154,18 @@ def main():
             errors.append(f"{path}: includes \"{inc}\" ({target}), which {layer} may not use")
 
     # 3. Tools use public headers only.
-    for folder in ("tools", "fuzz"):
+    for folder in ("tools", "fuzz", "python", "examples"):
         for path in files_under(root, folder):
             text = open(os.path.join(root, path), encoding="utf-8").read()
             for inc in INCLUDE.findall(text):
                 if inc.startswith("mgn/") and inc[4:] in PUBLIC:
                     continue
-                if "/" not in inc and os.path.exists(os.path.join(root, folder, inc)):
+                if "/" not in inc and os.path.exists(os.path.join(root, os.path.dirname(path), inc)):
                     continue
                 errors.append(f"{path}: includes \"{inc}\"; tools use public headers (include/mgn) only")
 
     # 4. Configuration is read in one place; tests never write the environment.
-    for folder in ("src", "tools", "tests"):
+    for folder in ("src", "tools", "tests", "python"):
         for path in files_under(root, folder, (".cpp", ".h")):
             code = strip_comments(open(os.path.join(root, path), encoding="utf-8").read())
             if re.search(r"\b(setenv|unsetenv|putenv)\s*\(", code):

@@ -14,9 +14,9 @@ import sys
 import time
 
 # The command table of tools/mgn.cpp, in its order. A command added there is added here (and gets the checks).
-COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "onnx-conformance",
-            "generate", "finetune",
-            "whisper-encode", "llama-check", "bench", "bench-gemm", "devices", "help"]
+COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "onnx-conformance", "generate",
+            "finetune",
+            "whisper-encode", "dinov3-embed", "dinovision", "llama-check", "bench", "bench-gemm", "devices", "help"]
 # A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
 # a loaded machine), and nothing is compiled (checked through the kernel cache).
 FAST_S = 2.0
@@ -65,6 +65,7 @@ def main():
         "inspect": [some_file], "run": [some_file], "onnx-conformance": [some_dir], "generate": [some_dir, "--prompt", "x"],
         "finetune": [some_dir, "--text", some_file, "--out", out_dir], "llama-check": [some_dir],
         "whisper-encode": [some_file, "--model", some_dir],
+        "dinov3-embed": [some_file, "--model", some_dir], "dinovision": ["train", "--images", some_dir],
         "bench": ["fashion-cnn"], "bench-gemm": [], "devices": [], "help": [],
     }
     check(sorted(valid) == sorted(COMMANDS), "every command has valid arguments in this test")
@@ -154,6 +155,17 @@ def main():
         ("whisper-encode", [some_file], "--model"),
         ("whisper-encode", [some_file, "--model", some_dir, "--long", "cut"], "--long"),
         ("whisper-encode", [some_file, "--model", some_dir, "--batch", "0"], "--batch"),
+        ("dinov3-embed", [missing, "--model", some_dir], "missing"),
+        ("dinov3-embed", [some_file], "--model"),
+        ("dinov3-embed", [some_file, "--model", some_dir, "--crop", "-1"], "--crop"),
+        ("dinovision", ["fit", "--images", some_dir], "fit"),
+        ("dinovision", ["train"], "--images"),
+        ("dinovision", ["train", "--images", missing], "missing"),
+        ("dinovision", ["train", "--images", some_dir, "--steps", "0"], "--steps"),
+        ("dinovision", ["train", "--images", some_dir, "--image-size", "100"], "--image-size"),
+        ("dinovision", ["train", "--images", some_dir, "--widths", "8,8"], "--widths"),
+        ("dinovision", ["reconstruct", some_file], "--out"),
+        ("dinovision", ["reconstruct", "--out", os.path.join(work, "g.png")], "IMAGE"),
         ("llama-check", [missing], "missing"),
         ("llama-check", [some_dir, "--tol-grad", "0"], "--tol-grad"),
         ("bench", ["fashion-cnn", "--samples", "0"], "--samples"),

@@ -159,12 +159,34 @@ TEST(TrainToDeploy, FashionMnistMlpSubset) {
   Graph g = models::fashion_mnist({.arch = models::FashionArch::Mlp, .batch = 50, .mode = Mode::Train, .hidden = 64});
   Session s = compile(g, {.mode = Mode::Train, .optimizer = AdamW{.lr = 2e-3}, .backend = Backend::Cpu});
   BatchLoader loader(train, {.batch = 50, .seed = 3});
-  Trainer trainer(s, {.epochs = 2, .progress = false, .checkpoint = ckpt});
+  std::vector<StepReport> seen;
+  Trainer trainer(s, {.epochs = 2, .checkpoint = ckpt, .logits = "logits",
+                      .on_step = [&](const StepReport& sr) { seen.push_back(sr); }});
   std::vector<EpochReport> r = trainer.fit(loader);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(s.step_count(), 80);
   const std::vector<float>& L = trainer.losses();
   ASSERT_EQ(L.size(), 80u);
+  // Every step reaches the callback, in order, with the trainer's loss and the session's lr.
+  ASSERT_EQ(seen.size(), 80u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].step, int64_t(i) + 1);
+    EXPECT_EQ(seen[i].epoch, int64_t(i) / 40);
+    EXPECT_EQ(seen[i].step_in_epoch, int64_t(i) % 40 + 1);
+    EXPECT_EQ(seen[i].steps_in_epoch, 40);
+    EXPECT_EQ(seen[i].epochs, 2);
+    EXPECT_EQ(float(seen[i].loss), L[i]);
+    EXPECT_DOUBLE_EQ(seen[i].lr, 2e-3);
+    EXPECT_GE(seen[i].batch_accuracy, 0.0);
+    EXPECT_LE(seen[i].batch_accuracy, 1.0);
+    EXPECT_GT(seen[i].samples_per_second, 0.0);
+  }
+  EXPECT_NEAR(seen[39].mean_loss, r[0].mean_loss, 1e-9);
+  // The batch accuracy is near chance at the start and well above it at the end (closed form: argmax of
+  // the logits against the labels, computed by the trainer; the mean over the last 10 batches).
+  double acc_last = 0;
+  for (size_t k = 70; k < 80; ++k) acc_last += seen[k].batch_accuracy / 10;
+  EXPECT_GT(acc_last, 0.6);
   EXPECT_NEAR(L[0], std::log(10.0), 0.3);  // torch's default init gives near-uniform logits
   double first = 0, last = 0;
   for (int k = 0; k < 10; ++k) first += L[size_t(k)] / 10, last += L[L.size() - 1 - size_t(k)] / 10;
@@ -181,6 +203,14 @@ TEST(TrainToDeploy, FashionMnistMlpSubset) {
   for (size_t i = 0; i < want.size(); ++i) differ += ev.predictions[i] != want[i];
   EXPECT_EQ(differ, 0);
   EXPECT_GT(ev.accuracy, 0.6);  // 2000 images, 2 epochs: far above chance (0.1)
+
+  // accuracy_every: the batch accuracy only on steps whose number is a multiple of it.
+  std::vector<StepReport> sparse;
+  Trainer again(s, {.logits = "logits", .accuracy_every = 3,
+                    .on_step = [&](const StepReport& sr) { sparse.push_back(sr); }});
+  again.fit(loader);
+  ASSERT_EQ(sparse.size(), 40u);
+  for (const StepReport& sr : sparse) EXPECT_EQ(sr.batch_accuracy >= 0, sr.step % 3 == 0) << sr.step;
   fs::remove_all(dir);
 }
 

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "mgn/autodiff.h"
 #include "mgn/plan.h"
+#include "progress.h"
 
 namespace mgn::bench {
 
@@ -22,7 +23,8 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
 }
 
-Samples time_calls(const Warmup& warmup, int64_t samples, const std::function<void()>& fn) {
+Samples time_calls(const Warmup& warmup, int64_t samples, const std::function<void()>& fn,
+                   const std::string& label) {
   Samples r;
   const auto w0 = Clock::now();
   while (r.warmup_calls < warmup.calls || (warmup.min_ms > 0 && ms_since(w0) < warmup.min_ms)) {
@@ -30,11 +32,14 @@ Samples time_calls(const Warmup& warmup, int64_t samples, const std::function<vo
     ++r.warmup_calls;
   }
   r.warmup_ms = ms_since(w0);
+  tool::Progress bar(label, samples, "samples", !label.empty() && samples > 0);
   for (int64_t i = 0; i < samples; ++i) {
     auto t0 = Clock::now();
     fn();
     r.ms.push_back(ms_since(t0));
+    bar.update(i + 1);
   }
+  bar.finish();
   return r;
 }
 

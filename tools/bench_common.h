@@ -43,7 +43,9 @@ struct Samples {
 };
 // Session::run and Session::step return after the device finished (the submission's fence is waited on),
 // so the wall time of one call is one synchronized sample, submission overhead included.
-Samples time_calls(const Warmup& warmup, int64_t samples, const std::function<void()>& fn);
+// `label` non-empty: a progress line over the samples on stderr (tools/progress.h), drawn between timed calls.
+Samples time_calls(const Warmup& warmup, int64_t samples, const std::function<void()>& fn,
+                   const std::string& label = "");
 // warmup (calls made), warmup_ms (their wall time), samples, median_ms, p25_ms, p75_ms, iqr_ms, min_ms,
 // max_ms, samples_ms (the JSON schema of docs/benchmarks.md, the same as bench/pytorch/timing.py's
 // summary()).

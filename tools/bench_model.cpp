@@ -18,6 +18,8 @@
 #include "mgn/llama.h"
 #include "mgn/models.h"
 #include "mgn/safetensors.h"
+#include "mgn/dinov3.h"
+#include "mgn/dinovision.h"
 #include "mgn/whisper.h"
 
 namespace mgn::bench {
@@ -207,6 +209,7 @@ int run_model(const Args& a, const ModelSpec& m) {
     lines.emit(r);
   };
   for (const std::string& phase : a.phases) {
+    const std::string label = "bench " + a.workload + " " + phase;  // the progress line over the samples
     if (phase == "compile") {
       double total = 0;
       Json parts = Json::object();
@@ -218,20 +221,20 @@ int run_model(const Args& a, const ModelSpec& m) {
       }
       emit("compile", Samples{.ms = {total}}, {{"parts_ms", parts}});
     } else if (phase == "inference") {
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { infer.run(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { infer.run(); }, label);
       require_finite(infer.read(m.output)[0], "the output after the inference phase");
       emit(phase, ms, memory_fields(infer, gi));
     } else if (phase == "minimal") {
       if (!minimal) throw Error(a.workload + " has no minimal phase");
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { m.minimal_call(*minimal); }, label);
       require_finite(minimal->read("logits")[0], "a logit after the minimal phase");
       emit(phase, ms, memory_fields(*minimal, *gm));
     } else if (phase == "flb") {
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { flb->run(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { flb->run(); }, label);
       require_finite(flb->read_scalar("loss"), "the loss after the F+L+B phase");
       emit(phase, ms, memory_fields(*flb, *gf));
     } else if (phase == "step") {
-      const Samples ms = time_calls(a.warmup, a.samples, [&] { train->step(); });
+      const Samples ms = time_calls(a.warmup, a.samples, [&] { train->step(); }, label);
       require_finite(train->read_scalar("loss"), "the loss after the step phase");
       emit(phase, ms, memory_fields(*train, *gt));
     }
@@ -487,18 +490,120 @@ ModelSpec whisper_spec(Args& a) {
   return m;
 }
 
+// ---- DINOv3 ViT and the DinoVision decoder
+
+dinov3::Config dinov3_test_config() {
+  dinov3::Config c;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 96;
+  c.image_size = 64;
+  return c;
+}
+
+std::string dinov3_config_json(const dinov3::Config& c) {
+  return Json{{"hidden_size", c.hidden_size},
+              {"num_hidden_layers", c.num_hidden_layers},
+              {"num_attention_heads", c.num_attention_heads},
+              {"intermediate_size", c.intermediate_size},
+              {"patch_size", c.patch_size},
+              {"num_channels", c.num_channels},
+              {"image_size", c.image_size},
+              {"num_register_tokens", c.num_register_tokens},
+              {"rope_theta", c.rope_theta},
+              {"layer_norm_eps", c.layer_norm_eps},
+              {"layerscale_value", c.layerscale_value},
+              {"query_bias", c.query_bias},
+              {"key_bias", c.key_bias},
+              {"value_bias", c.value_bias},
+              {"proj_bias", c.proj_bias},
+              {"mlp_bias", c.mlp_bias},
+              {"hidden_act", "gelu"},
+              {"use_gated_mlp", false}}.dump();
+}
+
+// The paper's DINOv3 workload: ViT-S/16 at 224² (5 + 196 tokens), objective mean(last_hidden_state²), the
+// paper's sine init; dinov3-test is a reduced config (2 layers, hidden 64, 64² images) for CI's harness run.
+// Input: pixels uniform in [-2, 2) (the range of ImageNet-normalized images), both sides read it from the gate file.
+ModelSpec dinov3_spec(Args& a) {
+  a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
+  if (a.seq || !a.cases.empty() || a.tiny)
+    throw tool::UsageError(a.workload + " takes no --seq, --cases or --tiny (other workloads do)");
+  dinov3::Config cfg = a.workload == "dinov3-test" ? dinov3_test_config() : dinov3::Config::vits16();
+  if (!a.config.empty()) cfg = dinov3::Config::from_file(a.config);
+  ModelSpec m;
+  const int64_t B = a.batch ? a.batch : 1, S = cfg.image_size;
+  m.batch = B;
+  m.extra = {{"image", S}};
+  m.output = "last_hidden_state";
+  m.graph = [=](Mode mode) {
+    return dinov3::vit_graph(cfg, {.batch = B, .height = S, .width = S, .init = dinov3::Init::PaperSine}, mode);
+  };
+  Feed px{.name = "pixel_values", .shape = {B, cfg.num_channels, S, S},
+          .f32 = uniform(size_t(B * cfg.num_channels * S * S), a.seed * 131 + 13, -2.0f, 2.0f)};
+  m.infer_feeds = {px};
+  m.train_feeds = {px};
+  m.is_state = [](const std::string& n) { return n == "embeddings.mask_token"; };
+  const std::string cj = dinov3_config_json(cfg);
+  m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
+  m.gate_meta = {{"image", std::to_string(S)}, {"config", cj}};
+  return m;
+}
+
+// DinoVision's decoder training step (the paper's shape: batch 8, features [384, 14, 14] -> RGB 224²; MSE against
+// the target); dinovision-test: hidden 64, 4 x 4 features, widths 16,16,8,8,8. Features uniform in [-2, 2),
+// targets uniform in [0, 1); both sides read them from the gate file. PyTorch's Conv2d default init.
+ModelSpec dinovision_spec(Args& a) {
+  a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
+  if (a.seq || !a.cases.empty() || a.tiny || !a.config.empty())
+    throw tool::UsageError(a.workload + " takes no --seq, --cases, --tiny or --config (other workloads do)");
+  dinovision::DecoderConfig cfg;
+  if (a.workload == "dinovision-test") cfg = {.in_channels = 64, .grid = 4, .widths = {16, 16, 8, 8, 8}, .groups = 4};
+  ModelSpec m;
+  const int64_t B = a.batch ? a.batch : 8, S = cfg.image_size();
+  m.batch = B;
+  m.extra = {{"image", S}};
+  m.output = "image";
+  const uint64_t seed = a.seed;
+  m.graph = [=](Mode mode) { return dinovision::decoder_graph(cfg, B, mode, seed); };
+  Feed f{.name = "features", .shape = {B, cfg.in_channels, cfg.grid, cfg.grid},
+         .f32 = uniform(size_t(B * cfg.in_channels * cfg.grid * cfg.grid), a.seed * 131 + 17, -2.0f, 2.0f)};
+  Feed t{.name = "target", .shape = {B, 3, S, S}, .f32 = uniform(size_t(B * 3 * S * S), a.seed * 131 + 19, 0.0f, 1.0f)};
+  m.infer_feeds = {f};
+  m.train_feeds = {f, t};
+  // GroupNorm's init is weight 1, bias 0, where a side that dropped one would still agree: 1 + U(-0.1, 0.1), U(-0.1, 0.1).
+  m.init_weights = [=](Session& s, const std::vector<std::string>& names) {
+    for (const std::string& n : names) {
+      if (n.find(".norm.") == std::string::npos) continue;
+      std::vector<float> v = uniform(size_t(numel(s.shape_of(n))), name_seed(n, seed), -0.1f, 0.1f);
+      if (n.ends_with(".weight"))
+        for (float& x : v) x += 1.0f;
+      s.write_parameter(n, v);
+    }
+  };
+  const std::string cj = Json{{"in_channels", cfg.in_channels}, {"grid", cfg.grid}, {"widths", cfg.widths},
+                              {"groups", cfg.groups}, {"eps", cfg.eps}}.dump();
+  m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
+  m.gate_meta = {{"image", std::to_string(S)}, {"config", cj}};
+  return m;
+}
+
 }  // namespace
 
 bool is_model_workload(const std::string& w) {
   return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" ||
          w == "llama" || w == "resnet50" || w == "resnet-tiny" || w == "whisper-tiny-encoder" ||
-         w == "whisper-encoder-test";
+         w == "whisper-encoder-test" || w == "dinov3-vits16" || w == "dinov3-test" || w == "dinovision" ||
+         w == "dinovision-test";
 }
 
 int run_model_bench(Args& a) {
   ModelSpec m = a.workload.rfind("fashion-", 0) == 0 ? fashion_spec(a)
                 : a.workload.rfind("resnet", 0) == 0 ? resnet_spec(a)
                 : a.workload.rfind("whisper", 0) == 0 ? whisper_spec(a)
+                : a.workload.rfind("dinov3", 0) == 0 ? dinov3_spec(a)
+                : a.workload.rfind("dinovision", 0) == 0 ? dinovision_spec(a)
                                                      : llama_spec(a);
   return run_model(a, m);
 }

@@ -76,6 +76,8 @@ Run declare_onnx_conformance(CLI::App& app);     // tools/onnx_conformance.cpp
 Run declare_generate(CLI::App& app);             // tools/generate_cmd.cpp
 Run declare_finetune(CLI::App& app);             // tools/finetune.cpp
 Run declare_whisper_encode(CLI::App& app);       // tools/whisper_cmd.cpp
+Run declare_dinov3_embed(CLI::App& app);         // tools/dinov3_cmd.cpp
+Run declare_dinovision(CLI::App& app);           // tools/dinov3_cmd.cpp
 Run declare_llama_check(CLI::App& app);          // tools/llama_check.cpp
 Run declare_bench(CLI::App& app);                // tools/bench.cpp
 Run declare_bench_gemm(CLI::App& app);           // tools/bench_gemm.cpp

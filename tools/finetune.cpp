@@ -16,18 +16,20 @@
 #include <vector>
 
 #include "cli.h"
+#include "metrics.h"
 #include "mgn/llama.h"
 #include "mgn/optim.h"
 #include "mgn/safetensors.h"
 #include "mgn/session.h"
 #include "mgn/tokenizer.h"
 #include "mgn/types.h"
+#include "progress.h"
 
 namespace mgn::tool {
 namespace {
 
 struct FinetuneArgs {
-  std::string dir, text, out, weights;
+  std::string dir, text, out, weights, metrics;
   int64_t steps = 100, batch = 4, seq = 128;
   double lr = 1e-4;
   uint64_t seed = 0;
@@ -71,6 +73,21 @@ int finetune(const FinetuneArgs& a, const Context& c) {
                dir.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, tokens.size(),
                (long long)steps, (long long)batch, (long long)seq, s.backend());
 
+  const std::string metrics_path = a.metrics == "none" ? std::string()
+                                   : a.metrics.empty() ? out + "/metrics.jsonl"
+                                                       : a.metrics;
+  MetricsLog metrics(metrics_path);
+  metrics.write("run", {{"command", "finetune"},
+                        {"model", dir},
+                        {"backend", s.backend()},
+                        {"device_type", s.device_type()},
+                        {"batch", batch},
+                        {"seq", seq},
+                        {"optimizer", "AdamW"},
+                        {"lr", a.lr},
+                        {"steps", steps},
+                        {"text_tokens", tokens.size()}});
+  Progress bar("finetune", steps, "steps");
   // Windows of seq tokens in text order; the stream wraps around when it runs out.
   size_t cursor = 0;
   std::vector<int32_t> ids(size_t(batch * seq));
@@ -85,16 +102,25 @@ int finetune(const FinetuneArgs& a, const Context& c) {
     }
     s.set_input("ids", ids);
     s.set_input("labels", llama::next_token_labels(ids, batch, seq));
+    const double lr = s.lr();
     s.step();
     last = s.read_scalar("loss");
     if (step == 0) first = last;
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const int width = 30, done = int(width * (step + 1) / steps);
-    std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.1f steps/s", (long long)(step + 1),
-                 (long long)steps, std::string(size_t(done), '=').c_str(),
-                 std::string(size_t(width - done), ' ').c_str(), last, double(step + 1) / el);
+    char extra[32];
+    std::snprintf(extra, sizeof extra, "loss %.4f", last);
+    if (step + 1 == steps)
+      bar.finish(extra);
+    else
+      bar.update(step + 1, extra);
+    metrics.write("step", {{"step", step + 1},
+                           {"loss", last},
+                           {"lr", lr},
+                           {"tokens_per_s", double((step + 1) * batch * seq) / el},
+                           {"samples_per_s", double((step + 1) * batch) / el},
+                           {"time_s", el}});
   }
-  std::fprintf(stderr, "\n");
+  metrics.write("end", {{"first_loss", first}, {"last_loss", last}, {"steps", steps}});
 
   std::filesystem::create_directories(out);
   for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
@@ -111,6 +137,7 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   std::printf("loss: first step %.4f, last step %.4f\n", first, last);
   std::printf("saved: %s/model.safetensors (%zu tensors), config.json, tokenizer.json\n", out.c_str(),
               tensors.size());
+  if (metrics.enabled()) std::printf("metrics: %s\n", metrics.path().c_str());
   return 0;
 }
 
@@ -129,6 +156,8 @@ Run declare_finetune(CLI::App& app) {
                  "weights file or folder (default MODEL_DIR); random keeps the random initialization")
       ->type_name("PATH|random");
   app.add_option("--seed", a->seed, "initialization seed")->check(at_least(0));
+  app.add_option("--metrics", a->metrics, "JSON Lines metrics file (default DIR/metrics.jsonl; none: off)")
+      ->type_name("FILE");
   add_compile_flags(app, a->compile);
   app.footer(
       "AdamW next-token training on a text file (tokenizer.json of MODEL_DIR) with a progress bar; DIR gets\n"

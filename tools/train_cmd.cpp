@@ -1,5 +1,6 @@
 // `mgn train-fashion-mnist` (the main job: train, checkpoint, reload into a fresh inference graph, test
 // accuracy) and `mgn dump-checkpoint`.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,10 +10,12 @@
 #include <vector>
 
 #include "cli.h"
+#include "metrics.h"
 #include "mgn/checkpoint.h"
 #include "mgn/data.h"
 #include "mgn/models.h"
 #include "mgn/train.h"
+#include "progress.h"
 
 namespace mgn::tool {
 
@@ -24,7 +27,7 @@ struct TrainArgs {
   int64_t batch = 64, eval_batch = 500, limit_test = 0;
   uint64_t seed = 0;
   double lr = 1e-3;
-  std::string out, data;
+  std::string out, data, metrics;
   bool no_progress = false, full = false;
   CompileFlags compile;
 };
@@ -53,8 +56,11 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   auto t0 = std::chrono::steady_clock::now();
   // The data first, so a folder without the files fails before any compile. The short version (below)
   // needs the device, so the training set is cut afterwards.
+  std::fprintf(stderr, "loading Fashion-MNIST from %s ...", dir.c_str());
   Dataset train = load_fashion_mnist(dir, Split::Train, a.limit_train.value_or(0));
   Dataset test = load_fashion_mnist(dir, Split::Test, a.limit_test);
+  std::fprintf(stderr, " %.1f s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   Graph g = models::fashion_mnist({.arch = arch, .batch = a.batch, .mode = Mode::Train, .seed = a.seed});
   CompileOptions copt = compile_options(c, a.compile, Mode::Train);
@@ -72,28 +78,96 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
                  "no GPU: running the short version (1 epoch over %lld images); --full runs all 5 epochs\n",
                  (long long)train.count);
   }
-  std::fprintf(stderr, "Fashion-MNIST: %lld training and %lld test images from %s\n", (long long)train.count,
-               (long long)test.count, dir.c_str());
-  BatchLoader loader(train, {.batch = a.batch, .shuffle = true, .seed = a.seed});
-  Trainer trainer(session, {.epochs = epochs, .progress = !a.no_progress, .checkpoint = out});
-  std::vector<EpochReport> reports = trainer.fit(loader);
-  double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  // The deploy path: a fresh inference graph knows nothing of the training run but the checkpoint.
+  std::fprintf(stderr, "Fashion-MNIST: %lld training and %lld test images\n", (long long)train.count,
+               (long long)test.count);
+  // The deploy path: a fresh inference graph knows nothing of the training run but the checkpoint, which it
+  // reloads after every epoch to measure the test accuracy.
   Graph gi =
       models::fashion_mnist({.arch = arch, .batch = a.eval_batch, .mode = Mode::Infer, .seed = a.seed + 1});
   Session infer = compile(gi, compile_options(c, a.compile, Mode::Infer));
-  infer.load_checkpoint(out);
-  EvalResult ev = evaluate_classifier(infer, test);
-  double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const std::string metrics_path =
+      a.metrics == "none" ? std::string()
+      : a.metrics.empty() ? std::filesystem::path(out).replace_extension(".metrics.jsonl").string()
+                          : a.metrics;
+  MetricsLog metrics(metrics_path);
+  metrics.write("run", {{"command", "train-fashion-mnist"},
+                        {"model", models::fashion_arch_name(arch)},
+                        {"backend", session.backend()},
+                        {"device_type", dev},
+                        {"batch", a.batch},
+                        {"optimizer", "AdamW"},
+                        {"lr", a.lr},
+                        {"epochs", epochs},
+                        {"train_images", train.count},
+                        {"test_images", test.count},
+                        {"checkpoint", out}});
+  BatchLoader loader(train, {.batch = a.batch, .shuffle = true, .seed = a.seed});
+  std::unique_ptr<Progress> bar;
+  const bool show = !a.no_progress;
+  auto on_step = [&](const StepReport& r) {
+    if (r.step_in_epoch == 1)
+      bar =
+          std::make_unique<Progress>("epoch " + std::to_string(r.epoch + 1) + "/" + std::to_string(r.epochs),
+                                     r.steps_in_epoch, "steps", show);
+    char extra[64];
+    std::snprintf(extra, sizeof extra, "loss %.4f (mean %.4f)", r.loss, r.mean_loss);
+    if (r.step_in_epoch == r.steps_in_epoch)
+      bar->finish(extra);
+    else
+      bar->update(r.step_in_epoch, extra);
+    nlohmann::json rec = {
+        {"step", r.step},
+        {"epoch", r.epoch + 1},
+        {"loss", r.loss},
+        {"lr", r.lr},
+        {"samples_per_s", r.samples_per_second},
+        {"time_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+    if (r.batch_accuracy >= 0) rec["accuracy"] = r.batch_accuracy;
+    metrics.write("step", rec);
+  };
+  // The batch accuracy costs a read of the logits: about 100 points per epoch are enough for a curve.
+  Trainer trainer(session, {.epochs = epochs,
+                            .checkpoint = out,
+                            .logits = "logits",
+                            .accuracy_every = std::max<int64_t>(1, loader.batches_per_epoch() / 100),
+                            .on_step = on_step});
+  EvalResult ev;
+  int64_t epoch = 0;
+  std::vector<EpochReport> reports = trainer.fit(loader, [&] {
+    auto e0 = std::chrono::steady_clock::now();
+    infer.load_checkpoint(out);
+    ev = evaluate_classifier(infer, test);
+    double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+    ++epoch;
+    std::fprintf(stderr, "epoch %lld: test accuracy %.2f%% (checkpoint reloaded, %.1f s)\n", (long long)epoch,
+                 100 * ev.accuracy, eval_s);
+    return ev.accuracy;
+  });
   for (const EpochReport& r : reports)
-    std::printf("epoch %lld: mean loss %.4f (first batch %.4f, last %.4f), %.1f s, %.1f steps/s\n",
-                (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds,
-                r.steps_per_second);
+    metrics.write("epoch", {{"epoch", r.epoch + 1},
+                            {"step", (r.epoch + 1) * loader.batches_per_epoch()},
+                            {"steps", r.steps},
+                            {"mean_loss", r.mean_loss},
+                            {"test_accuracy", r.eval_accuracy},
+                            {"seconds", r.seconds},
+                            {"steps_per_s", r.steps_per_second}});
+  double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics.write("end",
+                {{"test_accuracy", ev.accuracy}, {"steps", session.step_count()}, {"seconds", total_s}});
+  for (const EpochReport& r : reports)
+    std::printf(
+        "epoch %lld: mean loss %.4f (first batch %.4f, last %.4f), %.1f s, %.1f steps/s, test accuracy "
+        "%.2f%%\n",
+        (long long)r.epoch + 1, r.mean_loss, r.first_loss, r.last_loss, r.seconds, r.steps_per_second,
+        100 * r.eval_accuracy);
   std::printf("checkpoint: %s (%lld steps)\n", out.c_str(), (long long)session.step_count());
+  if (metrics.enabled())
+    std::printf("metrics: %s (scripts/plot-training.py %s draws them)\n", metrics.path().c_str(),
+                metrics.path().c_str());
   std::printf("test accuracy: %.2f%% on %lld images (fresh inference graph, checkpoint reloaded)\n",
               100 * ev.accuracy, (long long)test.count);
-  std::printf("time: %.1f s training (incl. data loading), %.1f s total\n", train_s, total_s);
+  std::printf("time: %.1f s total (data loading, compiling, training, evaluating)\n", total_s);
   return 0;
 }
 
@@ -117,15 +191,18 @@ Run declare_train_fashion_mnist(CLI::App& app) {
          "--data", a->data,
          "folder of the IDX files (default MGN_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist)")
       ->check(CLI::ExistingDirectory);
-  app.add_flag("--no-progress", a->no_progress, "no progress bar");
+  app.add_option("--metrics", a->metrics,
+                 "JSON Lines metrics file (default: the checkpoint's name with .metrics.jsonl; none: off)")
+      ->type_name("FILE");
+  app.add_flag("--no-progress", a->no_progress, "no progress line");
   app.add_flag("--full", a->full, "the whole job even without a GPU");
   add_compile_flags(app, a->compile);
   app.footer(
-      "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, then builds a\n"
-      "fresh inference graph, loads the checkpoint into it and reports the test accuracy. Without a GPU\n"
-      "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version (1 "
-      "epoch\n"
-      "over 6400 images) unless --full is given.");
+      "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, loads it\n"
+      "into a fresh inference graph and reports the test accuracy; every step's loss, batch accuracy, lr\n"
+      "and throughput go to the metrics file (scripts/plot-training.py draws them). Without a GPU\n"
+      "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version\n"
+      "(1 epoch over 6400 images) unless --full is given.");
   return [a](const Context& c) { return train_fashion_mnist(*a, c); };
 }
 

@@ -1,11 +1,9 @@
 // Trainer and classifier evaluation: the host loop around Session::step / run.
 #include "mgn/train.h"
 
-#include <unistd.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 
 namespace mgn {
 
@@ -25,11 +23,26 @@ void check_batch_input(Session& s, const std::string& input, const Dataset& data
   *batch = in[0];
 }
 
+// The share of rows whose argmax (lowest index on ties) equals the label.
+double batch_accuracy(const std::vector<float>& logits, const std::vector<int32_t>& labels) {
+  size_t rows = labels.size(), classes = rows ? logits.size() / rows : 0;
+  if (classes == 0) return -1;
+  int64_t correct = 0;
+  for (size_t i = 0; i < rows; ++i) {
+    size_t best = 0;
+    for (size_t c = 1; c < classes; ++c)
+      if (logits[i * classes + c] > logits[i * classes + best]) best = c;
+    correct += int32_t(best) == labels[i];
+  }
+  return double(correct) / double(rows);
+}
+
 }  // namespace
 
 Trainer::Trainer(Session& session, TrainerOptions opt) : s_(session), opt_(std::move(opt)) {
   if (s_.mode() != Mode::Train) throw Error("Trainer: the session was compiled for inference");
   if (opt_.epochs <= 0) throw Error("Trainer: epochs must be positive");
+  if (opt_.accuracy_every <= 0) throw Error("Trainer: accuracy_every must be positive");
 }
 
 EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {
@@ -40,7 +53,6 @@ EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {
                 " differs from the graph's " + std::to_string(batch));
   if (!loader.options().drop_last)
     throw Error("Trainer: training needs full batches (LoaderOptions::drop_last = true)");
-  bool tty = ::isatty(2) != 0;
   EpochReport r;
   r.epoch = epoch;
   int64_t total = loader.batches_per_epoch();
@@ -48,9 +60,8 @@ EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {
   Batch b;
   double sum = 0;
   auto t0 = Clock::now();
-  auto last_print = t0;
-  int64_t last_decile = -1;
   while (loader.next(b)) {
+    double lr = s_.lr();
     s_.set_input(opt_.input, b.features);
     s_.set_input(opt_.labels, b.labels);
     s_.step();
@@ -63,26 +74,23 @@ EpochReport Trainer::train_epoch(BatchLoader& loader, int64_t epoch) {
     r.last_loss = loss;
     sum += loss;
     ++r.steps;
-    if (opt_.progress) {
-      // On a terminal redraw a bar a few times a second; in a log, one line per tenth of the epoch.
-      int64_t decile = r.steps * 10 / total;
-      bool show = tty ? std::chrono::duration<double>(Clock::now() - last_print).count() > 0.2 || r.steps == total
-                      : decile != last_decile;
-      if (show) {
-        last_print = Clock::now();
-        last_decile = decile;
-        double el = seconds_since(t0);
-        int width = 30, filled = int(width * r.steps / total);
-        std::string bar = std::string(size_t(filled), '=') + std::string(size_t(width - filled), ' ');
-        std::fprintf(stderr, "%sepoch %lld/%lld [%s] %lld/%lld  %.1f steps/s  loss %.4f (mean %.4f)%s",
-                     tty ? "\r" : "", (long long)epoch + 1, (long long)opt_.epochs, bar.c_str(), (long long)r.steps,
-                     (long long)total, double(r.steps) / std::max(el, 1e-9), double(loss), sum / double(r.steps),
-                     tty ? "" : "\n");
-        std::fflush(stderr);
-      }
+    if (opt_.on_step) {
+      StepReport sr;
+      sr.epoch = epoch;
+      sr.epochs = opt_.epochs;
+      sr.step_in_epoch = r.steps;
+      sr.steps_in_epoch = total;
+      sr.step = s_.step_count();
+      sr.loss = loss;
+      sr.mean_loss = sum / double(r.steps);
+      sr.lr = lr;
+      if (!opt_.logits.empty() && sr.step % opt_.accuracy_every == 0)
+        sr.batch_accuracy = batch_accuracy(s_.read(opt_.logits), b.labels);
+      sr.epoch_seconds = seconds_since(t0);
+      sr.samples_per_second = double(r.steps * batch) / std::max(sr.epoch_seconds, 1e-9);
+      opt_.on_step(sr);
     }
   }
-  if (opt_.progress && tty) std::fprintf(stderr, "\n");
   r.seconds = seconds_since(t0);
   r.mean_loss = r.steps ? sum / double(r.steps) : 0;
   r.steps_per_second = double(r.steps) / std::max(r.seconds, 1e-9);
@@ -96,9 +104,6 @@ std::vector<EpochReport> Trainer::fit(BatchLoader& loader, const std::function<d
     EpochReport r = train_epoch(loader, e);
     if (evaluate) {
       r.eval_accuracy = evaluate();
-      if (opt_.progress)
-        std::fprintf(stderr, "epoch %lld: mean loss %.4f, eval accuracy %.2f%%, %.1f s\n", (long long)e + 1,
-                     r.mean_loss, 100 * r.eval_accuracy, r.seconds);
     }
     out.push_back(r);
   }

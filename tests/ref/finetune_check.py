@@ -54,6 +54,14 @@ def main():
     print(f"finetune: loss {first:.4f} -> {last:.4f} (ln vocab {math.log(vocab):.4f})")
     assert abs(first - math.log(vocab)) < 1.0, "a random model should start near ln(vocab)"
     assert last < 0.6 * first, (first, last)
+    # The metrics file (default OUT/metrics.jsonl): a run record, one step record per step with the loss the
+    # command printed for the first and last steps, the lr it was given, and a positive throughput.
+    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert recs[0]["kind"] == "run" and recs[0]["command"] == "finetune", recs[0]
+    assert [r["step"] for r in steps] == list(range(1, 41)), [r["step"] for r in steps]
+    assert abs(steps[0]["loss"] - first) < 1e-4 and abs(steps[-1]["loss"] - last) < 1e-4, (steps[0], steps[-1])
+    assert all(r["lr"] == 1e-2 and r["tokens_per_s"] > 0 for r in steps), steps[0]
 
     tensors, meta = safetensors_lite.read(os.path.join(out, "model.safetensors"))
     want = {"model.embed_tokens.weight": (vocab, 32), "model.norm.weight": (32,),
