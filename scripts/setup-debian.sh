@@ -33,6 +33,7 @@ if [ "$TESTS" = 1 ]; then
     clang libclang-rt-14-dev
     alsa-utils espeak-ng
     python3-pil python3-skimage opencv-doc
+    libonnx-testdata
   )
   # Node.js runs the Hugging Face tokenizers library (npm package) as the tokenizer tests' reference.
   command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)

@@ -31,6 +31,8 @@ const std::vector<Command>& commands() {
       {"plan", "print the static plan and memory report of a training step", declare_plan},
       {"inspect", "describe an ONNX model: opset, inputs and outputs, ops, parameters", declare_inspect},
       {"run", "import an ONNX model, run it once, print or save its outputs", declare_run},
+      {"onnx-conformance", "run the ONNX backend test suite (libonnx-testdata) and report per case",
+       declare_onnx_conformance},
       {"generate", "continue a prompt with a Hugging Face Llama-family model", declare_generate},
       {"finetune", "train a Llama-family model on a text file, save it as a model directory",
        declare_finetune},

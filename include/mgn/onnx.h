@@ -20,8 +20,25 @@
 
 namespace mgn::onnx {
 
+// A tensor read from a serialized TensorProto (the ONNX test suite's input_N.pb / output_N.pb files), its
+// values widened to double (exact for every integer of at most 53 bits and every float type).
+struct TensorFile {
+  std::string name;       // the TensorProto's name (the graph value it feeds; may be empty)
+  int elem_type = 0;      // onnx::TensorProto::DataType
+  std::string type_name;  // "FLOAT", "INT64", ...
+  Shape shape;
+  std::vector<double> values;
+  bool is_float() const;  // FLOAT, DOUBLE, FLOAT16, BFLOAT16
+};
+// Throws mgn::Error naming the file when it is not a TensorProto or its data disagrees with its shape.
+TensorFile read_tensor_file(const std::string& path);
+
 struct ImportOptions {
   std::map<std::string, Shape> input_shapes;  // binds dynamic axes ("x" -> {1, 3, 224, 224})
+  // Inputs whose values are known before import (e.g. the shape tensor a Reshape or Expand reads): they are
+  // folded like constants, so shape-computing ops that read them need no runtime support. The input is then
+  // no graph input of the imported graph (it is left out of Imported::inputs).
+  std::map<std::string, TensorFile> input_values;
   bool trainable = false;                      // initializers become trainable parameters
   std::string external_data_dir;               // default: the model file's directory
 };
@@ -42,6 +59,15 @@ Imported import_bytes(const std::string& bytes, const std::string& origin, const
 // the histogram of op types (unsupported ones marked), initializer count and parameter count.
 std::string inspect(const std::string& path);
 std::string inspect_bytes(const std::string& bytes, const std::string& origin);
+
+// The model's graph inputs (initializers excluded) and outputs, in order, with their declared element types
+// (onnx::TensorProto::DataType; 0 when not a tensor), without importing it.
+struct GraphValue {
+  std::string name;
+  int elem_type = 0;
+};
+std::vector<GraphValue> graph_inputs(const std::string& path);
+std::vector<GraphValue> graph_outputs(const std::string& path);
 
 // Op types the importer maps (default domain), sorted; generated from the importer's table.
 std::vector<std::string> supported_ops();

@@ -322,12 +322,12 @@ def bad_models():
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "missing_init", [x], [y])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
               os.path.join(OUT, "bad_missing_init.onnx"))
-    # Two unsupported ops (Hardmax, TopK) among supported ones.
+    # Two unsupported ops (NonMaxSuppression, RoiAlign) among supported ones.
     y2 = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     k = numpy_helper.from_array(np.array([1], dtype=np.int64), "k")
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
-             helper.make_node("Hardmax", ["r"], ["h"], name="the_hardmax"),
-             helper.make_node("TopK", ["h", "k"], ["y", "i"], name="the_topk")]
+             helper.make_node("NonMaxSuppression", ["r"], ["h"], name="the_nms"),
+             helper.make_node("RoiAlign", ["h", "k"], ["y"], name="the_roialign")]
     g = helper.make_graph(nodes, "unknown_ops", [x], [y2], [k])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
               os.path.join(OUT, "bad_unknown_ops.onnx"))
@@ -337,7 +337,7 @@ def bad_models_2():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "old_opset", [x], [y])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]), os.path.join(OUT, "bad_opset.onnx"))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), os.path.join(OUT, "bad_opset.onnx"))
     # An initializer whose raw data holds 2 floats while its dims say 6.
     b = TensorProto(name="b", data_type=TensorProto.FLOAT, dims=[2, 3], raw_data=np.zeros(2, np.float32).tobytes())
     g = helper.make_graph([helper.make_node("Add", ["x", "b"], ["y"])], "short_init", [x], [y], [b])

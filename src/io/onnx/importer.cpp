@@ -192,6 +192,7 @@ HostTensor tensor_from_proto(const pb::TensorProto& p, const std::string& dir, c
   HostTensor h;
   int et = p.data_type();
   h.kind = kind_of(et, who);
+  h.elem = et;
   h.shape.assign(p.dims().begin(), p.dims().end());
   int64_t n = checked_numel(h.shape, who);
   h.v.resize(size_t(n));
@@ -239,6 +240,7 @@ HostTensor tensor_from_proto(const pb::TensorProto& p, const std::string& dir, c
 }
 
 Tensor Lowering::tensor(const Value& v, std::optional<DType> want, bool as_state) {
+  if (v.is_seq) throw Error("value '" + v.name + "' is a sequence where a tensor is expected");
   if (!v.is_host()) return v.t;
   const HostTensor& h = *v.host;
   if (v.initializer && h.kind == Kind::F) {
@@ -324,9 +326,8 @@ Imported lower(const pb::ModelProto& m, const std::string& origin, const ImportO
   Imported out;
   out.opset = default_opset(m);
   if (out.opset == 0) throw Error(origin + ": the model imports no default-domain (ai.onnx) opset");
-  if (out.opset < 13 || out.opset > 20)
-    throw Error(origin + ": opset " + std::to_string(out.opset) + " is not supported (expected 13 to 17; 18-20 " +
-                "for the axes-as-input forms)");
+  if (out.opset < 1 || out.opset > 20)
+    throw Error(origin + ": opset " + std::to_string(out.opset) + " is not supported (expected 1 to 20)");
   std::map<std::string, int> domain_opset;
   for (const auto& o : m.opset_import()) domain_opset[o.domain()] = int(o.version());
   const pb::GraphProto& gp = m.graph();
@@ -362,6 +363,18 @@ Imported lower(const pb::ModelProto& m, const std::string& origin, const ImportO
     if (in.name().empty()) throw Error(origin + ": a graph input has no name");
     if (env.count(in.name())) throw Error(who + " is declared twice");
     if (!in.type().has_tensor_type()) throw Error(who + ": only tensor inputs are supported");
+    if (auto known = opt.input_values.find(in.name()); known != opt.input_values.end()) {
+      // A value given before import folds like a constant (ImportOptions::input_values).
+      const TensorFile& tf = known->second;
+      Value v;
+      v.name = in.name();
+      v.host = HostTensor{kind_of(tf.elem_type, who), tf.shape, tf.values, tf.elem_type};
+      if (checked_numel(tf.shape, who) != int64_t(tf.values.size()))
+        throw Error(who + ": the given value holds " + std::to_string(tf.values.size()) + " elements, its shape " +
+                    shape_str(tf.shape) + " needs " + std::to_string(numel(tf.shape)));
+      env.emplace(in.name(), std::move(v));
+      continue;
+    }
     const auto& tt = in.type().tensor_type();
     DType dt = dtype_of_elem(tt.elem_type(), who);
     Shape shape;
@@ -393,11 +406,14 @@ Imported lower(const pb::ModelProto& m, const std::string& origin, const ImportO
     Value v;
     v.name = in.name();
     v.t = g.input(in.name(), shape, dt);
+    v.elem = tt.elem_type();
     env.emplace(in.name(), std::move(v));
     out.inputs.push_back(in.name());
   }
   for (const auto& [name, _] : opt.input_shapes)
     if (!env.count(name)) throw Error(origin + ": --input binds '" + name + "', which is not a graph input");
+  for (const auto& [name, _] : opt.input_values)
+    if (!env.count(name)) throw Error(origin + ": a value is given for '" + name + "', which is not a graph input");
   for (const auto& [name, t] : inits) {
     if (env.count(name)) continue;
     Value v;
@@ -563,6 +579,54 @@ std::string inspect_bytes(const std::string& bytes, const std::string& origin) {
 }
 
 std::string inspect(const std::string& path) { return inspect_bytes(read_file(path), path); }
+
+bool TensorFile::is_float() const {
+  return elem_type == pb::TensorProto::FLOAT || elem_type == pb::TensorProto::DOUBLE ||
+         elem_type == pb::TensorProto::FLOAT16 || elem_type == pb::TensorProto::BFLOAT16;
+}
+
+TensorFile read_tensor_file(const std::string& path) {
+  const std::string bytes = read_file(path);
+  pb::TensorProto p;
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), int(std::min<size_t>(bytes.size(), INT32_MAX)));
+  google::protobuf::io::CodedInputStream in(&raw);
+  in.SetRecursionLimit(16);
+  if (bytes.size() > size_t(INT32_MAX) || !p.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    throw Error(path + ": not a serialized ONNX TensorProto");
+  TensorFile t;
+  t.name = p.name();
+  t.elem_type = p.data_type();
+  t.type_name = pb::TensorProto::DataType_IsValid(t.elem_type)
+                    ? pb::TensorProto::DataType_Name(pb::TensorProto::DataType(t.elem_type))
+                    : "?";
+  HostTensor h = tensor_from_proto(p, std::filesystem::path(path).parent_path().string(), path);
+  t.shape = std::move(h.shape);
+  t.values = std::move(h.v);
+  return t;
+}
+
+namespace {
+int elem_of(const pb::ValueInfoProto& v) {
+  return v.type().has_tensor_type() ? v.type().tensor_type().elem_type() : 0;
+}
+}  // namespace
+
+std::vector<GraphValue> graph_inputs(const std::string& path) {
+  pb::ModelProto m = parse_model(read_file(path), path);
+  std::set<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
+  std::vector<GraphValue> vs;
+  for (const auto& in : m.graph().input())
+    if (!inits.count(in.name())) vs.push_back({in.name(), elem_of(in)});
+  return vs;
+}
+
+std::vector<GraphValue> graph_outputs(const std::string& path) {
+  pb::ModelProto m = parse_model(read_file(path), path);
+  std::vector<GraphValue> vs;
+  for (const auto& o : m.graph().output()) vs.push_back({o.name(), elem_of(o)});
+  return vs;
+}
 
 std::vector<std::string> supported_ops() {
   std::vector<std::string> v;

@@ -25,6 +25,7 @@ struct HostTensor {
   Kind kind = Kind::F;
   Shape shape;
   std::vector<double> v;
+  int elem = 0;  // the ONNX element type it was read as (0: computed on the host)
   int64_t numel() const { return int64_t(v.size()); }
 };
 
@@ -40,8 +41,15 @@ struct Value {
   Tensor t;
   std::string name;         // the ONNX value name
   bool initializer = false;  // a float initializer: lowered as a named parameter, never folded away
+  int elem = 0;              // a graph input's declared ONNX element type (0: not a graph input)
+  bool is_seq = false;       // a sequence of values (SequenceConstruct ...): only `seq` is meaningful
+  std::vector<Value> seq;
   bool is_host() const { return host.has_value(); }
-  const Shape& shape() const { return host ? host->shape : t.shape(); }
+  const Shape& shape() const {
+    if (is_seq) throw Error("value '" + name + "' is a sequence where a tensor is expected");
+    return host ? host->shape : t.shape();
+  }
+  int elem_type() const { return host ? host->elem : elem; }
 };
 
 // Converts a TensorProto (raw or typed data, or external data below `dir`) into a host tensor.
