@@ -34,7 +34,35 @@ def safetensors(tensors, metadata=None, pad=True):
     return struct.pack("<Q", len(h)) + h + blob
 
 
+def wav(tag, channels, rate, bits, frames, declared=None):
+    """A RIFF/WAVE file: format tag 1 (PCM) or 3 (float); `declared` overrides the data chunk's size."""
+    data = frames
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " +
+            struct.pack("<IHHIIHH", 16, tag, channels, rate, rate * channels * bits // 8, channels * bits // 8, bits) +
+            b"data" + struct.pack("<I", len(data) if declared is None else declared) + data)
+
+
+def png_rgb(w, h, depth=8, color=2):
+    """A PNG of w x h pixels (colour type `color`: 0 gray, 2 RGB, 6 RGBA) with a ramp, written with zlib."""
+    import zlib
+    ch = {0: 1, 2: 3, 4: 2, 6: 4}[color] * depth // 8
+    raw = b"".join(b"\0" + bytes((x * 37 + y * 11 + c) % 256 for x in range(w) for c in range(ch)) for y in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, color, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
 def main():
+    # Sound files (audio_fuzz): 16-bit PCM mono, float stereo, a header promising more than the file holds.
+    put("audio_fuzz", "pcm16_mono", wav(1, 1, 16000, 16, struct.pack("<8h", 0, 1000, -1000, 32767, -32768, 5, 6, 7)))
+    put("audio_fuzz", "f32_stereo", wav(3, 2, 48000, 32, struct.pack("<6f", 0.5, -0.5, 0.25, 0.125, 1.0, -1.0)))
+    put("audio_fuzz", "truncated", wav(1, 1, 22050, 16, struct.pack("<4h", 1, 2, 3, 4), declared=4000))
+    # Images (image_fuzz): PNG RGB 8-bit, gray 16-bit, RGBA; JPEG and WebP headers reach their decoders' entry.
+    put("image_fuzz", "rgb8.png", png_rgb(4, 3))
+    put("image_fuzz", "gray16.png", png_rgb(3, 2, depth=16, color=0))
+    put("image_fuzz", "rgba.png", png_rgb(2, 2, color=6))
+    put("image_fuzz", "jpeg_soi", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00\xff\xd9")
+    put("image_fuzz", "webp_riff", b"RIFF\x1a\x00\x00\x00WEBPVP8L\x0d\x00\x00\x00\x2f\x00\x00\x00\x10\x07\x10\x11\x11\x88\x88\xfe\x07\x00")
     f32 = lambda *v: struct.pack("<%df" % len(v), *v)
     put("safetensors_fuzz", "f32", safetensors([("w", "F32", [2, 2], f32(1, 2, 3, 4))], {"mgn.step": "3", "format": "pt"}))
     put("safetensors_fuzz", "mixed", safetensors([
