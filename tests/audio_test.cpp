@@ -16,17 +16,9 @@
 #include "support/test_util.h"
 
 using namespace mgn;
+using test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 template <typename T>
 void put(std::string& s, T v) {

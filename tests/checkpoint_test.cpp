@@ -16,6 +16,7 @@
 
 namespace fs = std::filesystem;
 using namespace mgn;
+using test::error_of;
 
 namespace {
 
@@ -68,15 +69,6 @@ void feed_step(Session& s, int k) {
   s.set_input("grad.w", to_f(test::random_normal(6, 600 + uint64_t(k))));
   s.set_input("grad.b", to_f(test::random_normal(2, 700 + uint64_t(k))));
   s.step();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -10,9 +10,11 @@
 
 #include "mgn/data.h"
 #include "mgn/safetensors.h"
+#include "support/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace mgn;
+using test::error_of;
 
 namespace {
 
@@ -41,15 +43,6 @@ void write_gz(const fs::path& p, const std::vector<uint8_t>& b) {
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(gzwrite(f, b.data(), unsigned(b.size())), int(b.size()));
   gzclose(f);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool have_dataset() { return fs::exists(fashion_mnist_dir() + "/t10k-labels-idx1-ubyte.gz"); }

@@ -18,17 +18,9 @@
 #include "support/test_util.h"
 
 using namespace mgn;
+using test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // 2 layers, hidden 64 (4 heads of 16), MLP 96, patch 16, 4 registers: the code paths of ViT-S/16 at a size
 // lavapipe runs in seconds.

@@ -13,20 +13,12 @@
 #include "support/test_util.h"
 
 using namespace mgn;
+using test::error_of;
 
 namespace {
 
 const std::string kOpenCv = "/usr/share/doc/opencv-doc/examples/data/";
 const std::string kSkimage = "/usr/lib/python3/dist-packages/skimage/data/";
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 StoredTensor codes(const std::string& name, const std::string& s) {
   std::vector<double> v(s.begin(), s.end());

@@ -29,6 +29,7 @@
 #include "support/test_util.h"
 
 namespace mgn {
+using test::error_of;
 namespace {
 
 std::string read_bytes(const std::string& path) {
@@ -84,15 +85,6 @@ std::vector<double> run_vulkan(const ir::Graph& g, const std::vector<float>& x) 
   return std::vector<double>(y.begin(), y.end());
 }
 #endif
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Imports NAME.onnx, runs it on x from NAME.safetensors and compares y with PyTorch's.
 void check_model(const std::string& name, int want_opset) {

@@ -16,17 +16,9 @@
 #include "support/test_util.h"
 
 using namespace mgn;
+using test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // 2 layers, d_model 64 (4 heads of 16), FFN 96, 80 mels, 150 positions (300 frames): the code paths of the
 // real model at a size lavapipe runs in seconds.

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
-from timing import ADAMW, set_mode  # noqa: E402
+from timing import set_mode  # noqa: E402
 
 
 # ---- the ViT in plain torch (DINOv3ViTModel's forward and names)
@@ -202,58 +202,9 @@ def objective(workload, out, target):
     return (out * out).mean() if is_vit(workload) else F.mse_loss(out, target)
 
 
-class Phases:
-    """The three timed functions of one configuration: eager, compiled, or replayed CUDA graphs."""
-
-    def __init__(self, model, lr, x, target, workload, impl):
-        self.model, self.x, self.target, self.workload = model, x, target, workload
-        graphed = impl == "cudagraph"
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=lr, capturable=graphed, **ADAMW)
-        self.fwd = torch.compile(model) if impl == "compiled" else model
-        self.opt_step = self.opt.step
-        if impl == "compiled":
-            opt = self.opt
-
-            @torch.compile(fullgraph=False)
-            def opt_step():
-                opt.step()
-            self.opt_step = opt_step
-        self.graphs = {} if graphed else None
-        self.loss = self.out = None
-
-    def _inference(self):
-        with torch.no_grad():
-            self.out = self.fwd(self.x)
-
-    def _flb(self):
-        self.opt.zero_grad(set_to_none=True)
-        self.loss = objective(self.workload, self.fwd(self.x), self.target)
-        self.loss.backward()
-
-    def _step(self):
-        self._flb()
-        self.opt_step()
-
-    def _run(self, name):
-        fn = getattr(self, "_" + name)
-        if self.graphs is None:
-            return fn()
-        if name not in self.graphs:
-            self.graphs[name] = timing.cuda_graph(fn)
-        self.graphs[name]()
-
-    def inference(self):
-        self._run("inference")
-
-    def flb(self):
-        self._run("flb")
-
-    def step(self):
-        self._run("step")
-
-    def value(self, phase):
-        return self.out.flatten()[0].item() if phase == "inference" else self.loss.item()
+def Phases(model, lr, x, target, workload, impl):
+    """timing.Phases with the workload's objective (the ViT: mean(out²); the decoder: MSE to the image)."""
+    return timing.Phases(model, lr, x, impl, lambda out: objective(workload, out, target))
 
 
 def gate_outputs(args, cfg, weights, x, target, device, meta):

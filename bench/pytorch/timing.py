@@ -215,3 +215,60 @@ def cuda_graph(fn, warmup=3):
         fn()
     torch.cuda.synchronize()
     return g.replay
+
+
+class Phases:
+    """The three timed functions (inference, flb, step) of one configuration of a model whose loss is
+    loss_fn(output): impl "eager", "compiled" (the model and the AdamW update under torch.compile) or
+    "cudagraph" (each phase captured whole on its first call, cuda_graph, with a capturable AdamW, then replayed)."""
+
+    def __init__(self, model, lr, x, impl, loss_fn):
+        self.model, self.x, self.loss_fn = model, x, loss_fn
+        graphed = impl == "cudagraph"
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=lr, capturable=graphed, **ADAMW)
+        self.fwd = torch.compile(model) if impl == "compiled" else model
+        self.opt_step = self.opt.step
+        if impl == "compiled":
+            opt = self.opt
+
+            @torch.compile(fullgraph=False)
+            def opt_step():
+                opt.step()
+            self.opt_step = opt_step
+        self.graphs = {} if graphed else None
+        self.loss = self.out = None
+
+    def _inference(self):
+        with torch.no_grad():
+            self.out = self.fwd(self.x)
+
+    def _flb(self):
+        self.opt.zero_grad(set_to_none=True)
+        self.loss = self.loss_fn(self.fwd(self.x))
+        self.loss.backward()
+
+    def _step(self):
+        self._flb()
+        self.opt_step()
+
+    def _run(self, name):
+        fn = getattr(self, "_" + name)
+        if self.graphs is None:
+            return fn()
+        if name not in self.graphs:
+            self.graphs[name] = cuda_graph(fn)
+        self.graphs[name]()
+
+    def inference(self):
+        self._run("inference")
+
+    def flb(self):
+        self._run("flb")
+
+    def step(self):
+        self._run("step")
+
+    def value(self, phase):
+        """A scalar of the phase's last result (checked finite after the samples)."""
+        return self.out.flatten()[0].item() if phase == "inference" else self.loss.item()

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
-from timing import ADAMW, set_mode  # noqa: E402
+from timing import set_mode  # noqa: E402
 
 
 class Attention(nn.Module):
@@ -107,59 +107,9 @@ def build_model(cfg, weights, kind):
     return model
 
 
-class Phases:
-    """The three timed functions of one configuration: eager, compiled, or replayed CUDA graphs."""
-
-    def __init__(self, model, lr, x, impl):
-        self.model, self.x = model, x
-        graphed = impl == "cudagraph"
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=lr, capturable=graphed, **ADAMW)
-        self.fwd = torch.compile(model) if impl == "compiled" else model
-        self.opt_step = self.opt.step
-        if impl == "compiled":
-            opt = self.opt
-
-            @torch.compile(fullgraph=False)
-            def opt_step():
-                opt.step()
-            self.opt_step = opt_step
-        self.graphs = {} if graphed else None
-        self.loss = self.out = None
-
-    def _inference(self):
-        with torch.no_grad():
-            self.out = self.fwd(self.x)
-
-    def _flb(self):
-        self.opt.zero_grad(set_to_none=True)
-        h = self.fwd(self.x)
-        self.loss = (h * h).mean()
-        self.loss.backward()
-
-    def _step(self):
-        self._flb()
-        self.opt_step()
-
-    def _run(self, name):
-        fn = getattr(self, "_" + name)
-        if self.graphs is None:
-            return fn()
-        if name not in self.graphs:
-            self.graphs[name] = timing.cuda_graph(fn)
-        self.graphs[name]()
-
-    def inference(self):
-        self._run("inference")
-
-    def flb(self):
-        self._run("flb")
-
-    def step(self):
-        self._run("step")
-
-    def value(self, phase):
-        return self.out[0, 0, 0].item() if phase == "inference" else self.loss.item()
+def Phases(model, lr, x, impl):
+    """timing.Phases with the paper's objective, mean(last_hidden_state²)."""
+    return timing.Phases(model, lr, x, impl, lambda h: (h * h).mean())
 
 
 def gate_outputs(args, cfg, weights, x, device, meta):

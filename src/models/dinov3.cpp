@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "hf_files.h"
 #include "mgn/checkpoint.h"
 #include "mgn/session.h"
 
@@ -112,13 +113,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   return c;
 }
 
-Config Config::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot open dinov3 config '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return from_json(ss.str(), path);
-}
+Config Config::from_file(const std::string& path) { return from_json(models::read_text_file(path, "dinov3 config"), path); }
 
 Config Config::vits16() {
   return {};
@@ -192,23 +187,6 @@ std::pair<std::vector<float>, std::vector<float>> rope_tables(const Config& c, i
 
 namespace {
 
-// The paper's name-seeded sine values (workload-specs.md, "Inferena deterministic init").
-std::vector<float> sine_values(const std::string& name, const Shape& shape) {
-  uint32_t h = 0;
-  for (unsigned char ch : name) h = h * 31u + ch;
-  const double seed = double(h % 10000u);
-  const int64_t n = numel(shape);
-  std::vector<float> gen(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) gen[size_t(j)] = float(std::sin(0.01 * double(j) + seed) * 0.02);
-  if (shape.size() != 2) return gen;
-  // Linear weights are generated in [in, out] order and stored [out, in].
-  const int64_t out = shape[0], in = shape[1];
-  std::vector<float> t(static_cast<size_t>(n));
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) t[size_t(o * in + i)] = gen[size_t(i * out + o)];
-  return t;
-}
-
 bool is_norm(const std::string& name) {
   return name.find("norm1.") != std::string::npos || name.find("norm2.") != std::string::npos ||
          name.starts_with("norm.");
@@ -218,7 +196,7 @@ mgn::Init init_of(const Config& c, const std::string& name, const Shape& shape, 
   const bool norm = is_norm(name), weight = name.ends_with(".weight");
   const bool lambda = name.ends_with(".lambda1");
   if (opt.init == Init::PaperSine) {
-    std::vector<float> v = sine_values(name, shape);
+    std::vector<float> v = models::paper_sine_values(name, shape);
     if ((norm && weight) || lambda)
       for (float& x : v) x += 1.0f;
     return mgn::Init::from_data(std::move(v));
@@ -303,22 +281,10 @@ Graph vit_graph(const Config& c, const GraphOptions& opt, Mode mode) {
 
 std::map<std::string, std::vector<float>> read_weights(const Config& c, const std::string& path,
                                                        int64_t layers) {
-  namespace fs = std::filesystem;
   if (layers < 0 || layers > c.num_hidden_layers)
     throw Error("dinov3::read_weights: layers must be in 0.." + str(c.num_hidden_layers) + ", got " +
                 str(layers));
-  std::string file = path;
-  if (fs::is_directory(path)) {
-    fs::path index = fs::path(path) / "model.safetensors.index.json",
-             single = fs::path(path) / "model.safetensors";
-    if (fs::exists(index))
-      file = index.string();
-    else if (fs::exists(single))
-      file = single.string();
-    else
-      throw Error("model directory '" + path +
-                  "' has neither model.safetensors nor model.safetensors.index.json");
-  }
+  const std::string file = models::weights_file(path);
   TensorSet ts = read_tensor_set(file);
   std::string prefix;
   bool found = false;

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "hf_files.h"
 #include "mgn/checkpoint.h"
 #include "mgn/session.h"
 
@@ -117,13 +118,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   return c;
 }
 
-Config Config::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot open llama config '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return from_json(ss.str(), path);
-}
+Config Config::from_file(const std::string& path) { return from_json(models::read_text_file(path, "llama config"), path); }
 
 Config Config::smollm2_135m() {
   Config c;
@@ -324,14 +319,7 @@ Graph decode_graph(const Config& c, const GraphOptions& opt) {
 // ---- weights
 
 std::map<std::string, std::vector<float>> read_weights(const Config& c, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::string file = path;
-  if (fs::is_directory(path)) {
-    fs::path index = fs::path(path) / "model.safetensors.index.json", single = fs::path(path) / "model.safetensors";
-    if (fs::exists(index)) file = index.string();
-    else if (fs::exists(single)) file = single.string();
-    else throw Error("model directory '" + path + "' has neither model.safetensors nor model.safetensors.index.json");
-  }
+  const std::string file = models::weights_file(path);
   TensorSet ts = read_tensor_set(file);
   auto shapes = parameter_shapes(c);
   std::set<std::string> expected;

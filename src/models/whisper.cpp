@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mgn/audio.h"
+#include "hf_files.h"
 #include "mgn/checkpoint.h"
 #include "mgn/nn.h"
 #include "mgn/session.h"
@@ -79,13 +80,7 @@ Config Config::from_json(const std::string& text, const std::string& origin) {
   return c;
 }
 
-Config Config::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot open whisper config '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return from_json(ss.str(), path);
-}
+Config Config::from_file(const std::string& path) { return from_json(models::read_text_file(path, "whisper config"), path); }
 
 Config Config::tiny() { return {.d_model = 384, .encoder_layers = 4, .encoder_attention_heads = 6, .encoder_ffn_dim = 1536}; }
 Config Config::base() { return {.d_model = 512, .encoder_layers = 6, .encoder_attention_heads = 8, .encoder_ffn_dim = 2048}; }
@@ -146,28 +141,11 @@ std::vector<float> sinusoids(int64_t length, int64_t channels) {
 
 namespace {
 
-// The paper's name-seeded sine values (workload-specs.md, "Inferena deterministic init").
-std::vector<float> sine_values(const std::string& name, const Shape& shape) {
-  uint32_t h = 0;
-  for (unsigned char ch : name) h = h * 31u + ch;
-  const double seed = double(h % 10000u);
-  const int64_t n = numel(shape);
-  std::vector<float> gen(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) gen[size_t(j)] = float(std::sin(0.01 * double(j) + seed) * 0.02);
-  if (shape.size() != 2) return gen;
-  // Linear weights are generated in [in, out] order and stored [out, in].
-  const int64_t out = shape[0], in = shape[1];
-  std::vector<float> t(static_cast<size_t>(n));
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) t[size_t(o * in + i)] = gen[size_t(i * out + o)];
-  return t;
-}
-
 mgn::Init init_of(const std::string& name, const Shape& shape, const GraphOptions& opt) {
   const bool norm = name.find("layer_norm") != std::string::npos;
   const bool weight = name.ends_with(".weight");
   if (opt.init == Init::PaperSine) {
-    std::vector<float> v = sine_values(name, shape);
+    std::vector<float> v = models::paper_sine_values(name, shape);
     if (norm && weight)
       for (float& x : v) x += 1.0f;
     return mgn::Init::from_data(std::move(v));
@@ -233,14 +211,7 @@ Graph encoder_graph(const Config& c, const GraphOptions& opt, Mode mode) {
 // ---- weights
 
 std::map<std::string, std::vector<float>> read_weights(const Config& c, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::string file = path;
-  if (fs::is_directory(path)) {
-    fs::path index = fs::path(path) / "model.safetensors.index.json", single = fs::path(path) / "model.safetensors";
-    if (fs::exists(index)) file = index.string();
-    else if (fs::exists(single)) file = single.string();
-    else throw Error("model directory '" + path + "' has neither model.safetensors nor model.safetensors.index.json");
-  }
+  const std::string file = models::weights_file(path);
   TensorSet ts = read_tensor_set(file);
   // The prefix the file uses: the one under which conv1.weight is found.
   std::string prefix;

@@ -139,4 +139,13 @@ std::vector<float> attention_input(std::mt19937& rng, size_t n, float scale, boo
   return x;
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace mgn::test

@@ -34,6 +34,7 @@ std::vector<float> attention_input(std::mt19937& rng, size_t n, float scale, boo
 
 }  // namespace mgn::test
 
+#include <functional>
 #include <map>
 
 #include "mgn/safetensors.h"
@@ -45,6 +46,9 @@ namespace mgn::test {
 // Throws mgn::Error with the script's output when it fails. This is how tests reach PyTorch.
 std::map<std::string, StoredTensor> run_torch(const std::string& script,
                                               const std::vector<StoredTensor>& inputs);
+
+// The message of the mgn::Error that f throws; "" when it throws none (other exceptions propagate).
+std::string error_of(const std::function<void()>& f);
 
 // A fresh empty directory under the system temp dir (removed by the caller if it wants).
 std::string make_temp_dir(const std::string& tag);
