@@ -36,6 +36,8 @@
 #   bench-dinov3 / bench-dinovision  DINOv3 ViT-S/16 (b1, b8) and DinoVision's decoder step (b8) next to
 #                dinov3_bench.py (transformers' DINOv3ViTModel: the full-model gate) -> bench_dinov3_bN_table.md,
 #                bench_dinovision_table.md
+#   attention-forms  the attention rewrite into matrix products vs the kernels vs SDPA at several sequence
+#                lengths, and Whisper's F+L+B profile with and without it
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 set -uo pipefail
 B=${1:-build-release}
@@ -295,6 +297,39 @@ for job in "$@"; do
       python3 bench/compare.py --require-gates --out "$OUT/micro_table.md" $FILES "$T/gemm.mgn.jsonl" \
         "$T/gemm.torch.jsonl" > /dev/null 2>> "$L"
       echo "compare rc=$?" >> "$L"
+      ;;
+    attention-forms)
+      # The attention rewrite into matrix products (MGN_ATTENTION=matmul; passes/attention_matmul.h) against the
+      # attention kernels (row, tiled, auto) at seq $ATTN_SEQS (default "128 256 512 1024 1500"; SmolLM2's 9/3 heads
+      # of 64, causal), next to bench/pytorch/attention.py (SDPA) on the same inputs, outputs checked; then the
+      # per-kernel profile of Whisper's F+L+B (b1) with the rewrite (auto) and without it (row).
+      # Back: attention_forms_{mgn,torch}.jsonl, attention_forms_table.md, attention_forms_log.txt,
+      # whisper_profile_{auto,row}.txt.
+      L="$OUT/attention_forms_log.txt" T=/tmp/attention_forms
+      rm -rf "$T" && mkdir -p "$T"
+      FILES=""
+      for S in ${ATTN_SEQS:-128 256 512 1024 1500}; do
+        for knob in matmul auto row tiled; do
+          MGN_ATTENTION=$knob "$B/mgn" bench attention --seq "$S" --outputs "$T/s$S.$knob.mgn_out.safetensors" \
+            --json "$T/s$S.$knob.mgn.jsonl" > /dev/null 2>> "$L"
+          echo "mgn bench attention --seq $S MGN_ATTENTION=$knob rc=$?" >> "$L"
+          FILES="$FILES $T/s$S.$knob.mgn.jsonl"
+        done
+        python3 bench/pytorch/attention.py --device cuda --inputs "$T/s$S.matmul.mgn_out.safetensors" \
+          --outputs "$T/s$S.torch_out.safetensors" --json "$T/s$S.torch.jsonl" > /dev/null 2>> "$L"
+        echo "attention.py --seq $S rc=$?" >> "$L"
+        FILES="$FILES $T/s$S.torch.jsonl"
+      done
+      cat "$T"/*.mgn.jsonl > "$OUT/attention_forms_mgn.jsonl"
+      cat "$T"/*.torch.jsonl > "$OUT/attention_forms_torch.jsonl"
+      # shellcheck disable=SC2086 # FILES: words
+      python3 bench/compare.py --out "$OUT/attention_forms_table.md" $FILES > /dev/null 2>> "$L"
+      echo "compare rc=$?" >> "$L"
+      for knob in auto row; do
+        MGN_ATTENTION=$knob MGN_PROFILE=1 timeout 120 "$B/mgn" bench whisper-tiny-encoder --phases flb \
+          > "$OUT/whisper_profile_$knob.txt" 2>&1
+        echo "whisper profile MGN_ATTENTION=$knob rc=$?" >> "$L"
+      done
       ;;
     gemm-warmup)
       # Does a GEMM's time depend on what ran before it in the process (the micro job's shape order) or on

@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/graph_executor.h"
 #include "ir/graph.h"
+#include "passes/attention_matmul.h"
 #include "mgn/graph.h"
 #include "support/test_util.h"
 
@@ -50,9 +52,10 @@ class VulkanAttention : public testing::TestWithParam<Cfg> {
 };
 std::unique_ptr<vk::Context> VulkanAttention::ctx_;
 
-TEST_P(VulkanAttention, MatchesCpuReference) {
-  const Cfg& c = GetParam();
-  mgn::Graph g;
+// o, lse, dq, dk, dv of one attention with the inputs q, k, v, do [, mask].
+const char* kNames[5] = {"o", "lse", "dq", "dk", "dv"};
+
+int build_attention(mgn::Graph& g, const Cfg& c) {
   Shape qs{c.B, c.Hq, c.Sq, c.D}, ks{c.B, c.Hkv, c.Skv, c.D}, vs{c.B, c.Hkv, c.Skv, c.Dv},
       os{c.B, c.Hq, c.Sq, c.Dv};
   Tensor q = g.input("q", qs), k = g.input("k", ks), v = g.input("v", vs), dout = g.input("do", os);
@@ -69,10 +72,17 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
   if (mask_id >= 0) gin.push_back(mask_id);
   int gq = ir.add(ir::Op::AttentionGradQ, gin, at), gk = ir.add(ir::Op::AttentionGradK, gin, at),
       gv = ir.add(ir::Op::AttentionGradV, gin, at);
-  const char* names[5] = {"o", "lse", "dq", "dk", "dv"};
   int ids[5] = {on, ln, gq, gk, gv};
-  for (int i = 0; i < 5; ++i) ir.add_output(names[i], ids[i]);
+  for (int i = 0; i < 5; ++i) ir.add_output(kNames[i], ids[i]);
+  return mask_id;
+}
 
+TEST_P(VulkanAttention, MatchesCpuReference) {
+  const Cfg& c = GetParam();
+  mgn::Graph g;
+  const int mask_id = build_attention(g, c);
+  ir::Graph& ir = g.ir();
+  const char* const* names = kNames;
   cpu::Executor cpu(ir);
   // With fusion (the default) attention + attention_lse run as one kernel and dK + dV as one; without, each
   // node has its own. o, lse and dq must come out bitwise the same either way.
@@ -154,6 +164,54 @@ TEST_P(VulkanAttention, MatchesCpuReference) {
       for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
       ctx_->clear_validation_messages();
     }
+}
+
+// The rewrite into matrix products (passes/attention_matmul.h, AttentionKernel::Matmul): the rewritten graph
+// on Vulkan against the CPU reference executor running the attention nodes themselves. Masked attentions and
+// causal ones with more queries than keys are left to the kernels (the rewrite must not touch them).
+TEST_P(VulkanAttention, AsMatmulMatchesCpuReference) {
+  const Cfg& c = GetParam();
+  mgn::Graph g;
+  const int mask_id = build_attention(g, c);
+  const ir::Graph& ir = g.ir();
+  int rewritten = -1;
+  std::optional<ir::Graph> mm =
+      passes::attention_as_matmul(ir, [](const passes::AttentionDims&, bool) { return true; }, &rewritten);
+  const bool applies = c.mask.empty() && !(c.causal && c.Sq > c.Skv);
+  ASSERT_EQ(mm.has_value(), applies);
+  if (!applies) return;
+  EXPECT_EQ(rewritten, 1);
+  for (const ir::Node& n : mm->nodes()) EXPECT_NE(ir::op_info(n.op).archetype, ir::Archetype::Attention);
+  cpu::Executor cpu(ir);
+  vk::GraphExecutor gpu(*mm, *ctx_, {.cache_dir = "", .poison = true});
+  std::mt19937 rng(7);
+  for (int id : ir.inputs()) {
+    std::vector<float> x = test::attention_input(rng, size_t(numel(ir.node(id).shape)),
+                                                 ir.node(id).name == "q" ? float(c.qscale) : 1.0f, false, 1);
+    cpu.set_input(ir.node(id).name, x);
+    gpu.set_input(ir.node(id).name, x);
+  }
+  (void)mask_id;
+  cpu.run();
+  gpu.run();
+  for (const char* name : kNames) {
+    const std::vector<double>& want = cpu.output(name).v;
+    std::vector<float> got = gpu.read_output(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    double num = 0, den = 0;
+    for (size_t e = 0; e < want.size(); ++e) {
+      ASSERT_TRUE(std::isfinite(got[e])) << c.name << " " << name << " element " << e;
+      const double d = double(got[e]) - want[e];
+      num += d * d;
+      den += want[e] * want[e];
+    }
+    const double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+    if (std::getenv("MGN_TEST_PRINT_ERR")) std::printf("matmul %s %s %.3g\n", c.name, name, err);
+    EXPECT_LE(err, 5e-6) << c.name << " " << name;
+  }
+  EXPECT_EQ(ctx_->validation_message_count(), 0u);
+  for (const auto& m : ctx_->validation_messages()) ADD_FAILURE() << m;
+  ctx_->clear_validation_messages();
 }
 
 // AttentionKernel::Auto (the default) takes the query-tiled forward and grad_q kernels when the query blocks

@@ -204,3 +204,55 @@ TEST(VulkanSession, TransposedConvGatherScatterTrainingMatchesCpu) {
     }
   }
 }
+
+// KernelOptions::attention = Auto rewrites long attentions into matrix products inside the Vulkan engine
+// (passes/attention_matmul.h): a causal self-attention over 256 tokens with trainable q/k/v projections, trained
+// for two SGD steps, gives the CPU reference's loss and parameters, and no attention kernel is compiled; Row
+// keeps the attention kernels (the short-sequence path, compared the same way).
+TEST(VulkanSession, LongAttentionAsMatmulTrainsLikeCpu) {
+  auto make_graph = [](Graph& g) {
+    Tensor x = g.input("x", {1, 256, 16});
+    Tensor wq = g.parameter("wq", {16, 16}, Init::uniform(-0.5, 0.5, 1));
+    Tensor wk = g.parameter("wk", {16, 16}, Init::uniform(-0.5, 0.5, 2));
+    Tensor wv = g.parameter("wv", {16, 16}, Init::uniform(-0.5, 0.5, 3));
+    auto heads = [](Tensor t) { return permute(reshape(t, {1, 256, 2, 8}), {0, 2, 1, 3}); };  // [1, 2, 256, 8]
+    Tensor o = attention(heads(matmul(x, wq)), heads(matmul(x, wk)), heads(matmul(x, wv)), {.causal = true});
+    g.output("loss", mean(square(o)));
+  };
+  std::vector<double> x = test::random_uniform(256 * 16, 9, -1, 1);
+  for (const AttentionKernel kernel : {AttentionKernel::Auto, AttentionKernel::Row}) {
+    SCOPED_TRACE(attention_kernel_name(kernel));
+    Graph gv;
+    make_graph(gv);
+    CompileOptions opt{.mode = Mode::Train,
+                       .optimizer = SGD{.lr = 0.5},
+                       .backend = Backend::Vulkan,
+                       .device = test::device_options()};
+    opt.kernels.attention = kernel;
+    Session gpu = compile(gv, opt);
+    ASSERT_STRNE(gpu.backend(), "cpu");
+    int attention_kernels = 0;
+    for (const auto& [name, glsl] : gpu.kernel_sources()) attention_kernels += name.rfind("attention", 0) == 0;
+    if (kernel == AttentionKernel::Auto)
+      EXPECT_EQ(attention_kernels, 0);
+    else
+      EXPECT_GT(attention_kernels, 0);
+    Graph gc;
+    make_graph(gc);
+    Session ref = compile(gc, {.mode = Mode::Train, .optimizer = SGD{.lr = 0.5}, .backend = Backend::Cpu});
+    for (int step = 0; step < 2; ++step) {
+      for (Session* s : {&ref, &gpu}) {
+        s->set_input("x", std::vector<float>(x.begin(), x.end()));
+        s->step();
+      }
+      const float lc = ref.read_scalar("loss"), lg = gpu.read_scalar("loss");
+      EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc)) << "step " << step;
+      for (const char* n : {"wq", "wk", "wv"}) {
+        std::vector<float> a = ref.read(n), b = gpu.read(n);
+        EXPECT_LT(test::rel_l2(std::vector<double>(b.begin(), b.end()), std::vector<double>(a.begin(), a.end())),
+                  1e-5)
+            << n << " after step " << step;
+      }
+    }
+  }
+}

@@ -149,6 +149,28 @@ int Graph::add_full(const Shape& shape, DType dtype, double value) {
   return push(std::move(n));
 }
 
+int Graph::add_copy(const Node& src, std::vector<int> inputs) {
+  const OpInfo& info = op_info(src.op);
+  if (info.archetype == Archetype::Source) {
+    Node n = src;
+    n.inputs.clear();
+    if (src.op == Op::Input || src.op == Op::Parameter) {
+      check_new_name(named_, src.name, op_name(src.op));
+      const int id = push(std::move(n));
+      named_[src.name] = id;
+      return id;
+    }
+    return push(std::move(n));
+  }
+  const int id = add(src.op, std::move(inputs), src.attrs, src.name);
+  Node& n = nodes_.back();
+  if (n.shape != src.shape || n.dtype != src.dtype)
+    throw Error("copying " + describe(id) + ": its shape or dtype changed (" + shape_str(src.shape) + " became " +
+                shape_str(n.shape) + ")");
+  n.precision = src.precision;
+  return id;
+}
+
 void Graph::add_output(const std::string& name, int node) {
   if (name.empty()) throw Error("output needs a non-empty name");
   if (node < 0 || node >= size()) throw Error("output '" + name + "': tensor does not belong to this graph");

@@ -74,6 +74,11 @@ class Graph {
   int add_constant(const Shape& shape, DType dtype, std::vector<double> values, std::string name = "");
   int add_full(const Shape& shape, DType dtype, double value);
   void add_output(const std::string& name, int node);
+  // Appends a copy of `n` (from another graph, for passes that rebuild one) reading `inputs` of this graph:
+  // op, attributes, name, precision and the source data (init, trainability, constant values) are kept, the
+  // shape is inferred again (and must come out equal for a computed node). Inputs and parameters keep their
+  // names as this graph's names.
+  int add_copy(const Node& n, std::vector<int> inputs);
 
   const Node& node(int id) const { return nodes_.at(size_t(id)); }
   Node& node_mut(int id) { return nodes_.at(size_t(id)); }

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "backend/vulkan/graph_executor.h"
+#include "passes/attention_matmul.h"
 #include "runtime/engine.h"
 
 namespace mgn::detail {
@@ -152,7 +153,26 @@ class VulkanEngine final : public Engine {
 
 }  // namespace
 
+// KernelOptions::attention: which attentions run as matrix products (passes/attention_matmul.h).
+static passes::AttentionMatmulPolicy attention_policy(AttentionKernel want) {
+  switch (want) {
+    case AttentionKernel::Row:
+    case AttentionKernel::Tiled: return nullptr;
+    case AttentionKernel::Matmul: return [](const passes::AttentionDims&, bool) { return true; };
+    case AttentionKernel::Auto:
+      return [](const passes::AttentionDims& d, bool) {
+        return d.Sq >= kAttentionMatmulMinSeq && d.Skv >= kAttentionMatmulMinSeq &&
+               d.score_bytes() <= kAttentionMatmulMaxScoreBytes;
+      };
+  }
+  return nullptr;
+}
+
 std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> graph, const CompileOptions& options) {
+  if (const passes::AttentionMatmulPolicy accept = attention_policy(options.kernels.attention)) {
+    if (std::optional<ir::Graph> g = passes::attention_as_matmul(*graph, accept))
+      graph = std::make_shared<const ir::Graph>(std::move(*g));
+  }
   return std::make_unique<VulkanEngine>(std::move(graph), options);
 }
 

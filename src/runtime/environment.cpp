@@ -83,10 +83,12 @@ const std::vector<Row>& rows() {
        [](Environment& e, const std::string& v, const char* n) {
          e.planning.reuse = e.planning.in_place = parse_flag(v, n);
        }},
-      {{"MGN_ATTENTION", "compiler", "`auto`, `row`, `tiled` (`auto`)",
-        "the attention kernels: `auto` takes the query-tiled forward kernels at long sequences and keeps the "
-        "row kernels for the derivatives (docs/architecture.md); `row` / `tiled` force one form wherever the "
-        "head dims allow it. Option: `KernelOptions::attention`"},
+      {{"MGN_ATTENTION", "compiler", "`auto`, `row`, `tiled`, `matmul` (`auto`)",
+        "the attention kernels: `auto` rewrites attentions of at least 256 queries and keys into matrix "
+        "products over the materialized scores and, for the rest, takes the query-tiled forward kernels at long "
+        "sequences and the row kernels for the derivatives (docs/architecture.md); `row` / `tiled` force one "
+        "kernel form wherever the head dims allow it; `matmul` rewrites every attention without a mask. "
+        "Option: `KernelOptions::attention`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.attention = parse_attention_kernel(v, n); }},
       {{"MGN_GEMM_VARIANT", "compiler", "`auto`, `simt`, `small` (`auto`)",
         "the f32 (strict) GEMM kernel family. Option: `KernelOptions::gemm`"},

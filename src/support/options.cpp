@@ -47,7 +47,8 @@ AttentionKernel parse_attention_kernel(const std::string& text, const std::strin
   if (is_auto(text)) return AttentionKernel::Auto;
   if (text == "row") return AttentionKernel::Row;
   if (text == "tiled") return AttentionKernel::Tiled;
-  throw Error(who + ": expected auto, row or tiled, got '" + text + "'");
+  if (text == "matmul") return AttentionKernel::Matmul;
+  throw Error(who + ": expected auto, row, tiled or matmul, got '" + text + "'");
 }
 
 GemmAblation parse_gemm_ablation(const std::string& text, const std::string& who) {
@@ -130,6 +131,7 @@ const char* attention_kernel_name(AttentionKernel k) {
     case AttentionKernel::Auto: return "auto";
     case AttentionKernel::Row: return "row";
     case AttentionKernel::Tiled: return "tiled";
+    case AttentionKernel::Matmul: return "matmul";
   }
   return "?";
 }
