@@ -309,7 +309,7 @@ for job in "$@"; do
       rm -rf "$T" && mkdir -p "$T"
       FILES=""
       for S in ${ATTN_SEQS:-128 256 512 1024 1500}; do
-        for knob in matmul auto row tiled; do
+        for knob in ${ATTN_KNOBS:-matmul row tiled}; do
           MGN_ATTENTION=$knob "$B/mgn" bench attention --seq "$S" --outputs "$T/s$S.$knob.mgn_out.safetensors" \
             --json "$T/s$S.$knob.mgn.jsonl" > /dev/null 2>> "$L"
           echo "mgn bench attention --seq $S MGN_ATTENTION=$knob rc=$?" >> "$L"

@@ -197,19 +197,53 @@ Lowering lower_gather_grad(const LowerContext& ctx) {
       idx_decl + gl::buffer(1, "cnt", DType::I32, false, true),
       "  int c = 0;\n" + scan_indices("++c;") + "  cnt[i] = c;\n", s.n,
       {{BindingKind::Input, 1}, {BindingKind::Scratch, 0, true}}, ctx.caps));
-  // One thread: exclusive prefix sum over the table rows (n is a table size, at most a vocabulary).
-  l.kernels.push_back(gl::elementwise("gather_grad_scan_" + shape_str(n.shape), "data gather_grad scan " + key,
-                                      gl::buffer(0, "cnt", DType::I32, false),
-                                      gl::render(R"(  int acc = 0;
-  for (uint k = 0u; k < ${N}; ++k) {
-    int c = cnt[k];
-    cnt[k] = acc;
-    acc += c;
+  // Exclusive prefix sum over the table rows in one workgroup: each thread sums a chunk of consecutive rows,
+  // thread 0 scans the chunk sums in shared memory, then each thread rewrites its chunk. Integer sums, so
+  // the result is exact whatever the chunking. (One thread walking a 49,152-row vocabulary took 11.7 ms on
+  // an H100: issue 27.)
+  {
+    const uint32_t wg = std::min<uint32_t>(256, ctx.caps.max_workgroup_invocations);
+    const uint64_t chunk = std::max<uint64_t>(1, (s.n + wg - 1) / wg);
+    Kernel k;
+    k.name = "gather_grad_scan_" + shape_str(n.shape);
+    k.glsl = gl::render(R"(#version 450
+// archetype: data gather_grad scan ${KEY}
+layout(local_size_x = ${WG}) in;
+${DECL}shared int part[${WG}];
+void main() {
+  uint t = gl_LocalInvocationID.x;
+  uint lo = min(t * ${CHUNK}, ${N}), hi = min(lo + ${CHUNK}, ${N});
+  int acc = 0;
+  for (uint k = lo; k < hi; ++k) acc += cnt[k];
+  part[t] = acc;
+  barrier();
+  if (t == 0u) {
+    int run = 0;
+    for (uint w = 0u; w < ${WG}u; ++w) {
+      int c = part[w];
+      part[w] = run;
+      run += c;
+    }
+    cnt[${N}] = run;
   }
-  cnt[${N}] = acc;
+  barrier();
+  int run = part[t];
+  for (uint k = lo; k < hi; ++k) {
+    int c = cnt[k];
+    cnt[k] = run;
+    run += c;
+  }
+}
 )",
-                                                 {{"N", N}}),
-                                      1, {{BindingKind::Scratch, 0, true}}, ctx.caps));
+                        {{"KEY", key},
+                         {"WG", std::to_string(wg)},
+                         {"DECL", gl::buffer(0, "cnt", DType::I32, false)},
+                         {"CHUNK", u(chunk)},
+                         {"N", N}});
+    k.bindings = {{BindingKind::Scratch, 0, true}};
+    k.groups = {1, 1, 1};
+    l.kernels.push_back(std::move(k));
+  }
   l.kernels.push_back(gl::elementwise(
       "gather_grad_list_" + shape_str(n.shape), "data gather_grad list " + key,
       idx_decl + gl::buffer(1, "start", DType::I32, true) + gl::buffer(2, "list", DType::I32, false, true),

@@ -205,16 +205,22 @@ def slice_grad(dy):
     return z
 
 
-def gather_grad(dy, idx):
-    t = torch.zeros(3, 6, 2, dtype=torch.float64, requires_grad=True)
-    out = torch.index_select(t, 1, idx.reshape(-1)).reshape(3, 4, 5, 2)
-    return torch.autograd.grad(out, t, dy)[0]
+def gather_grad(table, idx_shape):
+    def f(dy, idx):
+        t = torch.zeros(*table, dtype=torch.float64, requires_grad=True)
+        out = torch.index_select(t, 1, idx.reshape(-1)).reshape(table[0], *idx_shape, table[2])
+        return torch.autograd.grad(out, t, dy)[0]
+    return f
 
 
 add(Case("slice_grad", "slice_grad", [In((3, 3, 3))], slice_grad, grad=False,
          attrs={"starts": [1, 0, 0], "ends": [4, 9, 3], "steps": [1, 4, 1], "input_shape": [4, 9, 3]}),
-    Case("gather_grad", "gather_grad", [In((3, 4, 5, 2)), In((4, 5), "i32", lo=0, hi=6)], gather_grad, grad=False,
-         attrs={"axis": 1, "table_shape": [3, 6, 2]}))
+    Case("gather_grad", "gather_grad", [In((3, 4, 5, 2)), In((4, 5), "i32", lo=0, hi=6)],
+         gather_grad((3, 6, 2), (4, 5)), grad=False, attrs={"axis": 1, "table_shape": [3, 6, 2]}),
+    # A table of more rows than the scan's workgroup has threads, not a multiple of it (rows per thread, a
+    # ragged last chunk), with repeated and untouched rows.
+    Case("gather_grad_big_table", "gather_grad", [In((1, 3, 60, 2)), In((3, 60), "i32", lo=0, hi=1500)],
+         gather_grad((1, 1500, 2), (3, 60)), grad=False, attrs={"axis": 1, "table_shape": [1, 1500, 2]}))
 
 # ---- losses
 def xent(ignore=-100, smoothing=0.0):
