@@ -38,6 +38,7 @@
 #                bench_dinovision_table.md
 #   attention-forms  the attention rewrite into matrix products vs the kernels vs SDPA at several sequence
 #                lengths, and Whisper's F+L+B profile with and without it
+#   soak         bench/soak.sh on the SmolLM2-135M shape (random weights), \$SOAK_STEPS steps twice
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 set -uo pipefail
 B=${1:-build-release}
@@ -330,6 +331,18 @@ for job in "$@"; do
           > "$OUT/whisper_profile_$knob.txt" 2>&1
         echo "whisper profile MGN_ATTENTION=$knob rc=$?" >> "$L"
       done
+      ;;
+    soak)
+      # The GPU soak of docs/reliability.md (issue 30): bench/soak.sh with the SmolLM2-135M shape (config below,
+      # random weights, the staged test tokenizer: ids stay below the vocabulary) for $SOAK_STEPS steps (default
+      # 1500) twice, batch 4 x seq 256. Back: soak/ (run logs, summary).
+      M=/tmp/soak-model
+      rm -rf "$M" && mkdir -p "$M"
+      cp .h200/soak-tokenizer.json "$M/tokenizer.json"
+      echo '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 100000.0, "tie_word_embeddings": true, "hidden_act": "silu", "initializer_range": 0.041666666666666664}' > "$M/config.json"
+      MGN="$B/mgn" SOAK_WEIGHTS=random bash bench/soak.sh "$M" "${SOAK_STEPS:-1500}" "$OUT/soak" > "$OUT/soak_summary.txt" 2>&1
+      echo "soak rc=$?" >> "$OUT/soak_summary.txt"
+      rm -rf "$OUT/soak/model1" "$OUT/soak/model2"
       ;;
     gemm-warmup)
       # Does a GEMM's time depend on what ran before it in the process (the micro job's shape order) or on

@@ -36,5 +36,7 @@ done
 [ -n "$TESTS" ] && [ -d "$B/oracle" ] && cp -r "$B/oracle" .h200/bin/oracle
 tar -cJf .h200/bin.tar.xz -C .h200 bin && rm -rf .h200/bin
 cp bench/h200.sh .h200/h200.sh
+# The soak job's tokenizer: the tiny BPE tokenizer the FinetuneThenGenerate test writes (ids below 562).
+[ -f "$B/tests/finetune_check/model/tokenizer.json" ] && cp "$B/tests/finetune_check/model/tokenizer.json" .h200/soak-tokenizer.json
 [ -d .fmdata ] || { mkdir -p .fmdata && cp /usr/share/datasets/fashion-mnist/*.gz .fmdata/; }
 du -sh .h200 .gl .fmdata
