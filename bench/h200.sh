@@ -36,6 +36,11 @@
 #   bench-dinov3 / bench-dinovision  DINOv3 ViT-S/16 (b1, b8) and DinoVision's decoder step (b8) next to
 #                dinov3_bench.py (transformers' DINOv3ViTModel: the full-model gate) -> bench_dinov3_bN_table.md,
 #                bench_dinovision_table.md
+#   bench-smolvla the SmolVLA action expert (99.85 M, batch 1, 50 actions x 32, 16 VLM tokens; phases compile,
+#                inference, minimal = the latency shape of 1 action token, flb, step) next to smolvla_bench.py
+#                (plain torch from the spec: eager and eager + CUDA-graph replay, strict and accelerated;
+#                torch.compile strict, capped at $BENCH_SMOLVLA_COMPILE_TIMEOUT s, default 300); gates of the
+#                full config vs torch -> bench_smolvla_table.md
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 set -uo pipefail
 B=${1:-build-release}
@@ -201,6 +206,15 @@ for job in "$@"; do
       # $BENCH_DINOVISION_COMPILE_TIMEOUT s, default 200). Back: bench_dinovision_{mgn,torch}.jsonl, _table.md, _log.txt.
       model_bench dinovision dinovision 8 "${BENCH_DINOVISION_COMPILE_TIMEOUT:-200}" dinov3_bench.py \
         "--impls eager,cudagraph" bench/pytorch/dinov3_bench.py --inputs /tmp/bench_dinovision/dinovision_b8.mgn_out.safetensors
+      ;;
+    bench-smolvla)
+      # The SmolVLA action expert at the paper's shapes (the spec's benchmark inputs, loss mean((v - 0)²), the paper's
+      # sine init): ours strict and accelerated next to smolvla_bench.py (eager and eager + CUDA-graph replay, strict
+      # and accelerated; torch.compile strict, capped at $BENCH_SMOLVLA_COMPILE_TIMEOUT s, default 300), forward,
+      # latency shape, every gradient and the step gated. Back: bench_smolvla_{mgn,torch}.jsonl, _table.md, _log.txt.
+      model_bench smolvla smolvla-expert 1 "${BENCH_SMOLVLA_COMPILE_TIMEOUT:-300}" smolvla_bench.py \
+        "--impls eager,cudagraph" bench/pytorch/smolvla_bench.py \
+        --inputs /tmp/bench_smolvla/smolvla-expert_b1.mgn_out.safetensors
       ;;
     dinovision)
       # The case study on Debian's photographs (PHOTO_DIR, default .h200/photos): mgn dinovision train (ViT-S/16's
