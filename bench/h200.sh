@@ -40,7 +40,8 @@
 #                inference, minimal = the latency shape of 1 action token, flb, step) next to smolvla_bench.py
 #                (plain torch from the spec: eager and eager + CUDA-graph replay, strict and accelerated;
 #                torch.compile strict, capped at $BENCH_SMOLVLA_COMPILE_TIMEOUT s, default 300); gates of the
-#                full config vs torch -> bench_smolvla_table.md
+#                full config vs torch -> bench_smolvla_table.md; SMOLVLA_WORKLOADS="smolvla-expert
+#                smolvla-expert-lerobot" adds lerobot's attention variant -> bench_smolvla_lerobot_table.md
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 set -uo pipefail
 B=${1:-build-release}
@@ -212,9 +213,15 @@ for job in "$@"; do
       # sine init): ours strict and accelerated next to smolvla_bench.py (eager and eager + CUDA-graph replay, strict
       # and accelerated; torch.compile strict, capped at $BENCH_SMOLVLA_COMPILE_TIMEOUT s, default 300), forward,
       # latency shape, every gradient and the step gated. Back: bench_smolvla_{mgn,torch}.jsonl, _table.md, _log.txt.
-      model_bench smolvla smolvla-expert 1 "${BENCH_SMOLVLA_COMPILE_TIMEOUT:-300}" smolvla_bench.py \
-        "--impls eager,cudagraph" bench/pytorch/smolvla_bench.py \
-        --inputs /tmp/bench_smolvla/smolvla-expert_b1.mgn_out.safetensors
+      # SMOLVLA_WORKLOADS (default "smolvla-expert") may add smolvla-expert-lerobot (lerobot's attention: the VLM
+      # prefix in the self layers, RoPE), whose files are bench_smolvla_lerobot_*.
+      for SW in ${SMOLVLA_WORKLOADS:-smolvla-expert}; do
+        ST=smolvla${SW#smolvla-expert}
+        ST=${ST//-/_}
+        model_bench "$ST" "$SW" 1 "${BENCH_SMOLVLA_COMPILE_TIMEOUT:-300}" smolvla_bench.py \
+          "--impls eager,cudagraph" bench/pytorch/smolvla_bench.py \
+          --inputs "/tmp/bench_$ST/${SW}_b1.mgn_out.safetensors"
+      done
       ;;
     dinovision)
       # The case study on Debian's photographs (PHOTO_DIR, default .h200/photos): mgn dinovision train (ViT-S/16's

@@ -595,12 +595,15 @@ ModelSpec dinovision_spec(Args& a) {
 // The paper's SmolVLA workload: the action expert at batch 1 on the spec's benchmark inputs (noisy_actions
 // sin(0.01 i), timestep sin(0.005 i), every VLM K/V input cos(0.01 i), target zeros), loss mean((v - target)²),
 // the paper's sine init. The minimal phase is the spec's latency shape: 1 action token, still 16 VLM tokens.
-// smolvla-expert-test is the reduced config (4 layers, hidden 48) for CI's harness run.
+// smolvla-expert-test is the reduced config (4 layers, hidden 48) for CI's harness run; smolvla-expert-lerobot
+// is the paper's config with lerobot's attention (self layers over the VLM prefix too, RoPE; Attention::Lerobot).
 ModelSpec smolvla_spec(Args& a) {
   a.check_phases({"compile", "inference", "minimal", "flb", "step"}, {"compile", "inference", "minimal", "flb", "step"});
   if (a.seq || !a.cases.empty() || a.tiny || !a.config.empty())
     throw tool::UsageError(a.workload + " takes no --seq, --cases, --tiny or --config (other workloads do)");
-  const smolvla::Config cfg = a.workload == "smolvla-expert-test" ? smolvla::Config::reduced() : smolvla::Config::paper();
+  smolvla::Config cfg = a.workload == "smolvla-expert-test" ? smolvla::Config::reduced() : smolvla::Config::paper();
+  if (a.workload == "smolvla-expert-lerobot") cfg.attention = smolvla::Attention::Lerobot;
+  const bool lerobot = cfg.attention == smolvla::Attention::Lerobot;
   ModelSpec m;
   const int64_t B = a.batch ? a.batch : 1;
   m.batch = B;
@@ -646,7 +649,7 @@ ModelSpec smolvla_spec(Args& a) {
                               {"vlm_tokens", cfg.vlm_tokens},
                               {"rms_norm_eps", cfg.rms_norm_eps},
                               {"rope_theta", cfg.rope_theta},
-                              {"attention", "paper"}}.dump();
+                              {"attention", lerobot ? "lerobot" : "paper"}}.dump();
   m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
   m.gate_meta = {{"chunk", std::to_string(cfg.chunk)}, {"config", cj}};
   return m;
@@ -658,7 +661,8 @@ bool is_model_workload(const std::string& w) {
   return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" ||
          w == "llama" || w == "resnet50" || w == "resnet-tiny" || w == "whisper-tiny-encoder" ||
          w == "whisper-encoder-test" || w == "dinov3-vits16" || w == "dinov3-test" || w == "dinovision" ||
-         w == "dinovision-test" || w == "smolvla-expert" || w == "smolvla-expert-test";
+         w == "dinovision-test" || w == "smolvla-expert" || w == "smolvla-expert-test" ||
+         w == "smolvla-expert-lerobot";
 }
 
 int run_model_bench(Args& a) {
