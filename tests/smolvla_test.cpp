@@ -237,7 +237,7 @@ TEST(SmolVLA, FlowMatchingTargetAndEulerSamplerMatchTorch) {
   Weights w = random_weights(c, 31), in = random_inputs(c, o, 200);
   std::vector<double> nd = test::random_normal(size_t(2 * c.chunk * c.action_dim), 7);
   std::vector<float> noise(nd.begin(), nd.end());
-  auto ref = test::run_torch("tests/ref/smolvla_ref.py", ref_inputs(c, o, w, in, false, 10, noise));
+  auto ref = test::run_torch("tests/ref/smolvla_ref.py", ref_inputs(c, o, w, in, true, 10, noise));
 
   // Time features of t = 1, 0.9, ..., 0.1 against torch; the closed form at one entry.
   std::vector<double> ts;
