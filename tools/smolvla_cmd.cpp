@@ -23,7 +23,7 @@ namespace {
 
 struct SmolArgs {
   std::string action, config = "paper", attention = "paper", data, weights, out;
-  int64_t steps = 0, batch = 0, seed = 0, progress = 50, flow_steps = 10;
+  int64_t steps = 0, batch = 0, seed = 0, progress = 50, flow_steps = 10, repeat = 1;
   double lr = 1e-4;
   CompileFlags compile;
 };
@@ -143,16 +143,26 @@ int smolvla_act(const SmolArgs& a, const Context& ctx) {
   for (const std::string& n : names) s.set_input(n, vlm.at(n));  // once: every Euler step reuses them
   std::mt19937_64 rng(uint64_t(a.seed));
   std::vector<float> noise = gaussian(size_t(N * c.chunk * c.action_dim), rng);
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> actions = smolvla::sample_actions(s, c, noise, N, int(a.flow_steps));
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // Each repetition samples the same chunk again (same noise); with --repeat > 1 the first is a warm-up and the
+  // median of the others is reported.
+  std::vector<float> actions;
+  std::vector<double> times;
+  for (int64_t r = 0; r < a.repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    actions = smolvla::sample_actions(s, c, noise, N, int(a.flow_steps));
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (times.size() > 1) times.erase(times.begin());
+  std::sort(times.begin(), times.end());
+  const double ms = times[times.size() / 2];
   const Shape shape = {N, c.chunk, c.action_dim};
   write_safetensors(a.out, {StoredTensor::from_f32("actions", shape, actions), StoredTensor::from_f32("noise", shape, noise)},
                     {{"flow_steps", std::to_string(a.flow_steps)}, {"seed", std::to_string(a.seed)}});
   double sq = 0;
   for (float v : actions) sq += double(v) * v;
-  std::printf("%lld action chunk(s) of %lldx%lld in %lld Euler steps (%.2f ms, backend %s): rms %.6f; wrote %s\n",
-              (long long)N, (long long)c.chunk, (long long)c.action_dim, (long long)a.flow_steps, ms, s.backend(),
+  std::printf("%lld action chunk(s) of %lldx%lld in %lld Euler steps (%s%.2f ms, backend %s): rms %.6f; wrote %s\n",
+              (long long)N, (long long)c.chunk, (long long)c.action_dim, (long long)a.flow_steps,
+              a.repeat > 1 ? "median " : "", ms, s.backend(),
               std::sqrt(sq / double(actions.size())), a.out.c_str());
   return 0;
 }
@@ -182,6 +192,8 @@ Run declare_smolvla(CLI::App& app) {
   app.add_option("--lr", a->lr, "train: AdamW learning rate")->check(positive_number());
   app.add_option("--progress", a->progress, "train: print the loss every N steps")->check(at_least(1));
   app.add_option("--flow-steps", a->flow_steps, "act: Euler steps from t = 1 to 0")->check(at_least(1));
+  app.add_option("--repeat", a->repeat, "act: sample this many times (the first a warm-up) and print the median time")
+      ->check(at_least(1));
   app.add_option("--seed", a->seed, "noise and times")->check(at_least(0));
   add_compile_flags(app, a->compile);
   app.footer(
