@@ -29,7 +29,8 @@ Weights random_weights(const smolvla::Config& c, uint64_t seed) {
   Weights w;
   for (auto& [name, shape] : smolvla::parameter_shapes(c)) {
     const double scale = shape.size() == 2 ? 1.0 / std::sqrt(double(shape[1])) : 0.1;
-    std::vector<double> v = test::random_uniform(size_t(numel(shape)), seed++, -scale * std::sqrt(3.0), scale * std::sqrt(3.0));
+    const double r = scale * std::sqrt(3.0);
+    std::vector<double> v = test::random_uniform(size_t(numel(shape)), seed++, -r, r);
     w[name].assign(v.begin(), v.end());
     if (name.ends_with("layernorm.weight"))
       for (float& x : w[name]) x += 1.0f;
@@ -53,7 +54,8 @@ std::vector<StoredTensor> ref_inputs(const smolvla::Config& c, const smolvla::Gr
                              double(c.time_dim),   double(c.vlm_kv_dim), double(c.vlm_tokens),
                              c.attention == smolvla::Attention::Lerobot ? 1.0 : 0.0, f64 ? 1.0 : 0.0, double(steps)};
   std::vector<StoredTensor> r = {StoredTensor::from_f64("cfg", {int64_t(cfg.size())}, cfg)};
-  for (auto& [name, shape] : smolvla::parameter_shapes(c)) r.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
+  for (auto& [name, shape] : smolvla::parameter_shapes(c))
+    r.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
   for (auto& [name, shape] : smolvla::input_shapes(c, o, Mode::Train))
     r.push_back(StoredTensor::from_f32("in." + name, shape, in.at(name)));
   if (steps) r.push_back(StoredTensor::from_f32("noise", {o.batch, c.chunk, c.action_dim}, noise));
@@ -113,12 +115,15 @@ TEST(SmolVLA, PaperSineInitIsNameSeededForEveryTensor) {
     for (unsigned char ch : n) h = (h * 31 + ch) % 4294967296ull;
     return double(h % 10000);
   };
-  const std::string up = "model.vlm_with_expert.lm_expert.layers.1.mlp.up_proj.weight";  // [64, 48]: (o, i) at i·64 + o
+  // [64, 48]: element (o, i) is generated at j = i·64 + o
+  const std::string up = "model.vlm_with_expert.lm_expert.layers.1.mlp.up_proj.weight";
   std::vector<float> v = s.read(up);
   for (int64_t o : {0, 9, 63})
-    for (int64_t i : {0, 5, 47}) EXPECT_NEAR(v[size_t(o * 48 + i)], 0.02 * std::sin(0.01 * double(i * 64 + o) + seed_of(up)), 1e-7);
+    for (int64_t i : {0, 5, 47})
+      EXPECT_NEAR(v[size_t(o * 48 + i)], 0.02 * std::sin(0.01 * double(i * 64 + o) + seed_of(up)), 1e-7);
   // 1-D tensors: name-seeded too (RMSNorm weights are not ones, biases not zeros).
-  for (const std::string n : {"model.vlm_with_expert.lm_expert.layers.0.input_layernorm.weight", "model.action_in_proj.bias"}) {
+  for (const std::string n :
+       {"model.vlm_with_expert.lm_expert.layers.0.input_layernorm.weight", "model.action_in_proj.bias"}) {
     std::vector<float> t = s.read(n);
     for (int64_t j : {0, 17, 47}) EXPECT_NEAR(t[size_t(j)], 0.02 * std::sin(0.01 * double(j) + seed_of(n)), 1e-7) << n;
   }
@@ -214,9 +219,11 @@ void check_against_torch(smolvla::Attention variant) {
     s->run();
     const std::string who = s->backend();
     EXPECT_LT(test::rel_l2(wide(s->read("velocity")), ref.at("velocity").to_f64()), 1e-4) << who;
-    EXPECT_NEAR(s->read_scalar("loss"), ref.at("loss").to_f64()[0], 1e-4 * std::fabs(ref.at("loss").to_f64()[0])) << who;
+    const double loss = ref.at("loss").to_f64()[0];
+    EXPECT_NEAR(s->read_scalar("loss"), loss, 1e-4 * std::fabs(loss)) << who;
     for (auto& [name, t] : gr.params)
-      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3) << who << " " << name;
+      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3)
+          << who << " " << name;
   }
 }
 

@@ -598,7 +598,8 @@ ModelSpec dinovision_spec(Args& a) {
 // smolvla-expert-test is the reduced config (4 layers, hidden 48) for CI's harness run; smolvla-expert-lerobot
 // is the paper's config with lerobot's attention (self layers over the VLM prefix too, RoPE; Attention::Lerobot).
 ModelSpec smolvla_spec(Args& a) {
-  a.check_phases({"compile", "inference", "minimal", "flb", "step"}, {"compile", "inference", "minimal", "flb", "step"});
+  a.check_phases({"compile", "inference", "minimal", "flb", "step"},
+                 {"compile", "inference", "minimal", "flb", "step"});
   if (a.seq || !a.cases.empty() || a.tiny || !a.config.empty())
     throw tool::UsageError(a.workload + " takes no --seq, --cases, --tiny or --config (other workloads do)");
   smolvla::Config cfg = a.workload == "smolvla-expert-test" ? smolvla::Config::reduced() : smolvla::Config::paper();
@@ -613,7 +614,8 @@ ModelSpec smolvla_spec(Args& a) {
   // Feeds of a graph with `chunk` action tokens: the pattern over the whole tensor (batch rows included).
   auto feeds = [=](int64_t chunk, bool train) {
     std::vector<Feed> f;
-    for (auto& [name, shape] : smolvla::input_shapes(cfg, {.batch = B, .chunk = chunk}, train ? Mode::Train : Mode::Infer)) {
+    const Mode mode = train ? Mode::Train : Mode::Infer;
+    for (auto& [name, shape] : smolvla::input_shapes(cfg, {.batch = B, .chunk = chunk}, mode)) {
       Feed x{.name = name, .shape = shape, .f32 = std::vector<float>(size_t(numel(shape)))};
       for (size_t i = 0; i < x.f32.size(); ++i)
         x.f32[i] = name == "noisy_actions" ? float(std::sin(0.01 * double(i)))

@@ -122,7 +122,8 @@ int smolvla_train(const SmolArgs& a, const Context& ctx) {
       std::printf("step %lld loss %.6f\n", (long long)(step + 1), loss);
   }
   std::vector<StoredTensor> out;
-  for (auto& [name, shape] : smolvla::parameter_shapes(c)) out.push_back(StoredTensor::from_f32(name, shape, s.read(name)));
+  for (auto& [name, shape] : smolvla::parameter_shapes(c))
+    out.push_back(StoredTensor::from_f32(name, shape, s.read(name)));
   write_safetensors(a.out, out, {{"format", "pt"}, {"config", a.config}, {"attention", a.attention},
                                  {"steps", std::to_string(a.steps)}});
   std::printf("trained %lld steps: mean loss of the first / last %lld steps %.6f -> %.6f; wrote %s\n",
@@ -156,7 +157,8 @@ int smolvla_act(const SmolArgs& a, const Context& ctx) {
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const Shape shape = {N, c.chunk, c.action_dim};
-  write_safetensors(a.out, {StoredTensor::from_f32("actions", shape, actions), StoredTensor::from_f32("noise", shape, noise)},
+  write_safetensors(a.out,
+                    {StoredTensor::from_f32("actions", shape, actions), StoredTensor::from_f32("noise", shape, noise)},
                     {{"flow_steps", std::to_string(a.flow_steps)}, {"seed", std::to_string(a.seed)}});
   double sq = 0;
   for (float v : actions) sq += double(v) * v;

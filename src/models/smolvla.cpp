@@ -280,7 +280,8 @@ std::vector<float> sample_actions(Session& s, const Config& c, std::span<const f
   if (steps <= 0) throw Error("smolvla::sample_actions: steps must be positive, got " + str(steps));
   const Shape vs = s.shape_of("velocity");
   if (vs.size() != 3 || vs[0] != batch || vs[2] != c.action_dim || int64_t(noise.size()) != numel(vs))
-    throw Error("smolvla::sample_actions: noise has " + str(int64_t(noise.size())) + " values, the session's velocity is " +
+    throw Error("smolvla::sample_actions: noise has " + str(int64_t(noise.size())) +
+                " values, the session's velocity is " +
                 shape_str(vs) + " (batch " + str(batch) + ")");
   std::vector<float> x(noise.begin(), noise.end());
   const double dt = -1.0 / double(steps);
