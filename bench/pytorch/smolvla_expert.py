@@ -59,11 +59,13 @@ class Layer(nn.Module):
         self.mlp = Mlp(cfg["hidden"], cfg["intermediate"])
 
 
-def rope_cos_sin(positions, head_dim, theta, dtype, device):
-    """HF-style tables for positions [S]: angle[s, i] = pos_s · theta^(-2i/D), i < D/2."""
-    inv = theta ** (-torch.arange(0, head_dim // 2, dtype=torch.float64) * 2.0 / head_dim)
-    ang = positions.to(torch.float64)[:, None] * inv[None, :]
-    return ang.cos().to(dtype=dtype, device=device), ang.sin().to(dtype=dtype, device=device)
+def rope_cos_sin(first, n, head_dim, theta, dtype, device):
+    """HF-style tables for positions first..first+n-1: angle[s, i] = pos_s · theta^(-2i/D), i < D/2. Computed
+    on `device` in float64 (no host-to-device copy, so CUDA-graph capture works)."""
+    f64 = dict(dtype=torch.float64, device=device)
+    inv = theta ** (-torch.arange(0, head_dim // 2, **f64) * 2.0 / head_dim)
+    ang = torch.arange(first, first + n, **f64)[:, None] * inv[None, :]
+    return ang.cos().to(dtype), ang.sin().to(dtype)
 
 
 def apply_rope(x, cos, sin):
@@ -117,15 +119,13 @@ class ActionExpert(nn.Module):
         t = m.action_time_mlp_out(F.silu(m.action_time_mlp_in(inputs["timestep"])))
         x = x + t[:, None, :]
         dt, dev = x.dtype, x.device
-        ninf = torch.tensor(float("-inf"), dtype=dt, device=dev)
-        # The triu masks: self layers see key j from query s iff j <= s (+ P: the prefix, lerobot).
+        # The triu mask: self layers see key j from query s iff j <= s (+ P: the prefix, lerobot). Device ops
+        # only (CUDA-graph capture allows no host-to-device copy).
         off = P if lerobot else 0
-        rows = torch.arange(S, device=dev)[:, None]
-        cols = torch.arange(S + off, device=dev)[None, :]
-        self_mask = torch.where(cols > rows + off, ninf, torch.zeros((), dtype=dt, device=dev))
+        self_mask = torch.full((S, S + off), float("-inf"), dtype=dt, device=dev).triu(off + 1)
         if lerobot:
-            cs_self = rope_cos_sin(torch.arange(P, P + S), hd, c["rope_theta"], dt, dev)
-            cs_cross = rope_cos_sin(torch.arange(0, S), hd, c["rope_theta"], dt, dev)
+            cs_self = rope_cos_sin(P, S, hd, c["rope_theta"], dt, dev)
+            cs_cross = rope_cos_sin(0, S, hd, c["rope_theta"], dt, dev)
         heads = lambda u, n: u.view(B, u.shape[1], n, hd).transpose(1, 2)  # noqa: E731
         for i, layer in enumerate(m.vlm_with_expert.lm_expert.layers):
             a = layer.self_attn
