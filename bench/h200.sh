@@ -39,6 +39,15 @@
 #   attention-forms  the attention rewrite into matrix products vs the kernels vs SDPA at several sequence
 #                lengths, and Whisper's F+L+B profile with and without it
 #   soak         bench/soak.sh on the SmolLM2-135M shape (random weights), \$SOAK_STEPS steps twice
+#   bench-smolvla the SmolVLA action expert (99.85 M, batch 1, 50 actions x 32, 16 VLM tokens; phases compile,
+#                inference, minimal = the latency shape of 1 action token, flb, step) next to smolvla_bench.py
+#                (plain torch from the spec: eager and eager + CUDA-graph replay, strict and accelerated;
+#                torch.compile strict, capped at $BENCH_SMOLVLA_COMPILE_TIMEOUT s, default 300); gates of the
+#                full config vs torch -> bench_smolvla_table.md; SMOLVLA_WORKLOADS="smolvla-expert
+#                smolvla-expert-lerobot" adds lerobot's attention variant -> bench_smolvla_lerobot_table.md
+#   smolvla-train mgn smolvla train|act at the paper's config on synthetic VLM K/V (bench/pytorch/smolvla_data.py):
+#                $SMOLVLA_TRAIN_STEPS (default 300) flow-matching steps at batch 8, then the 10-step Euler sampler
+#                for 1 example (median of 20) -> smolvla_train.txt, smolvla_act.txt, smolvla_train_log.txt
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 set -uo pipefail
 B=${1:-build-release}
@@ -204,6 +213,36 @@ for job in "$@"; do
       # $BENCH_DINOVISION_COMPILE_TIMEOUT s, default 200). Back: bench_dinovision_{mgn,torch}.jsonl, _table.md, _log.txt.
       model_bench dinovision dinovision 8 "${BENCH_DINOVISION_COMPILE_TIMEOUT:-200}" dinov3_bench.py \
         "--impls eager,cudagraph" bench/pytorch/dinov3_bench.py --inputs /tmp/bench_dinovision/dinovision_b8.mgn_out.safetensors
+      ;;
+    bench-smolvla)
+      # The SmolVLA action expert at the paper's shapes (the spec's benchmark inputs, loss mean((v - 0)²), the paper's
+      # sine init): ours strict and accelerated next to smolvla_bench.py (eager and eager + CUDA-graph replay, strict
+      # and accelerated; torch.compile strict, capped at $BENCH_SMOLVLA_COMPILE_TIMEOUT s, default 300), forward,
+      # latency shape, every gradient and the step gated. Back: bench_smolvla_{mgn,torch}.jsonl, _table.md, _log.txt.
+      # SMOLVLA_WORKLOADS (default "smolvla-expert") may add smolvla-expert-lerobot (lerobot's attention: the VLM
+      # prefix in the self layers, RoPE), whose files are bench_smolvla_lerobot_*.
+      for SW in ${SMOLVLA_WORKLOADS:-smolvla-expert}; do
+        ST=smolvla${SW#smolvla-expert}
+        ST=${ST//-/_}
+        model_bench "$ST" "$SW" 1 "${BENCH_SMOLVLA_COMPILE_TIMEOUT:-300}" smolvla_bench.py \
+          "--impls eager,cudagraph" bench/pytorch/smolvla_bench.py \
+          --inputs "/tmp/bench_$ST/${SW}_b1.mgn_out.safetensors"
+      done
+      ;;
+    smolvla-train)
+      # mgn smolvla at the paper's config (99.85 M) on synthetic VLM K/V and action chunks (64 examples, actions a
+      # function of the K/V): flow-matching training, AdamW 1e-4 at batch 8, then act on one example (10 Euler steps
+      # reusing one session, 20 repetitions, the median). Back: smolvla_train.txt, smolvla_act.txt, smolvla_train_log.txt.
+      L="$OUT/smolvla_train_log.txt" T=/tmp/smolvla_train
+      rm -rf "$T" && mkdir -p "$T"
+      python3 bench/pytorch/smolvla_data.py "$T/data.safetensors" --examples 64 >> "$L" 2>&1
+      python3 bench/pytorch/smolvla_data.py "$T/one.safetensors" --examples 1 --seed 1 >> "$L" 2>&1
+      timeout 900 "$B/mgn" smolvla train --data "$T/data.safetensors" --steps "${SMOLVLA_TRAIN_STEPS:-300}" --batch 8 \
+        --lr 1e-4 --progress 25 --out "$T/w.safetensors" > "$OUT/smolvla_train.txt" 2>> "$L"
+      echo "mgn smolvla train rc=$?" >> "$L"
+      timeout 300 "$B/mgn" smolvla act --data "$T/one.safetensors" --weights "$T/w.safetensors" --repeat 20 \
+        --out "$T/actions.safetensors" > "$OUT/smolvla_act.txt" 2>> "$L"
+      echo "mgn smolvla act rc=$?" >> "$L"
       ;;
     dinovision)
       # The case study on Debian's photographs (PHOTO_DIR, default .h200/photos): mgn dinovision train (ViT-S/16's

@@ -5,13 +5,14 @@
 # sides compute the same function; it asserts nothing about timings.
 # Usage: bench/tiny.sh MGN PYTHON OUT_DIR [WORKLOAD...]
 #   workloads: fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test dinov3-test dinovision-test
+#   smolvla-expert-test
 #   attention conv gemm (default: all of them)
 #   BENCH_BACKEND=cpu|vulkan|auto (default auto) picks our side's backend (bench-gemm always uses auto)
 set -eu
 MGN=$1 PY=$2 OUT=$3
 shift 3
 [ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test dinov3-test dinovision-test \
-  attention conv gemm
+  smolvla-expert-test attention conv gemm
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
 RUNS="--warmup 1 --warmup-ms 0 --samples 2"
@@ -72,6 +73,14 @@ for W in "$@"; do
       "$PY" "$HERE/pytorch/dinov3_bench.py" $RUNS --impls eager --device cpu --model plain \
         --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
         --json "$P.torch.jsonl"
+      ;;
+    smolvla-expert-test)
+      # The SmolVLA action expert at 4 layers, hidden 48, 6 actions, 5 VLM tokens, batch 1 (the spec's inputs and
+      # loss) with the latency-shape minimal phase (1 action token); PyTorch: bench/pytorch/smolvla_expert.py.
+      "$MGN" bench "$W" $BACKEND $RUNS --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
+        --json "$P.mgn.jsonl"
+      "$PY" "$HERE/pytorch/smolvla_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
+        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
       ;;
     attention|conv)
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"

@@ -58,6 +58,7 @@ PUBLIC = {
     "models.h": "src/models",
     "llama.h": "src/models",
     "whisper.h": "src/models",
+    "smolvla.h": "src/models",
     "dinov3.h": "src/models",
     "dinovision.h": "src/models",
     "tokenizer.h": "src/models",

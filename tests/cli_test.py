@@ -16,7 +16,7 @@ import time
 # The command table of tools/mgn.cpp, in its order. A command added there is added here (and gets the checks).
 COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "onnx-conformance", "generate",
             "finetune",
-            "whisper-encode", "dinov3-embed", "dinovision", "llama-check", "bench", "bench-gemm", "devices", "help"]
+            "whisper-encode", "dinov3-embed", "dinovision", "smolvla", "llama-check", "bench", "bench-gemm", "devices", "help"]
 # A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
 # a loaded machine), and nothing is compiled (checked through the kernel cache).
 FAST_S = 2.0
@@ -66,6 +66,7 @@ def main():
         "finetune": [some_dir, "--text", some_file, "--out", out_dir], "llama-check": [some_dir],
         "whisper-encode": [some_file, "--model", some_dir],
         "dinov3-embed": [some_file, "--model", some_dir], "dinovision": ["train", "--images", some_dir],
+        "smolvla": ["act", "--data", some_file, "--weights", some_file, "--out", os.path.join(work, "a.st")],
         "bench": ["fashion-cnn"], "bench-gemm": [], "devices": [], "help": [],
     }
     check(sorted(valid) == sorted(COMMANDS), "every command has valid arguments in this test")
@@ -166,6 +167,12 @@ def main():
         ("dinovision", ["train", "--images", some_dir, "--widths", "8,8"], "--widths"),
         ("dinovision", ["reconstruct", some_file], "--out"),
         ("dinovision", ["reconstruct", "--out", os.path.join(work, "g.png")], "IMAGE"),
+        ("smolvla", ["fly", "--data", some_file, "--out", out_dir], "fly"),
+        ("smolvla", ["train", "--data", some_file, "--out", out_dir], "--steps"),
+        ("smolvla", ["act", "--data", some_file, "--out", out_dir], "--weights"),
+        ("smolvla", ["act", "--data", missing, "--weights", some_file, "--out", out_dir], "missing"),
+        ("smolvla", ["train", "--data", some_file, "--out", out_dir, "--steps", "3", "--config", "huge"], "--config"),
+        ("smolvla", ["train", "--data", some_file, "--out", out_dir, "--steps", "3", "--attention", "x"], "--attention"),
         ("llama-check", [missing], "missing"),
         ("llama-check", [some_dir, "--tol-grad", "0"], "--tol-grad"),
         ("bench", ["fashion-cnn", "--samples", "0"], "--samples"),

@@ -37,10 +37,11 @@ Run declare_bench(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"fashion-cnn", "fashion-mlp", "smollm2-135m", "llama-tiny", "llama", "resnet50",
                              "resnet-tiny", "whisper-tiny-encoder", "whisper-encoder-test", "dinov3-vits16", "dinov3-test",
-                             "dinovision", "dinovision-test", "attention", "conv"}));
+                             "dinovision", "dinovision-test", "smolvla-expert", "smolvla-expert-test",
+                             "smolvla-expert-lerobot", "attention", "conv"}));
   app.add_option(
          "--phases", b->phases,
-         "comma-separated: compile, inference, minimal (Llama), flb, step; attention: forward, fwdbwd; "
+         "comma-separated: compile, inference, minimal (Llama; SmolVLA: 1 action token), flb, step; attention: forward, fwdbwd; "
          "conv: forward, grad_input, grad_weight (default: all of the workload's)")
       ->type_name("LIST");
   app.add_option("--warmup", a.warmup.calls, "untimed calls before the timed ones, at least")

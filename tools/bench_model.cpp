@@ -20,6 +20,7 @@
 #include "mgn/safetensors.h"
 #include "mgn/dinov3.h"
 #include "mgn/dinovision.h"
+#include "mgn/smolvla.h"
 #include "mgn/whisper.h"
 
 namespace mgn::bench {
@@ -589,13 +590,81 @@ ModelSpec dinovision_spec(Args& a) {
   return m;
 }
 
+// ---- SmolVLA action expert
+
+// The paper's SmolVLA workload: the action expert at batch 1 on the spec's benchmark inputs (noisy_actions
+// sin(0.01 i), timestep sin(0.005 i), every VLM K/V input cos(0.01 i), target zeros), loss mean((v - target)²),
+// the paper's sine init. The minimal phase is the spec's latency shape: 1 action token, still 16 VLM tokens.
+// smolvla-expert-test is the reduced config (4 layers, hidden 48) for CI's harness run; smolvla-expert-lerobot
+// is the paper's config with lerobot's attention (self layers over the VLM prefix too, RoPE; Attention::Lerobot).
+ModelSpec smolvla_spec(Args& a) {
+  a.check_phases({"compile", "inference", "minimal", "flb", "step"},
+                 {"compile", "inference", "minimal", "flb", "step"});
+  if (a.seq || !a.cases.empty() || a.tiny || !a.config.empty())
+    throw tool::UsageError(a.workload + " takes no --seq, --cases, --tiny or --config (other workloads do)");
+  smolvla::Config cfg = a.workload == "smolvla-expert-test" ? smolvla::Config::reduced() : smolvla::Config::paper();
+  if (a.workload == "smolvla-expert-lerobot") cfg.attention = smolvla::Attention::Lerobot;
+  const bool lerobot = cfg.attention == smolvla::Attention::Lerobot;
+  ModelSpec m;
+  const int64_t B = a.batch ? a.batch : 1;
+  m.batch = B;
+  m.extra = {{"chunk", cfg.chunk}, {"vlm_tokens", cfg.vlm_tokens}};
+  m.output = "velocity";
+  m.graph = [=](Mode mode) { return smolvla::expert_graph(cfg, {.batch = B}, mode); };
+  // Feeds of a graph with `chunk` action tokens: the pattern over the whole tensor (batch rows included).
+  auto feeds = [=](int64_t chunk, bool train) {
+    std::vector<Feed> f;
+    const Mode mode = train ? Mode::Train : Mode::Infer;
+    for (auto& [name, shape] : smolvla::input_shapes(cfg, {.batch = B, .chunk = chunk}, mode)) {
+      Feed x{.name = name, .shape = shape, .f32 = std::vector<float>(size_t(numel(shape)))};
+      for (size_t i = 0; i < x.f32.size(); ++i)
+        x.f32[i] = name == "noisy_actions" ? float(std::sin(0.01 * double(i)))
+                   : name == "timestep"    ? float(std::sin(0.005 * double(i)))
+                   : name == "target"      ? 0.0f
+                                           : float(std::cos(0.01 * double(i)));
+      f.push_back(std::move(x));
+    }
+    return f;
+  };
+  m.infer_feeds = feeds(cfg.chunk, false);
+  m.train_feeds = feeds(cfg.chunk, true);
+  m.minimal_graph = [=] {
+    Graph g = smolvla::expert_graph(cfg, {.batch = B, .chunk = 1});
+    g.output("logits", *g.find_output("velocity"));
+    return g;
+  };
+  const std::vector<Feed> one = feeds(1, false);
+  m.minimal_prepare = [=](Session& s) {
+    for (const Feed& f : one) f.apply(s);
+  };
+  m.minimal_call = [](Session& s) { s.run(); };
+  const std::string cj = Json{{"hidden", cfg.hidden},
+                              {"layers", cfg.layers},
+                              {"heads", cfg.heads},
+                              {"kv_heads", cfg.kv_heads},
+                              {"head_dim", cfg.head_dim},
+                              {"intermediate", cfg.intermediate},
+                              {"action_dim", cfg.action_dim},
+                              {"chunk", cfg.chunk},
+                              {"time_dim", cfg.time_dim},
+                              {"vlm_kv_dim", cfg.vlm_kv_dim},
+                              {"vlm_tokens", cfg.vlm_tokens},
+                              {"rms_norm_eps", cfg.rms_norm_eps},
+                              {"rope_theta", cfg.rope_theta},
+                              {"attention", lerobot ? "lerobot" : "paper"}}.dump();
+  m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
+  m.gate_meta = {{"chunk", std::to_string(cfg.chunk)}, {"config", cj}};
+  return m;
+}
+
 }  // namespace
 
 bool is_model_workload(const std::string& w) {
   return w == "fashion-cnn" || w == "fashion-mlp" || w == "smollm2-135m" || w == "llama-tiny" ||
          w == "llama" || w == "resnet50" || w == "resnet-tiny" || w == "whisper-tiny-encoder" ||
          w == "whisper-encoder-test" || w == "dinov3-vits16" || w == "dinov3-test" || w == "dinovision" ||
-         w == "dinovision-test";
+         w == "dinovision-test" || w == "smolvla-expert" || w == "smolvla-expert-test" ||
+         w == "smolvla-expert-lerobot";
 }
 
 int run_model_bench(Args& a) {
@@ -604,6 +673,7 @@ int run_model_bench(Args& a) {
                 : a.workload.rfind("whisper", 0) == 0 ? whisper_spec(a)
                 : a.workload.rfind("dinov3", 0) == 0 ? dinov3_spec(a)
                 : a.workload.rfind("dinovision", 0) == 0 ? dinovision_spec(a)
+                : a.workload.rfind("smolvla", 0) == 0 ? smolvla_spec(a)
                                                      : llama_spec(a);
   return run_model(a, m);
 }
