@@ -348,5 +348,103 @@ TEST(Nnef, SupportedOpsCoverTheSpecSetAndConv) {
   for (const std::string& op : ops) EXPECT_NE(doc.find("`" + op + "`"), std::string::npos) << op << " missing from docs/nnef.md";
 }
 
+// ---- export: a graph written as NNEF and read back computes the same values
+
+// Runs graph `g` on the CPU (f64) with `inputs`; returns every output by name.
+std::map<std::string, std::vector<double>> run_cpu(const Graph& g, const std::map<std::string, std::vector<double>>& inputs) {
+  cpu::Executor ex(g.ir(), {.float64 = true});
+  for (const auto& [n, v] : inputs) ex.set_input(n, v);
+  ex.run();
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& [n, id] : g.ir().outputs()) out[n] = ex.output(n).v;
+  return out;
+}
+
+void check_round_trip(const Graph& g, const std::map<std::string, std::vector<double>>& inputs, const std::string& tag) {
+  const std::string dir = test::make_temp_dir("nnef_export_" + tag);
+  nnef::export_graph(g, dir);
+  nnef::Imported m = nnef::import_path(dir);
+  auto want = run_cpu(g, inputs);
+  auto got = run_cpu(m.graph, inputs);
+  ASSERT_EQ(got.size(), want.size()) << tag;
+  for (const auto& [n, v] : want) {
+    ASSERT_TRUE(got.count(n)) << tag << " " << n;
+    EXPECT_EQ(m.graph.find_output(n)->shape(), g.find_output(n)->shape()) << tag << " " << n;
+    EXPECT_LE(test::rel_l2(got[n], v), 1e-12) << tag << " " << n;
+  }
+}
+
+TEST(Nnef, ExportedMlpGraphReimportsWithTheSameOutputs) {
+  Graph g;
+  Tensor x = g.input("x", {3, 8});
+  Tensor w = g.parameter("fc.weight", {5, 8}, Init::normal(0, 0.5, 1));
+  Tensor b = g.parameter("fc.bias", {5}, Init::normal(0, 0.5, 2));
+  Tensor lw = g.parameter("ln/weight", {8}, Init::normal(1, 0.1, 3));
+  Tensor h = layer_norm(x, lw, std::nullopt, 1e-5);
+  Tensor y = linear(gelu(h), w, b);
+  g.output("probs", softmax(y, 1));
+  g.output("logp", log_softmax(y, -1));
+  g.output("lse", logsumexp(y, 1, false));
+  g.output("r", rms_norm(x, lw) * 2.0 + clamp(pow(abs(x) + 1.0, 1.5), 0.5, 3.0));
+  Tensor e = expand(reshape(sum(x, {1}), {3, 1}), {2, 3, 8});
+  g.output("e", where(greater(e, g.scalar(0)), e, neg(e)));
+  g.output("s", slice(pad(x, {1, 0, 0, 2}, 0.5), 1, 1, 9, 2));
+  g.output("c", concat({mean(x, {1}, true), max(x, {1}, true), x}, 1));
+  g.output("m", min(x, {0}, false));
+  g.output("t", matmul(x, x, true, false) + permute(matmul(x, x, true, false), {1, 0}));
+  std::vector<double> xv = test::random_normal(24, 7);
+  check_round_trip(g, {{"x", xv}}, "mlp");
+}
+
+TEST(Nnef, ExportedCnnGraphReimportsWithTheSameOutputs) {
+  Graph g;
+  Tensor x = g.input("x", {2, 4, 8, 8});
+  Tensor w1 = g.parameter("conv1/weight", {6, 2, 3, 3}, Init::normal(0, 0.3, 4));
+  Tensor w2 = g.parameter("up/weight", {6, 3, 3, 3}, Init::normal(0, 0.3, 5));
+  Tensor c = conv2d(x, w1, {.stride = {2, 1}, .padding = {1, 0, 0, 2}, .dilation = {1, 2}, .groups = 2});
+  g.output("c", c);
+  g.output("mp", max_pool2d(relu(c), {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}}));
+  g.output("ap", avg_pool2d(silu(c), {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}));
+  g.output("up", upsample_nearest2d(sigmoid(c), 2, 3));
+  g.output("dc", conv_transpose2d(tanh(c), w2, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 0}}));
+  g.output("f", reshape(permute(c, {0, 2, 3, 1}), {2, -1}));
+  check_round_trip(g, {{"x", test::random_normal(2 * 4 * 64, 8)}}, "cnn");
+}
+
+// A trained model exported with the session's values: the files hold exactly what the session trained.
+TEST(Nnef, TrainedVariablesExportAndReload) {
+  const std::string dir = model_dir() + "/train";
+  SafetensorsFile ref = SafetensorsFile::read(dir + "/ref.safetensors");
+  nnef::Imported m = nnef::import_path(dir, {.trainable = true});
+  Tensor y = *m.graph.find_output("y");
+  m.graph.output("loss", sum(y * y));
+  Session s = compile(m.graph, {.mode = Mode::Train, .optimizer = SGD{.lr = 0.01}, .device = test::device_options()});
+  s.set_input("x", ref.get("in.x").to_f32());
+  s.step();
+  const std::string out = test::make_temp_dir("nnef_trained");
+  // compile() added the training step to m.graph: export the inference graph of a fresh import.
+  nnef::export_graph(nnef::import_path(dir).graph, out,
+                     {.values = [&](const std::string& n) -> std::optional<std::vector<float>> { return s.read(n); }});
+  nnef::Imported back = nnef::import_path(out);
+  for (const std::string& n : kTrainParams) {
+    std::vector<float> trained = s.read(n);
+    nnef::TensorData t = nnef::read_tensor_file(out + "/" + n + ".dat");
+    EXPECT_EQ(t.values, std::vector<double>(trained.begin(), trained.end())) << n;
+    EXPECT_NE(trained, std::vector<float>(ref.get("grad." + n).numel(), 0.0f)) << n;
+  }
+  EXPECT_EQ(back.outputs, std::vector<std::string>{"y"});
+}
+
+TEST(Nnef, ExportListsOpsWithoutAnNnefForm) {
+  Graph g;
+  Tensor q = g.input("q", {1, 2, 4, 8});
+  g.output("o", attention(q, q, q));
+  g.output("e", erf(q));
+  std::string msg = error_of([&] { nnef::export_graph(g, test::make_temp_dir("nnef_bad_export")); });
+  EXPECT_NE(msg.find("2 node(s) have no NNEF form"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(attention)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(erf)"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace mgn

@@ -284,6 +284,39 @@ int run_model(const RunArgs& a, const Context& c) {
 
 }  // namespace
 
+Run declare_export(CLI::App& app) {
+  struct Args {
+    std::string model, nnef_dir;
+    std::vector<std::string> shapes;
+  };
+  auto a = std::make_shared<Args>();
+  app.add_option("MODEL", a->model, "an .onnx file, or an NNEF model (a folder with graph.nnef, or that file)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  app.add_option("--nnef", a->nnef_dir, "write the model as an NNEF folder DIR (graph.nnef + .dat tensors)")
+      ->type_name("DIR")
+      ->required();
+  app.add_option("--shape", a->shapes, "NAME=1x3x224x224: binds an input's dynamic axes; repeatable")
+      ->type_name("NAME=DIMS")
+      ->default_str("")
+      ->allow_extra_args(false);
+  app.footer("Imports the model and writes it as NNEF (docs/nnef.md); ops with no NNEF form are listed in one error.");
+  return [a](const Context&) {
+    std::map<std::string, Shape> shapes;
+    for (const std::string& text : a->shapes) {
+      auto [name, dims] = split_eq(text, "shape");
+      shapes[name] = parse_dims(dims, "--shape " + name);
+    }
+    if (nnef::is_nnef_path(a->model)) {
+      nnef::export_graph(nnef::import_path(a->model, {.input_shapes = shapes}).graph, a->nnef_dir);
+    } else {
+      nnef::export_graph(onnx::import_file(a->model, {.input_shapes = shapes}).graph, a->nnef_dir);
+    }
+    std::fprintf(stderr, "wrote %s/graph.nnef\n", a->nnef_dir.c_str());
+    return 0;
+  };
+}
+
 Run declare_inspect(CLI::App& app) {
   struct Args {
     std::string model;

@@ -72,6 +72,16 @@ bool is_nnef_path(const std::string& path);
 std::string inspect(const std::string& path);
 std::string inspect_text(const std::string& text, const std::string& origin);
 
+// Writes `g` as an NNEF model folder `dir`: graph.nnef (one statement per node; the inputs and outputs keep
+// their names where they are identifiers) and one .dat per parameter (label = its name) and per constant of
+// more than 64 elements. Parameter values come from `values` (e.g. a trained Session's read) or, when it has
+// none, from the parameter's initializer. Throws mgn::Error listing every node whose op has no NNEF form
+// (attention, rope, gathers, losses, group/batch-statistics norms, derivative helpers, erf, tanh-GELU).
+struct ExportOptions {
+  std::function<std::optional<std::vector<float>>(const std::string& name)> values;
+};
+void export_graph(const Graph& g, const std::string& dir, const ExportOptions& opt = {});
+
 // Operators the importer maps, sorted.
 std::vector<std::string> supported_ops();
 

@@ -2,7 +2,8 @@
 hand-written models and PyTorch's float64 outputs; `mgn run DIR --input x=x.npy --save-outputs OUT` must match
 them (relative L2 <= 1e-4) for the conv and the conv + linear (float16 weights) models, `mgn inspect` must list
 the version, inputs, ops and variables, a graph.nnef path works like its folder, and a truncated .dat file must be
-a clear error naming the file.
+a clear error naming the file. `mgn export MODEL.onnx --nnef DIR` on a CNN exported by torch.onnx.export must give
+an NNEF folder whose `mgn run` output matches torch.
 
 usage: mgn_run_nnef_check.py MGN WORKDIR
 """
@@ -57,6 +58,30 @@ def main():
         f.write(data[:-10])
     run = subprocess.run([mgn, "run", broken], capture_output=True, text=True)
     assert run.returncode != 0 and "fc/weight.dat" in run.stderr and "truncated" in run.stderr, run.stderr
+
+    # ONNX -> NNEF: a torch CNN exported to ONNX, converted by `mgn export --nnef`, run from the NNEF folder.
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1, stride=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(4 * 2 * 2, 5), nn.Softmax(dim=1)).eval()
+    x = torch.randn(3, 2, 8, 8)
+    onnx_path = os.path.join(work, "cnn.onnx")
+    torch.onnx.export(model, (x,), onnx_path, input_names=["x"], output_names=["y"], opset_version=13)
+    with torch.no_grad():
+        want = model.double()(x.double()).numpy()
+    nnef_dir = os.path.join(work, "cnn_nnef")
+    exp = subprocess.run([mgn, "export", onnx_path, "--nnef", nnef_dir], capture_output=True, text=True)
+    assert exp.returncode == 0, exp.stdout + exp.stderr
+    assert os.path.isfile(os.path.join(nnef_dir, "graph.nnef")), os.listdir(nnef_dir)
+    np.save(os.path.join(work, "cnn_x.npy"), x.numpy())
+    run = subprocess.run([mgn, "run", nnef_dir, "--input", "x=" + os.path.join(work, "cnn_x.npy"), "--save-outputs",
+                          os.path.join(work, "cnn_out")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    got = np.load(os.path.join(work, "cnn_out", "y.npy")).astype(np.float64)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    print(f"onnx -> mgn export --nnef -> mgn run vs torch: relative L2 {err:.3g}")
+    assert got.shape == want.shape and err <= 1e-4, (got.shape, err)
     print("ok")
 
 
