@@ -670,7 +670,9 @@ Rule binary(Tensor (*f)(Tensor, Tensor)) {
           }};
 }
 
-Tensor copy_fn(Tensor x) { return x * 1.0; }
+// A distinct node for floats (an output may then be named apart from its source); integer and logical
+// tensors are bound as they are.
+Tensor copy_fn(Tensor x) { return x.dtype() == DType::F32 ? x * 1.0 : x; }
 Tensor sqr_fn(Tensor x) { return square(x); }
 Tensor rsqr_fn(Tensor x) { return reciprocal(square(x)); }
 Tensor log2_fn(Tensor x) { return log(x) * (1.0 / std::log(2.0)); }
