@@ -68,7 +68,7 @@ class Case:
         t = {"in." + k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
         t.update({"out." + k: v.detach().numpy() for k, v in outputs.items()})
         for k, v in (grads or {}).items():
-            t["grad." + k] = v
+            t[k if k.startswith(("loss.", "final.")) else "grad." + k] = v
         st_io.write(os.path.join(self.dir, "ref.safetensors"), t, dtypes={k: "F64" for k in t})
 
 
@@ -272,10 +272,23 @@ graph net( x ) -> ( y )
 }
 """
     X = tin(x)
-    y = F.linear(F.max_pool2d(F.relu(F.conv2d(X, w1, b1[0], padding=1)), 2).reshape(2, -1), w2, b2[0])
+    net = lambda: F.linear(F.max_pool2d(F.relu(F.conv2d(X, w1, b1[0], padding=1)), 2).reshape(2, -1), w2, b2[0])
+    y = net()
     (y * y).sum().backward()
-    grads = {k: t.grad.numpy() for k, t in zip(["conv/filter", "conv/bias", "fc/weight", "fc/bias"], [w1, b1, w2, b2])}
-    c.write(graph, {"x": x}, {"y": y}, grads)
+    labels = ["conv/filter", "conv/bias", "fc/weight", "fc/bias"]
+    grads = {k: t.grad.numpy().copy() for k, t in zip(labels, [w1, b1, w2, b2])}
+    y0 = y.detach().clone()
+    # Three SGD steps (lr 0.002) of loss = sum(y * y): the loss before each step, then the final parameters.
+    opt = torch.optim.SGD([w1, b1, w2, b2], lr=0.002)
+    for step in range(3):
+        opt.zero_grad()
+        loss = (net() ** 2).sum()
+        grads["loss.%d" % step] = loss.detach().numpy().reshape(1)
+        loss.backward()
+        opt.step()
+    for k, t in zip(labels, [w1, b1, w2, b2]):
+        grads["final." + k] = t.detach().numpy().copy()
+    c.write(graph, {"x": x}, {"y": y0}, grads)
 
 
 def conv1d_and_ints():
