@@ -386,18 +386,18 @@ Result pool_rule(Builder& b, Pool kind) {
         win.pad[size_t(i)] != std::pair<int64_t, int64_t>{0, 0})
       b.fail("the window may only cover the spatial axes (size, stride, dilation and padding of the batch and channel "
              "axes must be 1, 1, 1 and (0, 0))");
-  Tensor x4 = r == 3 ? unsqueeze(x, 2) : x;
-  auto sp = [&](size_t i) { return r == 3 ? (i == 0 ? size_t(0) : size_t(2)) : i + 2; };  // window index of spatial i
-  auto get = [&](size_t i, auto field, int64_t one_value) { return r == 3 && i == 0 ? one_value : field(sp(i)); };
-  std::vector<int64_t> k = {get(0, [&](size_t j) { return size[j]; }, 1), get(1, [&](size_t j) { return size[j]; }, 1)};
-  std::vector<int64_t> stride = {get(0, [&](size_t j) { return win.stride[j]; }, 1),
-                                 get(1, [&](size_t j) { return win.stride[j]; }, 1)};
-  std::vector<int64_t> dil = {get(0, [&](size_t j) { return win.dilation[j]; }, 1),
-                              get(1, [&](size_t j) { return win.dilation[j]; }, 1)};
-  std::vector<int64_t> pads = {get(0, [&](size_t j) { return win.pad[j].first; }, 0),
-                               get(1, [&](size_t j) { return win.pad[j].first; }, 0),
-                               get(0, [&](size_t j) { return win.pad[j].second; }, 0),
-                               get(1, [&](size_t j) { return win.pad[j].second; }, 0)};
+  // A [N, C, L] input pools as [N, C, 1, L]: the window gets a unit axis at position 2.
+  Tensor x4 = x;
+  if (r == 3) {
+    x4 = unsqueeze(x, 2);
+    size.insert(size.begin() + 2, 1);
+    win.stride.insert(win.stride.begin() + 2, 1);
+    win.dilation.insert(win.dilation.begin() + 2, 1);
+    win.pad.insert(win.pad.begin() + 2, {0, 0});
+  }
+  std::vector<int64_t> k = {size[2], size[3]}, stride = {win.stride[2], win.stride[3]},
+                       dil = {win.dilation[2], win.dilation[3]},
+                       pads = {win.pad[2].first, win.pad[3].first, win.pad[2].second, win.pad[3].second};
   bool padded = std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; });
   Tensor y;
   if (kind == Pool::Max) {
