@@ -118,7 +118,7 @@ def unary():
     x = RNG.standard_normal((3, 5))
     xp = np.abs(x) + 0.5
     graph = """version 1.0;
-graph unary( x, p ) -> ( y1, y2, y3, y4, y5, y6, y7, y8 )
+graph unary( x, p ) -> ( y1, y2, y3, y4, y5, y6, y7, y8, y9 )
 {
     x = external<scalar>(shape = [3, 5]);
     p = external<scalar>(shape = [3, 5]);
@@ -134,6 +134,7 @@ graph unary( x, p ) -> ( y1, y2, y3, y4, y5, y6, y7, y8 )
     s = select(n, sin(x), cos(x));
     k = and(c, lt(x, 1.0));
     y8 = add(s, select(k, 1.0, 0.0));
+    y9 = add(add(floor(mul(x, 3.0)), ceil(mul(x, -2.5))), sign(sub(x, 0.2)));
 }
 """
     X, P = tin(x), tin(xp)
@@ -146,6 +147,7 @@ graph unary( x, p ) -> ( y1, y2, y3, y4, y5, y6, y7, y8 )
         "y6": X.clamp(-0.5, 0.8) + X.clamp(max=0.3).clamp(min=-0.2),
         "y7": P ** 1.5 + P.log2(),
         "y8": torch.where(~(X > 0.1), X.sin(), X.cos()) + ((X > 0.1) & (X < 1.0)).double(),
+        "y9": torch.floor(X * 3) + torch.ceil(X * -2.5) + torch.sign(X - 0.2),
     }
     c.write(graph, {"x": x, "p": xp}, outs)
 

@@ -674,6 +674,18 @@ Rule binary(Tensor (*f)(Tensor, Tensor)) {
 // tensors are bound as they are.
 Tensor copy_fn(Tensor x) { return x.dtype() == DType::F32 ? x * 1.0 : x; }
 Tensor sqr_fn(Tensor x) { return square(x); }
+// floor through a truncating i32 cast, exact where |x| < 2^23 (beyond it every f32 is an integer already).
+Tensor floor_fn(Tensor x) {
+  const double big = 8388608.0;
+  Tensor t = cast(cast(clamp(x, -big, big), DType::I32), DType::F32);
+  Tensor f = t - cast(greater(t, x), DType::F32);
+  return where(less(abs(x), abs(x) * 0.0 + big), f, x);
+}
+Tensor ceil_fn(Tensor x) { return -floor_fn(-x); }
+Tensor sign_fn(Tensor x) {
+  Tensor zero = x * 0.0;
+  return cast(greater(x, zero), DType::F32) - cast(less(x, zero), DType::F32);
+}
 Tensor rsqr_fn(Tensor x) { return reciprocal(square(x)); }
 Tensor log2_fn(Tensor x) { return log(x) * (1.0 / std::log(2.0)); }
 const std::map<std::string, Rule>& rules() {
@@ -693,6 +705,9 @@ const std::map<std::string, Rule>& rules() {
     t["cos"] = unary(mgn::cos);
     t["abs"] = unary(mgn::abs);
     t["sqr"] = unary(sqr_fn);
+    t["floor"] = unary(floor_fn);
+    t["ceil"] = unary(ceil_fn);
+    t["sign"] = unary(sign_fn);
     t["sqrt"] = unary(mgn::sqrt);
     t["rsqr"] = unary(rsqr_fn);
     t["rsqrt"] = unary(mgn::rsqrt);
