@@ -44,7 +44,7 @@ def main():
 
     ins = subprocess.run([mgn, "inspect", os.path.join(models, "conv")], capture_output=True, text=True)
     assert ins.returncode == 0, ins.stderr
-    for needle in ("NNEF 1.0", "x: [2, 3, 9, 9]", "conv x3", "deconv x1", "conv1/filter [4, 3, 3, 3]"):
+    for needle in ("NNEF 1.0", "x: [2, 3, 9, 9]", "conv x4", "deconv x1", "conv1/filter [4, 3, 3, 3]"):
         assert needle in ins.stdout, f"inspect output lacks {needle!r}:\n{ins.stdout}"
     ops = subprocess.run([mgn, "inspect", "--supported-ops", "--nnef"], capture_output=True, text=True)
     assert ops.returncode == 0 and "conv\n" in ops.stdout and "batch_normalization\n" in ops.stdout, ops.stdout

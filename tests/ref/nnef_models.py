@@ -164,7 +164,7 @@ def conv():
         f.write(dat(var.numpy()))
     wd = c.var("up/filter", (6, 3, 3, 3))
     graph = """version 1.0;
-graph conv( x ) -> ( y1, y2, y3, y4, y5, y6, y7 )
+graph conv( x ) -> ( y1, y2, y3, y4, y5, y6, y7, y8, y9 )
 {
     x = external<scalar>(shape = [2, 3, 9, 9]);
     f1 = variable<scalar>(shape = [4, 3, 3, 3], label = 'conv1/filter');
@@ -186,6 +186,8 @@ graph conv( x ) -> ( y1, y2, y3, y4, y5, y6, y7 )
     y5 = max_pool(sub(c1, 3.0), size = [1, 1, 2, 2], stride = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (0, 1), (0, 1)], border = 'constant');
     y6 = add(box(c1, size = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (0, 1), (1, 0)]), local_response_normalization(c1, size = [1, 3, 1, 1], alpha = 0.3, beta = 0.75, bias = 2.0));
     y7 = deconv(y1, fd, stride = [2, 2], padding = [(1, 1), (1, 1)], output_shape = [2, 3, 8, 11]);
+    y8 = conv(x, f1, b1, border = 'reflect', padding = [(1, 1), (2, 0)]);
+    y9 = max_pool(c1, size = [1, 1, 3, 3], border = 'replicate', padding = [(0, 0), (0, 0), (1, 1), (1, 1)]);
 }
 """
     X = tin(x)
@@ -201,7 +203,9 @@ graph conv( x ) -> ( y1, y2, y3, y4, y5, y6, y7 )
     y6 = box + F.local_response_norm(c1, 3, alpha=0.3, beta=0.75, k=2.0)
     y7 = F.conv_transpose2d(y1, wd, stride=2, padding=1, output_padding=(1, 0))
     assert y7.shape == (2, 3, 8, 11), y7.shape
-    c.write(graph, {"x": x}, {"y1": y1, "y2": y2, "y3": y3, "y4": y4, "y5": y5, "y6": y6, "y7": y7})
+    y8 = F.conv2d(F.pad(X, (2, 0, 1, 1), mode="reflect"), w1, b1[0])
+    y9 = F.max_pool2d(F.pad(c1, (1, 1, 1, 1), mode="replicate"), 3, stride=1)
+    c.write(graph, {"x": x}, {"y1": y1, "y2": y2, "y3": y3, "y4": y4, "y5": y5, "y6": y6, "y7": y7, "y8": y8, "y9": y9})
 
 
 def shapes():
@@ -210,7 +214,7 @@ def shapes():
     b = c.var("bias", (1, 3))
     graph = """version 1.0;
 extension KHR_enable_operator_expressions;
-graph shapes( x ) -> ( y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11 )
+graph shapes( x ) -> ( y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14 )
 {
     x = external<scalar>(shape = [2, 3, 4]);
     b = variable<scalar>(shape = [1, 3], label = 'bias');
@@ -229,6 +233,9 @@ graph shapes( x ) -> ( y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11 )
     y9 = softmax(x, axes = [1, 2]);
     parts = unstack(x, axis = 1);
     y10 = add_n(parts);
+    y12 = pad(x, padding = [(0, 0), (2, 1), (1, 3)], border = 'reflect');
+    y13 = pad(x, padding = [(1, 0), (0, 2), (3, 0)], border = 'replicate');
+    y14 = pad(x, padding = [(0, 0), (3, 0), (1, 4)], border = 'reflect-even');
 }
 """
     X = tin(x)
@@ -248,6 +255,10 @@ graph shapes( x ) -> ( y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11 )
         "y8": X.amin(2, keepdim=True) - (mu + var),
         "y9": e / e.sum((1, 2), keepdim=True),
         "y10": X.sum(1),
+        # numpy's pad modes are the reference: reflect (no edge), edge, symmetric (with the edge)
+        "y12": tin(np.pad(x, ((0, 0), (2, 1), (1, 3)), mode="reflect")),
+        "y13": tin(np.pad(x, ((1, 0), (0, 2), (3, 0)), mode="edge")),
+        "y14": tin(np.pad(x, ((0, 0), (3, 0), (1, 4)), mode="symmetric")),
     }
     c.write(graph, {"x": x}, outs)
 

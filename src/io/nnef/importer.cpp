@@ -311,17 +311,62 @@ void check_border(Builder& b, const std::string& border, std::initializer_list<c
   b.fail("border '" + border + "' is not supported here (supported: " + list + ")");
 }
 
+bool edge_border(const std::string& border) {
+  return border == "replicate" || border == "reflect" || border == "reflect-even";
+}
+
+// Padding whose values come from the tensor itself, for axes first, first + 1, ...: 'replicate' repeats the
+// edge, 'reflect' mirrors without the edge (numpy's reflect), 'reflect-even' mirrors with it (numpy's
+// symmetric). Built from slices and one concat per axis, so every backend and autodiff follow.
+Tensor edge_pad(Builder& b, Tensor x, size_t first, const std::vector<std::pair<int64_t, int64_t>>& pads,
+                const std::string& border) {
+  for (size_t i = 0; i < pads.size(); ++i) {
+    const int a = int(first + i);
+    const auto [f, k] = pads[i];
+    if (f == 0 && k == 0) continue;
+    const int64_t d = x.dim(a);
+    auto at = [&](int64_t j) { return slice(x, a, j, j + 1); };
+    std::vector<Tensor> parts;
+    if (border == "replicate") {
+      auto run = [&](int64_t j, int64_t n) {
+        Shape s = x.shape();
+        s[size_t(a)] = n;
+        return expand(at(j), s);
+      };
+      if (f) parts.push_back(run(0, f));
+      parts.push_back(x);
+      if (k) parts.push_back(run(d - 1, k));
+    } else {
+      const bool even = border == "reflect-even";
+      const int64_t limit = even ? d : d - 1;
+      if (f > limit || k > limit)
+        b.fail("border '" + border + "' cannot pad axis " + std::to_string(a) + " of extent " + std::to_string(d) +
+               " by (" + std::to_string(f) + ", " + std::to_string(k) + ") (at most " + std::to_string(limit) + ")");
+      for (int64_t j = f; j >= 1; --j) parts.push_back(at(even ? j - 1 : j));
+      parts.push_back(x);
+      for (int64_t j = 1; j <= k; ++j) parts.push_back(at(even ? d - j : d - 1 - j));
+    }
+    x = concat(parts, a);
+  }
+  return x;
+}
+
 Result conv_rule(Builder& b) {
   Tensor x = b.tensor("input"), w = b.tensor("filter");
   if (x.rank() != 3 && x.rank() != 4)
     b.fail("only 1-D and 2-D convolutions are supported (input [N, C, L] or [N, C, H, W]), got " + shape_str(x.shape()));
   if (w.rank() != x.rank()) b.fail("filter " + shape_str(w.shape()) + " must have the input's rank " + std::to_string(x.rank()));
-  check_border(b, b.string("border", "constant"), {"constant", "ignore"});
+  const std::string border = b.string("border", "constant");
+  check_border(b, border, {"constant", "ignore", "replicate", "reflect", "reflect-even"});
   int64_t groups = b.integer("groups", 1);
   if (groups == 0) groups = x.dim(1);
   if (groups < 0) b.fail("groups must be positive (or 0 for depthwise)");
   Shape wk(w.shape().begin() + 2, w.shape().end());
   Window win = window(b, x.shape(), wk, 2);
+  if (edge_border(border)) {
+    x = edge_pad(b, x, 2, win.pad, border);
+    for (auto& p : win.pad) p = {0, 0};
+  }
   Tensor y;
   if (x.rank() == 4) {
     Conv2dOptions o{.stride = win.stride,
@@ -377,9 +422,15 @@ Result pool_rule(Builder& b, Pool kind) {
   for (int64_t s : size)
     if (s <= 0) b.fail("size values must be positive");
   std::string border = b.string("border", "constant");
-  check_border(b, border, {"constant", "ignore"});
+  check_border(b, border, {"constant", "ignore", "replicate", "reflect", "reflect-even"});
   Window win = window(b, x.shape(), size, 0);
   int r = x.rank();
+  if (edge_border(border)) {
+    // The padded values are the tensor's own: pad explicitly, then pool without padding.
+    x = edge_pad(b, x, 0, win.pad, border);
+    for (auto& p : win.pad) p = {0, 0};
+    border = "constant";
+  }
   if (r != 4 && r != 3) b.fail("pooling needs a [N, C, H, W] (or [N, C, L]) input, got " + shape_str(x.shape()));
   for (int i = 0; i < 2; ++i)
     if (size[size_t(i)] != 1 || win.stride[size_t(i)] != 1 || win.dilation[size_t(i)] != 1 ||
@@ -524,8 +575,10 @@ Result slice_rule(Builder& b) {
 Result pad_rule(Builder& b) {
   Tensor x = b.tensor("input");
   auto p = b.padding("padding");
-  check_border(b, b.string("border", "constant"), {"constant"});
+  const std::string border = b.string("border", "constant");
+  check_border(b, border, {"constant", "replicate", "reflect", "reflect-even"});
   if (!p || p->size() != size_t(x.rank())) b.fail("padding needs one (front, back) pair per axis");
+  if (edge_border(border)) return one(edge_pad(b, x, 0, *p, border));
   std::vector<int64_t> flat;
   for (auto [f, k] : *p) flat.push_back(f), flat.push_back(k);
   return one(pad(x, flat, b.number("value", 0.0)));
