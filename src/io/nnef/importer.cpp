@@ -338,7 +338,8 @@ Tensor edge_pad(Builder& b, Tensor x, size_t first, const std::vector<std::pair<
       if (k) parts.push_back(run(d - 1, k));
     } else {
       const bool even = border == "reflect-even";
-      const int64_t limit = even ? d : d - 1;
+      // One slice per padded position: a bound keeps a hostile file from building millions of nodes.
+      const int64_t limit = std::min<int64_t>(even ? d : d - 1, 4096);
       if (f > limit || k > limit)
         b.fail("border '" + border + "' cannot pad axis " + std::to_string(a) + " of extent " + std::to_string(d) +
                " by (" + std::to_string(f) + ", " + std::to_string(k) + ") (at most " + std::to_string(limit) + ")");
