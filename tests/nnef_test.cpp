@@ -431,6 +431,9 @@ TEST(Nnef, ExportedCnnGraphReimportsWithTheSameOutputs) {
   g.output("up", upsample_nearest2d(sigmoid(c), 2, 3));
   g.output("dc", conv_transpose2d(tanh(c), w2, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 0}}));
   g.output("f", reshape(permute(c, {0, 2, 3, 1}), {2, -1}));
+  Tensor gw = g.parameter("gn/weight", {6}, Init::normal(1, 0.2, 6)), gb = g.parameter("gn/bias", {6}, Init::normal(0, 0.2, 7));
+  g.output("gn", group_norm(c, 3, gw, gb, 1e-4));
+  g.output("bn", batch_norm(c, gw, gb, 1e-3));
   check_round_trip(g, {{"x", test::random_normal(2 * 4 * 64, 8)}}, "cnn");
 }
 

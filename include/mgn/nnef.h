@@ -76,7 +76,7 @@ std::string inspect_text(const std::string& text, const std::string& origin);
 // their names where they are identifiers) and one .dat per parameter (label = its name) and per constant of
 // more than 64 elements. Parameter values come from `values` (e.g. a trained Session's read) or, when it has
 // none, from the parameter's initializer. Throws mgn::Error listing every node whose op has no NNEF form
-// (attention, rope, gathers, losses, group/batch-statistics norms, derivative helpers, erf, tanh-GELU).
+// (attention, rope, gathers, losses, derivative helpers, erf, tanh-GELU, element-type casts).
 struct ExportOptions {
   std::function<std::optional<std::vector<float>>(const std::string& name)> values;
 };

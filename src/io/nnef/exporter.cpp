@@ -118,7 +118,7 @@ class Writer {
       case Op::NotEqual: case Op::Less: case Op::LessEqual: case Op::Greater: case Op::GreaterEqual: case Op::Where:
       case Op::ReduceSum: case Op::ReduceMean: case Op::ReduceMax: case Op::ReduceMin: case Op::ArgMax:
       case Op::Softmax: case Op::LogSoftmax: case Op::LogSumExp: case Op::MatMul: case Op::LayerNorm:
-      case Op::RmsNorm: case Op::Conv2d: case Op::Conv2dGradInput: case Op::MaxPool2d: case Op::AvgPool2d:
+      case Op::RmsNorm: case Op::GroupNorm: case Op::BatchNorm: case Op::Conv2d: case Op::Conv2dGradInput: case Op::MaxPool2d: case Op::AvgPool2d:
       case Op::Upsample2d: case Op::Reshape: case Op::Permute: case Op::Concat: case Op::Expand:
         return true;
       case Op::Cast: return true;  // same-type casts only; checked when emitted
@@ -134,7 +134,7 @@ class Writer {
       }
       case Op::GeluTanh: case Op::Erf:
       case Op::ReluGrad: case Op::GeluErfGrad: case Op::GeluTanhGrad: case Op::SiluGrad:
-      case Op::GroupNorm: case Op::BatchNorm: case Op::LayerNormGrad: case Op::RmsNormGrad: case Op::GroupNormGrad:
+      case Op::LayerNormGrad: case Op::RmsNormGrad: case Op::GroupNormGrad:
       case Op::BatchNormGrad: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad: case Op::AvgPool2dGrad:
       case Op::Upsample2dGrad: case Op::Attention: case Op::AttentionLse: case Op::AttentionGradQ:
       case Op::AttentionGradK: case Op::AttentionGradV: case Op::Rope: case Op::SliceGrad: case Op::Gather:
@@ -310,6 +310,31 @@ class Writer {
         line(norm);
         return;
       }
+      case Op::GroupNorm:
+      case Op::BatchNorm: {
+        // Statistics over every axis but 1 (batch) or over each (sample, channel group) (group); the
+        // per-channel weight and bias [C] become [1, C], which NNEF broadcasts over [N, C, ...].
+        std::string x = in(n, 0), e = num(a.f("eps"));
+        std::string d, v;
+        if (n.op == Op::BatchNorm) {
+          std::vector<int64_t> axes = {0};
+          for (size_t i = 2; i < r; ++i) axes.push_back(int64_t(i));
+          d = "sub(" + x + ", " + reduce("mean_reduce", x, axes) + ")";
+          v = reduce("mean_reduce", "sqr(" + d + ")", axes);
+        } else {
+          int64_t groups = a.i("groups");
+          std::string xr = "reshape(" + x + ", shape = " + ints({n.shape[0], groups, -1}) + ")";
+          d = "sub(" + xr + ", " + reduce("mean_reduce", xr, {2}) + ")";
+          v = reduce("mean_reduce", "sqr(" + d + ")", {2});
+        }
+        std::string norm = "mul(" + d + ", rsqrt(add(" + v + ", " + e + ")))";
+        if (n.op == Op::GroupNorm) norm = "reshape(" + norm + ", shape = " + ints(n.shape) + ")";
+        const std::vector<int64_t> channel = {1, n.shape[1]};
+        if (n.inputs.size() > 1) norm = "mul(" + norm + ", reshape(" + in(n, 1) + ", shape = " + ints(channel) + "))";
+        if (n.inputs.size() > 2) norm = "add(" + norm + ", reshape(" + in(n, 2) + ", shape = " + ints(channel) + "))";
+        line(norm);
+        return;
+      }
       case Op::Conv2d:
         line("conv(" + in(n, 0) + ", " + in(n, 1) + ", padding = " + pads2(a.ints("padding")) + ", stride = " +
              ints(a.ints("stride")) + ", dilation = " + ints(a.ints("dilation")) + ", groups = " +
@@ -387,7 +412,7 @@ class Writer {
         return;
       }
       case Op::GeluTanh: case Op::Erf: case Op::ReluGrad: case Op::GeluErfGrad: case Op::GeluTanhGrad:
-      case Op::SiluGrad: case Op::GroupNorm: case Op::BatchNorm: case Op::LayerNormGrad: case Op::RmsNormGrad:
+      case Op::SiluGrad: case Op::LayerNormGrad: case Op::RmsNormGrad:
       case Op::GroupNormGrad: case Op::BatchNormGrad: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
       case Op::AvgPool2dGrad: case Op::Upsample2dGrad: case Op::Attention: case Op::AttentionLse:
       case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV: case Op::Rope: case Op::SliceGrad:
