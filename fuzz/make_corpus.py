@@ -137,6 +137,55 @@ def main():
                                                       "num_attention_heads": 4, "num_key_value_heads": 2,
                                                       "intermediate_size": 32, "head_dim": 8,
                                                       "tie_word_embeddings": False, "attention_bias": False}))
+    nnef_seeds()
+
+
+def nnef_dat(shape, raw, bits=32, code=0):
+    """An NNEF binary tensor file: 128-byte header (magic 4E EF, version 1.0, length, rank, extents[8], bits, item
+    type, reserved) and the raw items."""
+    dims = list(shape) + [0] * (8 - len(shape))
+    return b"\x4e\xef\x01\x00" + struct.pack("<II8III", len(raw), len(shape), *dims, bits, code) + b"\0" * 76 + raw
+
+
+def nnef_seeds():
+    # Tensor files alone (they start with the magic) and graphs with the bytes every variable holds after a NUL.
+    f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+    put("nnef_fuzz", "f32.dat", nnef_dat([2, 2], f32(1, 2, 3, 4)))
+    put("nnef_fuzz", "f16.dat", nnef_dat([3], struct.pack("<3H", 0x3C00, 0xC000, 0x7BFF), bits=16))
+    put("nnef_fuzz", "bool1.dat", nnef_dat([9], b"\x9d\x80", bits=1, code=5))
+    put("nnef_fuzz", "i64.dat", nnef_dat([2], struct.pack("<2q", -3, 1 << 40), bits=64, code=4))
+    put("nnef_fuzz", "truncated.dat", nnef_dat([4], f32(1, 2, 3, 4))[:-3])
+    w = nnef_dat([4, 3], f32(*[0.5] * 12))
+    mlp = """version 1.0;
+extension KHR_enable_operator_expressions;
+graph G( x ) -> ( y, z )
+{
+    x = external<scalar>(shape = [2, 3]);   # input
+    w = variable<scalar>(shape = [4, 3], label = 'fc/w');
+    h = linear(x, w, 0.0);
+    (m, v) = moments(h, axes = [1]);
+    [a, b] = split(h, axis = 1, ratios = [1, 1]);
+    y = softmax(relu(sub(h, m)), axes = [1]);
+    z = concat([a, b, mul(a, 2.0)], axis = 1);
+}
+"""
+    put("nnef_fuzz", "mlp.nnef", mlp.encode() + b"\0" + w)
+    conv = """version 1.0;
+graph C( x ) -> ( y )
+{
+    x = external(shape = [1, 2, 6, 6]);
+    f = variable(shape = [4, 3], label = 'f');
+    c = conv(x, reshape(f, shape = [2, 2, 1, 3]), padding = [], stride = [2, 1], groups = 1);
+    p = max_pool(c, size = [1, 1, 2, 2], border = 'ignore', padding = [(0, 0), (0, 0), (1, 0), (0, 1)]);
+    q = avg_pool(p, size = [1, 1, 2, 2], border = 'constant');
+    b = batch_normalization(q, 0.5, 2.0, 0.1, 1.5, epsilon = 1e-5);
+    t = transpose(b, axes = [0, 2, 1]);
+    s = slice(t, axes = [1], begin = [0], end = [-1], stride = [1]);
+    y = pad(reshape(s, shape = [0, -1]), padding = [(0, 0), (1, 2)], value = 1.0);
+}
+"""
+    put("nnef_fuzz", "conv.nnef", conv.encode() + b"\0" + w)
+    put("nnef_fuzz", "errors.nnef", b"version 1.0;\ngraph G( x ) -> ( y ) { x = external(shape = [2]); y = frob(x, 'a); }")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@
 #include "mgn/llama.h"
 #include "mgn/models.h"
 #include "mgn/nn.h"
+#include "mgn/nnef.h"
 #include "mgn/onnx.h"
 #include "mgn/safetensors.h"
 #include "mgn/session.h"
@@ -721,6 +722,25 @@ PYBIND11_MODULE(_meganeura, m) {
       "Import a model: a dict with graph, inputs, outputs, parameter_count, opset.");
   onnx.def("inspect", &mgn::onnx::inspect, py::arg("path"));
   onnx.def("supported_ops", &mgn::onnx::supported_ops);
+
+  // ---- NNEF
+  py::module_ nnef = m.def_submodule("nnef", "NNEF import (a folder with graph.nnef and .dat tensors).");
+  nnef.def(
+      "import_path",
+      [](const std::string& path, const std::map<std::string, Shape>& input_shapes, bool trainable) {
+        mgn::nnef::Imported im = mgn::nnef::import_path(path, {.input_shapes = input_shapes, .trainable = trainable});
+        py::dict r;
+        r["graph"] = std::make_shared<mgn::Graph>(std::move(im.graph));
+        r["inputs"] = im.inputs;
+        r["outputs"] = im.outputs;
+        r["parameter_count"] = im.parameter_count;
+        r["version"] = im.version;
+        return r;
+      },
+      py::arg("path"), py::arg("input_shapes") = std::map<std::string, Shape>{}, py::arg("trainable") = false,
+      "Import a model: a dict with graph, inputs, outputs, parameter_count, version.");
+  nnef.def("inspect", &mgn::nnef::inspect, py::arg("path"));
+  nnef.def("supported_ops", &mgn::nnef::supported_ops);
 
   // ---- Llama-family (Hugging Face directories)
   py::module_ llama = m.def_submodule("llama", "Llama-family models from Hugging Face directories.");

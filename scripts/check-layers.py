@@ -48,6 +48,7 @@ PUBLIC = {
     "checkpoint.h": "src/io",
     "data.h": "src/io",
     "onnx.h": "src/io",
+    "nnef.h": "src/io",
     "audio.h": "src/io",
     "image.h": "src/io",
     "session.h": "src/runtime",

@@ -14,7 +14,8 @@ import sys
 import time
 
 # The command table of tools/mgn.cpp, in its order. A command added there is added here (and gets the checks).
-COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "onnx-conformance", "generate",
+COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "export", "onnx-conformance",
+            "generate",
             "finetune",
             "whisper-encode", "dinov3-embed", "dinovision", "smolvla", "llama-check", "bench", "bench-gemm", "devices", "help"]
 # A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
@@ -62,7 +63,7 @@ def main():
     missing = os.path.join(work, "missing")
     valid = {
         "train-fashion-mnist": [], "dump-checkpoint": [some_file], "kernels": [], "plan": [],
-        "inspect": [some_file], "run": [some_file], "onnx-conformance": [some_dir], "generate": [some_dir, "--prompt", "x"],
+        "inspect": [some_file], "run": [some_file], "export": [some_file, "--nnef", out_dir], "onnx-conformance": [some_dir], "generate": [some_dir, "--prompt", "x"],
         "finetune": [some_dir, "--text", some_file, "--out", out_dir], "llama-check": [some_dir],
         "whisper-encode": [some_file, "--model", some_dir],
         "dinov3-embed": [some_file, "--model", some_dir], "dinovision": ["train", "--images", some_dir],

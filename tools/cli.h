@@ -72,6 +72,7 @@ Run declare_kernels(CLI::App& app);              // tools/plan_cmd.cpp
 Run declare_plan(CLI::App& app);                 // tools/plan_cmd.cpp
 Run declare_inspect(CLI::App& app);              // tools/onnx_cmd.cpp
 Run declare_run(CLI::App& app);                  // tools/onnx_cmd.cpp
+Run declare_export(CLI::App& app);               // tools/onnx_cmd.cpp
 Run declare_onnx_conformance(CLI::App& app);     // tools/onnx_conformance.cpp
 Run declare_generate(CLI::App& app);             // tools/generate_cmd.cpp
 Run declare_finetune(CLI::App& app);             // tools/finetune.cpp

@@ -1,6 +1,7 @@
-// `mgn inspect` and `mgn run`: an ONNX model from the command line.
+// `mgn inspect` and `mgn run`: an ONNX model (or an NNEF model: a folder with graph.nnef, or that file) from
+// the command line.
 //
-//   mgn inspect model.onnx
+//   mgn inspect model.onnx | model_dir/ | graph.nnef
 //   mgn run model.onnx [--input NAME=random|zeros|FILE.npy|1x3x224x224]... [--shape NAME=1x3x224x224]...
 //                      [--backend auto|cpu|vulkan] [--device D] [--precision P] [--seed S] [--save-outputs
 //                      DIR]
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "mgn/nnef.h"
 #include "mgn/onnx.h"
 #include "mgn/session.h"
 #include "mgn/types.h"
@@ -204,12 +206,25 @@ int run_model(const RunArgs& a, const Context& c) {
     arrays[name] = read_npy(spec);
     if (!io.input_shapes.count(name)) io.input_shapes[name] = arrays[name].shape;
   }
-  onnx::Imported m = onnx::import_file(a.model, io);
+  // One imported model, whichever the format: its graph, inputs and outputs.
+  struct Model {
+    Graph graph;
+    std::vector<std::string> inputs, outputs;
+    int64_t parameter_count = 0;
+    std::string format;
+  } m;
+  if (nnef::is_nnef_path(a.model)) {
+    nnef::Imported n = nnef::import_path(a.model, {.input_shapes = io.input_shapes});
+    m = Model{std::move(n.graph), n.inputs, n.outputs, n.parameter_count, "NNEF " + n.version};
+  } else {
+    onnx::Imported o = onnx::import_file(a.model, io);
+    m = Model{std::move(o.graph), o.inputs, o.outputs, o.parameter_count, "opset " + std::to_string(o.opset)};
+  }
   for (const auto& [name, spec] : inputs)
     if (std::find(m.inputs.begin(), m.inputs.end(), name) == m.inputs.end())
       throw UsageError("the model has no input '" + name + "'");
   Session s = compile(m.graph, compile_options(c, a.compile, Mode::Infer));
-  std::fprintf(stderr, "%s: opset %d, %lld parameter elements, backend %s\n", a.model.c_str(), m.opset,
+  std::fprintf(stderr, "%s: %s, %lld parameter elements, backend %s\n", a.model.c_str(), m.format.c_str(),
                static_cast<long long>(m.parameter_count), s.backend());
   std::mt19937_64 rng(a.seed);
   for (const std::string& name : m.inputs) {
@@ -269,33 +284,73 @@ int run_model(const RunArgs& a, const Context& c) {
 
 }  // namespace
 
+Run declare_export(CLI::App& app) {
+  struct Args {
+    std::string model, nnef_dir;
+    std::vector<std::string> shapes;
+  };
+  auto a = std::make_shared<Args>();
+  app.add_option("MODEL", a->model, "an .onnx file, or an NNEF model (a folder with graph.nnef, or that file)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  app.add_option("--nnef", a->nnef_dir, "write the model as an NNEF folder DIR (graph.nnef + .dat tensors)")
+      ->type_name("DIR")
+      ->required();
+  app.add_option("--shape", a->shapes, "NAME=1x3x224x224: binds an input's dynamic axes; repeatable")
+      ->type_name("NAME=DIMS")
+      ->default_str("")
+      ->allow_extra_args(false);
+  app.footer("Imports the model and writes it as NNEF (docs/nnef.md); ops with no NNEF form are listed in one error.");
+  return [a](const Context&) {
+    std::map<std::string, Shape> shapes;
+    for (const std::string& text : a->shapes) {
+      auto [name, dims] = split_eq(text, "shape");
+      shapes[name] = parse_dims(dims, "--shape " + name);
+    }
+    if (nnef::is_nnef_path(a->model)) {
+      nnef::export_graph(nnef::import_path(a->model, {.input_shapes = shapes}).graph, a->nnef_dir);
+    } else {
+      nnef::export_graph(onnx::import_file(a->model, {.input_shapes = shapes}).graph, a->nnef_dir);
+    }
+    std::fprintf(stderr, "wrote %s/graph.nnef\n", a->nnef_dir.c_str());
+    return 0;
+  };
+}
+
 Run declare_inspect(CLI::App& app) {
   struct Args {
     std::string model;
     bool supported_ops = false;
+    bool nnef = false;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("MODEL", a->model, "an .onnx file")->check(CLI::ExistingFile);
+  app.add_option("MODEL", a->model, "an .onnx file, or an NNEF model (a folder with graph.nnef, or that file)")
+      ->check(CLI::ExistingPath);
   app.add_flag("--supported-ops", a->supported_ops,
                "list the importable operators instead (the README's list)");
+  app.add_flag("--nnef", a->nnef, "with --supported-ops: the NNEF importer's operators (docs/nnef.md)");
   app.footer(
       "Prints the opset, inputs and outputs with shapes, the op histogram (unsupported ops marked),\n"
-      "and the initializer and parameter counts.");
+      "and the initializer and parameter counts. An NNEF model (a folder with graph.nnef) shows its\n"
+      "version, inputs, ops and variables.");
   return [a](const Context&) {
     if (a->supported_ops) {
       if (!a->model.empty()) throw UsageError("--supported-ops takes no model");
-      for (const std::string& op : onnx::supported_ops()) std::printf("%s\n", op.c_str());
+      for (const std::string& op : a->nnef ? nnef::supported_ops() : onnx::supported_ops()) std::printf("%s\n", op.c_str());
       return 0;
     }
-    if (a->model.empty()) throw UsageError("name an .onnx file (or give --supported-ops)");
-    std::fputs(onnx::inspect(a->model).c_str(), stdout);
+    if (a->nnef) throw UsageError("--nnef goes with --supported-ops");
+    if (a->model.empty()) throw UsageError("name an .onnx file or an NNEF model (or give --supported-ops)");
+    std::fputs((nnef::is_nnef_path(a->model) ? nnef::inspect(a->model) : onnx::inspect(a->model)).c_str(), stdout);
     return 0;
   };
 }
 
 Run declare_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  app.add_option("MODEL", a->model, "an .onnx file")->required()->check(CLI::ExistingFile);
+  app.add_option("MODEL", a->model, "an .onnx file, or an NNEF model (a folder with graph.nnef, or that file)")
+      ->required()
+      ->check(CLI::ExistingPath);
   app.add_option(
          "--input", a->inputs,
          "NAME=random|zeros|FILE.npy|1x3x224x224 (a shape: random values of it, binding dynamic axes); "

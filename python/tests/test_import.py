@@ -27,6 +27,25 @@ def test_onnx_export_matches_torch(opts, workdir):
     assert "Conv" in mg.onnx.supported_ops()
 
 
+def test_nnef_model_matches_torch(opts, workdir):
+    """The hand-written NNEF conv + linear net of tests/ref/nnef_models.py (graph.nnef + .dat files, float16
+    weights) against PyTorch's float64 output, written by that script."""
+    import subprocess
+    import sys
+    ref_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "ref")
+    subprocess.run([sys.executable, os.path.join(ref_dir, "nnef_models.py"), str(workdir / "nnef")], check=True,
+                   capture_output=True)
+    sys.path.insert(0, ref_dir)
+    import st_io
+    ref = st_io.read(str(workdir / "nnef" / "train" / "ref.safetensors"))
+    im = mg.nnef.import_path(str(workdir / "nnef" / "train"))
+    assert im["inputs"] == ["x"] and im["outputs"] == ["y"] and im["version"] == "1.0"
+    s = mg.compile(im["graph"], **opts)
+    got = s.run({"x": ref["in.x"].astype(np.float32)})["y"]
+    np.testing.assert_allclose(got, ref["out.y"], rtol=1e-4, atol=1e-5)
+    assert "conv" in mg.nnef.supported_ops()
+
+
 def test_llama_directory_matches_torch(opts, workdir):
     """A tiny Llama written as a Hugging Face directory (config.json + model.safetensors) from random torch
     weights; the prefill logits against a plain-torch forward of the same weights (RMSNorm, rotate-half RoPE,
