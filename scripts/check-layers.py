@@ -60,6 +60,7 @@ PUBLIC = {
     "whisper.h": "src/models",
     "dinov3.h": "src/models",
     "dinovision.h": "src/models",
+    "unet.h": "src/models",
     "tokenizer.h": "src/models",
 }
 
