@@ -42,6 +42,8 @@ const std::vector<Command>& commands() {
        declare_dinov3_embed},
       {"dinovision", "train a decoder on frozen DINOv3 features to reconstruct images, or reconstruct with it",
        declare_dinovision},
+      {"unet", "train the paper's conditioned U-Net as a diffusion model on Fashion-MNIST, or sample from it",
+       declare_unet},
       {"llama-check", "gate and time a Llama-family model against a PyTorch reference directory",
        declare_llama_check},
       {"bench", "time a workload phase by phase and write the tensors of the correctness gates",
