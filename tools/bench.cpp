@@ -37,7 +37,7 @@ Run declare_bench(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"fashion-cnn", "fashion-mlp", "smollm2-135m", "llama-tiny", "llama", "resnet50",
                              "resnet-tiny", "whisper-tiny-encoder", "whisper-encoder-test", "dinov3-vits16", "dinov3-test",
-                             "dinovision", "dinovision-test", "attention", "conv"}));
+                             "dinovision", "dinovision-test", "sd-unet-small", "sd-unet-test", "attention", "conv"}));
   app.add_option(
          "--phases", b->phases,
          "comma-separated: compile, inference, minimal (Llama), flb, step; attention: forward, fwdbwd; "
