@@ -246,13 +246,13 @@ for job in "$@"; do
     unet-train)
       # DDPM on Fashion-MNIST with the paper's U-Net (small config, 4 input channels: the image padded to 32x32 and
       # tiled; class as a one-token context): mgn unet train for $UNET_TRAIN_SECONDS s of training (default 200) at
-      # batch $UNET_TRAIN_BATCH (default 64), lr $UNET_TRAIN_LR (default 2e-4), then mgn unet sample (DDIM, 50 steps,
+      # batch $UNET_TRAIN_BATCH (default 64), lr $UNET_TRAIN_LR (default 3e-4), then mgn unet sample (DDIM, 50 steps,
       # 4 per class, one session). Back: unet_samples.png, unet_metrics.jsonl, unet_run.json, unet_loss.png (when
       # matplotlib is there; else plot unet_metrics.jsonl with scripts/plot-training.py), unet_train_log.txt.
       L="$OUT/unet_train_log.txt" T=/tmp/unet_train
       rm -rf "$T" && mkdir -p "$T"
       timeout 280 "$B/mgn" unet train --run "$T/run" --config small --channels 4 --steps 1000000 \
-        --time-limit "${UNET_TRAIN_SECONDS:-200}" --batch "${UNET_TRAIN_BATCH:-64}" --lr "${UNET_TRAIN_LR:-2e-4}" \
+        --time-limit "${UNET_TRAIN_SECONDS:-200}" --batch "${UNET_TRAIN_BATCH:-64}" --lr "${UNET_TRAIN_LR:-3e-4}" \
         --progress 200 >> "$L" 2>&1
       echo "mgn unet train rc=$?" >> "$L"
       timeout 60 "$B/mgn" unet sample --run "$T/run" --sample-steps 50 --per-class 4 --out "$OUT/unet_samples.png" \
