@@ -83,7 +83,7 @@ for W in "$@"; do
         --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/sd_unet_bench.py" $RUNS --impls eager --device cpu --lr 1e-4 \
         --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
-        --json "$P.torch.jsonl"
+        --json "$P.torch.jsonl" --f64-reference
       ;;
     attention|conv)
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
