@@ -3,7 +3,6 @@
 #include "mgn/unet.h"
 
 #include <cmath>
-#include <sstream>
 
 #include "hf_files.h"
 #include "mgn/checkpoint.h"
@@ -99,6 +98,9 @@ void Config::validate(const std::string& origin) const {
   if (levels == 1 && base_channels % head_dim != 0)
     throw Error(origin + ": base_channels (" + str(base_channels) + ") is not divisible by head_dim (" + str(head_dim) + ")");
   if (time_input_dim % 2 != 0) throw Error(origin + ": time_input_dim must be even, got " + str(time_input_dim));
+  if (latent % (int64_t(1) << (levels - 1)) != 0)
+    throw Error(origin + ": latent (" + str(latent) + ") must be divisible by " + str(int64_t(1) << (levels - 1)) +
+                " for " + str(levels) + " levels");
   if (!(eps > 0)) throw Error(origin + ": eps must be positive");
 }
 
