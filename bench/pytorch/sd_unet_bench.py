@@ -110,6 +110,13 @@ def main():
     xs = tuple(torch.from_numpy(ins["input." + n].astype(np.float32)).to(device) for n in INPUTS)
     target = torch.from_numpy(ins["input.noise_target"].astype(np.float32)).to(device)
     batch = int(xs[0].shape[0])
+    # Our inputs must be the spec's (workload-specs.md §2), computed here independently of the C++ side.
+    spec = sd_unet.bench_inputs(sd_unet.Config(**cfg), batch)
+    spec["text_context"] = spec["text_context"].unsqueeze(0).expand(batch, -1, -1)
+    for n, x in list(zip(INPUTS, xs)) + [("noise_target", target)]:
+        if tuple(x.shape) != tuple(spec[n].shape) or not torch.allclose(x.cpu(), spec[n], rtol=0, atol=1e-6):
+            raise SystemExit(f"sd_unet_bench.py: input {n} {tuple(x.shape)} is not the spec's benchmark input "
+                             f"{tuple(spec[n].shape)}")
     dev_name = timing.device_name(device)
     meta = {"backend": device.type, "device": dev_name, "torch": torch.__version__}
     params = sum(int(np.prod(v.shape)) for v in weights.values())
