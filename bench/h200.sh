@@ -247,17 +247,18 @@ for job in "$@"; do
       ;;
     unet-train)
       # DDPM on Fashion-MNIST with the paper's U-Net (small config, 4 input channels: the image padded to 32x32 and
-      # tiled; class as a one-token context): mgn unet train for $UNET_TRAIN_SECONDS s of training (default 200) at
-      # batch $UNET_TRAIN_BATCH (default 64), lr $UNET_TRAIN_LR (default 3e-4), then mgn unet sample (DDIM, 50 steps,
-      # 4 per class, one session). Back: unet_samples.png, unet_metrics.jsonl, unet_run.json, unet_loss.png (when
-      # matplotlib is there; else plot unet_metrics.jsonl with scripts/plot-training.py), unet_train_log.txt.
+      # tiled; class as a one-token context): mgn unet train for $UNET_TRAIN_SECONDS s of training (default 180, so
+      # that the job stays under 5 minutes) at batch $UNET_TRAIN_BATCH (default 64), lr $UNET_TRAIN_LR (default
+      # 3e-4), then mgn unet sample (DDIM, 50 steps, 4 per class, one session). Back: unet_samples.png,
+      # unet_metrics.jsonl, unet_run.json, unet_loss.png (when matplotlib is there; else plot unet_metrics.jsonl with
+      # scripts/plot-training.py), unet_train_log.txt.
       L="$OUT/unet_train_log.txt" T=/tmp/unet_train
       rm -rf "$T" && mkdir -p "$T"
-      timeout 280 "$B/mgn" unet train --run "$T/run" --config small --channels 4 --steps 1000000 \
-        --time-limit "${UNET_TRAIN_SECONDS:-200}" --batch "${UNET_TRAIN_BATCH:-64}" --lr "${UNET_TRAIN_LR:-3e-4}" \
+      timeout 240 "$B/mgn" unet train --run "$T/run" --config small --channels 4 --steps 1000000 \
+        --time-limit "${UNET_TRAIN_SECONDS:-180}" --batch "${UNET_TRAIN_BATCH:-64}" --lr "${UNET_TRAIN_LR:-3e-4}" \
         --progress 200 >> "$L" 2>&1
       echo "mgn unet train rc=$?" >> "$L"
-      timeout 60 "$B/mgn" unet sample --run "$T/run" --sample-steps 50 --per-class 4 --out "$OUT/unet_samples.png" \
+      timeout 50 "$B/mgn" unet sample --run "$T/run" --sample-steps 50 --per-class 4 --out "$OUT/unet_samples.png" \
         >> "$L" 2>&1
       echo "mgn unet sample rc=$?" >> "$L"
       cp "$T/run/metrics.jsonl" "$OUT/unet_metrics.jsonl"; cp "$T/run/run.json" "$OUT/unet_run.json"
