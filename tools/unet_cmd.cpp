@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "mgn/data.h"
 #include "mgn/image.h"
+#include "mgn/safetensors.h"
 #include "mgn/unet.h"
 
 namespace mgn::tool {
@@ -32,7 +33,7 @@ struct UnetArgs {
   std::string action, run_dir = "unet-run", data, out, config = "small", metrics;
   int64_t channels = 4, levels = 0, steps = 2000, batch = 32, limit = 0, seed = 0, progress = 100;
   int64_t sample_steps = 50, per_class = 2;
-  double lr = 2e-4, time_limit = 0;
+  double lr = 2e-4, time_limit = 0, clip = 1.0;
   CompileFlags compile;
 };
 
@@ -240,6 +241,7 @@ int unet_sample(const UnetArgs& a, const Context& ctx) {
   std::normal_distribution<float> normal;
   std::vector<float> x(size_t(B * per));
   for (float& v : x) v = normal(rng);
+  const std::vector<float> noise = x;
   const std::vector<int64_t> ts = unet::ddim_timesteps(sched, a.sample_steps);
   auto t1 = std::chrono::steady_clock::now();
   for (size_t k = 0; k < ts.size(); ++k) {
@@ -247,7 +249,7 @@ int unet_sample(const UnetArgs& a, const Context& ctx) {
     s.set_input("noisy_latent", x);
     s.set_input("timestep_embedding", unet::timestep_embedding(std::vector<int64_t>(size_t(B), ts[k]), c.time_input_dim));
     s.run();
-    x = unet::ddim_step(sched, x, s.read("noise_pred"), ts[k], tprev, 1.0);
+    x = unet::ddim_step(sched, x, s.read("noise_pred"), ts[k], tprev, a.clip);
   }
   const double sample_s = seconds_since(t1);
   // The grid: one column per class, per_class rows; the channel mean, [-1, 1] -> [0, 1], 2-pixel gaps.
@@ -265,6 +267,14 @@ int unet_sample(const UnetArgs& a, const Context& ctx) {
   }
   const std::string out = a.out.empty() ? a.run_dir + "/samples.png" : a.out;
   image::write_png(out, im);
+  // The numbers behind the grid: the starting noise, the class tokens and the samples.
+  const std::string values = fs::path(out).replace_extension(".safetensors").string();
+  const Shape xs = {B, c.in_channels, side, side};
+  write_safetensors(values,
+                    {StoredTensor::from_f32("noise", xs, noise),
+                     StoredTensor::from_f32("text_context", {B, 1, c.context_dim}, class_context(labels, c)),
+                     StoredTensor::from_f32("samples", xs, x)},
+                    {{"sampler", "DDIM eta 0"}, {"clip", std::to_string(a.clip)}, {"steps", std::to_string(ts.size())}});
   std::printf("sampled %lld images (%lld DDIM steps, one session) in %.2f s (%.1f ms per step); wrote %s\n",
               (long long)B, (long long)ts.size(), sample_s, 1000.0 * sample_s / double(ts.size()), out.c_str());
   std::fprintf(stderr, "unet sample: backend %s, total %.1f s\n", s.backend(), seconds_since(t0));
@@ -295,14 +305,18 @@ Run declare_unet(CLI::App& app) {
   app.add_option("--metrics", a->metrics, "train: the JSON Lines metrics file (default RUN/metrics.jsonl; none: off)");
   app.add_option("--sample-steps", a->sample_steps, "sample: DDIM steps (of the 1,000 training timesteps)")
       ->check(CLI::Range(1, 1000));
+  app.add_option("--clip", a->clip, "sample: clamp each predicted x0 to [-CLIP, CLIP] (0: off)")
+      ->check(number_at_least(0));
   app.add_option("--per-class", a->per_class, "sample: images per class (rows of the grid)")->check(CLI::Range(1, 16));
-  app.add_option("--out", a->out, "sample: the grid PNG (default RUN/samples.png)");
+  app.add_option("--out", a->out,
+                 "sample: the grid PNG (default RUN/samples.png); the noise, class tokens and samples go beside it "
+                 "(.safetensors)");
   app.add_option("--seed", a->seed, "data order, timesteps and noise")->check(at_least(0));
   add_compile_flags(app, a->compile);
   app.footer(
       "train: DDPM noise prediction (linear betas 1e-4..0.02, 1000 steps, t uniform, MSE on the noise) on\n"
       "Fashion-MNIST padded to 32x32, in [-1, 1], tiled over the input channels; the class is a one-token\n"
-      "context (1 at dims j = label mod 10). sample: DDIM (eta 0, x0 clipped to [-1, 1]) with one compiled\n"
+      "context (1 at dims j = label mod 10). sample: DDIM (eta 0, x0 clipped to [-1, 1] unless --clip 0) with one compiled\n"
       "inference session, a PNG grid with one column per class. docs/unet.md.");
   return [a](const Context& c) {
     if (a->action == "train") {

@@ -242,8 +242,30 @@ def add_noise(ac, x0, noise, t):
     return a.sqrt() * x0 + (1 - a).sqrt() * noise
 
 
-def ddim_step(ac, x, eps, t, t_prev):
+def ddim_step(ac, x, eps, t, t_prev, clip=0.0):
+    """One DDIM step (eta 0) from t to t_prev (t_prev < 0: alpha-bar 1). With clip > 0 the predicted x0 is
+    clamped to [-clip, clip] and the noise recomputed from it."""
     a = ac[t]
     ap = ac[t_prev] if t_prev >= 0 else torch.tensor(1.0, dtype=torch.float64)
     x0 = (x - (1 - a).sqrt() * eps) / a.sqrt()
+    if clip > 0:
+        x0 = x0.clamp(-clip, clip)
+        eps = (x - a.sqrt() * x0) / (1 - a).sqrt()
     return ap.sqrt() * x0 + (1 - ap).sqrt() * eps
+
+
+def ddim_sample(net, noise, context, steps, clip=1.0, train_steps=1000):
+    """DDIM from `noise` over `steps` of the training timesteps ("leading" spacing: ratio = 1000 // steps,
+    t = (steps-1)·ratio, ..., ratio, 0), float64 arithmetic around the network."""
+    ac = alphas_cumprod(train_steps)
+    ratio = train_steps // steps
+    ts = [k * ratio for k in reversed(range(steps))]
+    x = noise.double()
+    dtype = next(net.parameters()).dtype
+    for i, t in enumerate(ts):
+        t_prev = ts[i + 1] if i + 1 < len(ts) else -1
+        temb = timestep_embedding(torch.full((x.shape[0],), t), net.cfg.time_input_dim)
+        with torch.no_grad():
+            eps = net(x.to(dtype), temb.to(dtype), context.to(dtype)).double()
+        x = ddim_step(ac, x, eps, t, t_prev, clip)
+    return x

@@ -68,7 +68,8 @@ def main():
     net.load_state_dict(weights, strict=True)
 
     png = os.path.join(work, "grid.png")
-    r = subprocess.run([mgn, "unet", "sample", "--run", run, "--sample-steps", "2", "--per-class", "1", "--out", png],
+    r = subprocess.run([mgn, "unet", "sample", "--run", run, "--sample-steps", "2", "--per-class", "1", "--out", png,
+                        "--clip", "0"],
                        capture_output=True, text=True)
     print(r.stdout, r.stderr)
     if r.returncode != 0:
@@ -79,6 +80,21 @@ def main():
     w, h = struct.unpack(">II", data[16:24])
     if (w, h) != (10 * 16 + 11 * 2, 16 + 2 * 2):
         fail(f"grid size {w}x{h}")
+    # The sampler end to end: the plain-torch network with the trained weights, run in float64 by DDIM from the
+    # same noise and class tokens (the embedding, schedule and steps recomputed here; no clipping, so that every
+    # value depends on the network's predictions).
+    vals = torch_io.read(os.path.join(work, "grid.safetensors"))
+    net = net.double()
+    want = sd_unet.ddim_sample(net, vals["noise"], vals["text_context"], steps=2, clip=0.0)
+    err = float((vals["samples"].double() - want).norm() / want.norm())
+    print(f"DDIM samples vs torch float64: relative L2 {err:.2e}")
+    if not err < 1e-4:
+        fail(f"the DDIM samples differ from the torch reference: relative L2 {err:.2e}")
+    # The class tokens: 1 at dims j = label mod 10, labels 0..9 in order.
+    ctx = vals["text_context"]
+    for b in range(10):
+        if not torch.equal(ctx[b, 0], (torch.arange(ctx.shape[2]) % 10 == b).float()):
+            fail(f"class token of sample {b}")
     # A run folder without weights: a clear error naming the file.
     os.remove(os.path.join(run, "unet.safetensors"))
     r = subprocess.run([mgn, "unet", "sample", "--run", run], capture_output=True, text=True)
