@@ -316,8 +316,8 @@ Run declare_unet(CLI::App& app) {
   app.footer(
       "train: DDPM noise prediction (linear betas 1e-4..0.02, 1000 steps, t uniform, MSE on the noise) on\n"
       "Fashion-MNIST padded to 32x32, in [-1, 1], tiled over the input channels; the class is a one-token\n"
-      "context (1 at dims j = label mod 10). sample: DDIM (eta 0, x0 clipped to [-1, 1] unless --clip 0) with one compiled\n"
-      "inference session, a PNG grid with one column per class. docs/unet.md.");
+      "context (1 at dims j = label mod 10). sample: DDIM (eta 0, x0 clipped to [-1, 1] unless --clip 0)\n"
+      "with one compiled inference session, a PNG grid with one column per class. docs/unet.md.");
   return [a](const Context& c) {
     if (a->action == "train") {
       if (!a->out.empty()) throw UsageError("train: --out is for sample (train writes into --run)");
