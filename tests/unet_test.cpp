@@ -1,7 +1,10 @@
 // The conditioned U-Net (include/mgn/unet.h) against the spec and a plain-torch re-implementation
-// (bench/pytorch/sd_unet.py through tests/ref/sd_unet_ref.py): the spec's per-part parameter table, the paper's
-// sine init, weight loading and its refusals, input-shape checks, forward + every gradient of the spec's tiny
-// config on the CPU executor (f64), the CPU backend and Vulkan (f32), and the DDPM / DDIM arithmetic.
+// (bench/pytorch/sd_unet.py through tests/ref/sd_unet_ref.py): the spec's per-part parameter table, the
+// paper's sine init, weight loading and its refusals, input-shape checks, forward + every gradient of the
+// spec's tiny config on the CPU executor (f64), the CPU backend and Vulkan (f32), and the DDPM / DDIM
+// arithmetic.
+#include "mgn/unet.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +18,6 @@
 #include "mgn/autodiff.h"
 #include "mgn/safetensors.h"
 #include "mgn/session.h"
-#include "mgn/unet.h"
 #include "support/test_util.h"
 
 using namespace mgn;
@@ -23,7 +25,9 @@ using test::error_of;
 
 namespace {
 
-std::vector<double> wide(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> wide(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 // Random weights scaled like trained ones; norm weights around 1.
 std::map<std::string, std::vector<float>> random_weights(const unet::Config& c, uint64_t seed) {
@@ -32,7 +36,8 @@ std::map<std::string, std::vector<float>> random_weights(const unet::Config& c, 
     const bool norm = name.find(".norm") != std::string::npos;
     const double fan = shape.size() >= 2 ? double(numel(shape) / shape[0]) : 1.0;
     const double scale = shape.size() >= 2 ? 1.0 / std::sqrt(fan) : 0.1;
-    std::vector<double> v = test::random_uniform(size_t(numel(shape)), seed++, -scale * std::sqrt(3.0), scale * std::sqrt(3.0));
+    std::vector<double> v =
+        test::random_uniform(size_t(numel(shape)), seed++, -scale * std::sqrt(3.0), scale * std::sqrt(3.0));
     w[name].assign(v.begin(), v.end());
     if (norm && name.ends_with(".weight"))
       for (float& x : w[name]) x += 1.0f;
@@ -40,22 +45,31 @@ std::map<std::string, std::vector<float>> random_weights(const unet::Config& c, 
   return w;
 }
 
-std::vector<float> floats(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+std::vector<float> floats(const std::vector<double>& v) {
+  return {v.begin(), v.end()};
+}
 
 }  // namespace
 
 TEST(Unet, ParameterCountPerPartIsTheSpecTable) {
   // workload-specs.md §2, "Param breakdown", as printed there.
-  const std::vector<std::pair<std::string, int64_t>> table = {
-      {"time_mlp.", 82'432},           {"conv_in.", 2'304},
-      {"encoder.0.resblock.", 90'432}, {"encoder.0.downsample.", 36'864},
-      {"encoder.1.resblock.", 262'656}, {"encoder.1.attn.", 460'416},
-      {"encoder.1.downsample.", 147'456}, {"encoder.2.resblock.", 984'064},
-      {"encoder.2.attn.", 1'445'120},  {"middle.resblock.", 1'246'464},
-      {"middle.attn.", 1'445'120},     {"decoder.2.resblock.", 1'967'872},
-      {"decoder.2.attn.", 1'445'120},  {"decoder.1.resblock.", 672'896},
-      {"decoder.1.attn.", 460'416},    {"decoder.0.resblock.", 176'704},
-      {"conv_out.", 2'432}};
+  const std::vector<std::pair<std::string, int64_t>> table = {{"time_mlp.", 82'432},
+                                                              {"conv_in.", 2'304},
+                                                              {"encoder.0.resblock.", 90'432},
+                                                              {"encoder.0.downsample.", 36'864},
+                                                              {"encoder.1.resblock.", 262'656},
+                                                              {"encoder.1.attn.", 460'416},
+                                                              {"encoder.1.downsample.", 147'456},
+                                                              {"encoder.2.resblock.", 984'064},
+                                                              {"encoder.2.attn.", 1'445'120},
+                                                              {"middle.resblock.", 1'246'464},
+                                                              {"middle.attn.", 1'445'120},
+                                                              {"decoder.2.resblock.", 1'967'872},
+                                                              {"decoder.2.attn.", 1'445'120},
+                                                              {"decoder.1.resblock.", 672'896},
+                                                              {"decoder.1.attn.", 460'416},
+                                                              {"decoder.0.resblock.", 176'704},
+                                                              {"conv_out.", 2'432}};
   unet::Config c = unet::Config::small();
   std::map<std::string, int64_t> got;
   int64_t total = 0;
@@ -89,9 +103,9 @@ TEST(Unet, ParameterCountPerPartIsTheSpecTable) {
   EXPECT_EQ(trainable, 10'928'768);
   EXPECT_EQ(g.find_output("noise_pred")->shape(), (Shape{1, 4, 32, 32}));
   // Ten attention ops (5 self + 5 cross).
-  EXPECT_EQ(std::ranges::count_if(g.parameters(), [](const Tensor& t) {
-              return t.graph()->node(t.id()).name.ends_with("attn.q_proj.weight");
-            }),
+  EXPECT_EQ(std::ranges::count_if(
+                g.parameters(),
+                [](const Tensor& t) { return t.graph()->node(t.id()).name.ends_with("attn.q_proj.weight"); }),
             10);
 }
 
@@ -113,7 +127,8 @@ TEST(Unet, PaperSineInitIsTheClosedForm) {
   // A conv weight: flat order.
   const std::string conv = "decoder.0.resblock.conv1.weight";
   v = s.read(conv);
-  for (int64_t j : {0, 17, 5000}) EXPECT_NEAR(v[size_t(j)], 0.02 * std::sin(0.01 * double(j) + seed_of(conv)), 1e-7);
+  for (int64_t j : {0, 17, 5000})
+    EXPECT_NEAR(v[size_t(j)], 0.02 * std::sin(0.01 * double(j) + seed_of(conv)), 1e-7);
   // Norms start at 1 / 0.
   for (const std::string n : {"conv_out.norm", "middle.attn.transformer.norm3", "encoder.0.resblock.norm1"}) {
     for (float x : s.read(n + ".weight")) EXPECT_EQ(x, 1.0f) << n;
@@ -151,7 +166,9 @@ TEST(Unet, WeightsAndInputsAreCheckedByName) {
 
   write_all("", "encoder.1.resblock.res_conv.weight", "");
   e = error_of([&] { unet::read_weights(c, file); });
-  EXPECT_NE(e.find("'encoder.1.resblock.res_conv.weight' has shape [2048], expected [64, 32, 1, 1]"), std::string::npos) << e;
+  EXPECT_NE(e.find("'encoder.1.resblock.res_conv.weight' has shape [2048], expected [64, 32, 1, 1]"),
+            std::string::npos)
+      << e;
 
   write_all("", "", "encoder.2.attn.norm.weight");  // a file of a deeper config
   e = error_of([&] { unet::read_weights(c, file); });
@@ -173,12 +190,13 @@ TEST(Unet, WeightsAndInputsAreCheckedByName) {
   unet::Config bad = c;
   bad.base_channels = 36;
   EXPECT_NE(error_of([&] { unet::graph(bad, {}); }).find("not divisible by groups"), std::string::npos);
-  EXPECT_NE(error_of([&] { unet::graph(c, {.latent = 15}); }).find("must be divisible by 2"), std::string::npos);
+  EXPECT_NE(error_of([&] { unet::graph(c, {.latent = 15}); }).find("must be divisible by 2"),
+            std::string::npos);
 }
 
 // Forward, the DDPM loss and every gradient of the spec's tiny config cut to 2 levels (every block kind: a
-// plain and a res_conv ResBlock, downsample, upsample, skip concat, one attention level and the middle) against
-// plain torch (f64) at batch 2, then the f32 backends against the same reference.
+// plain and a res_conv ResBlock, downsample, upsample, skip concat, one attention level and the middle)
+// against plain torch (f64) at batch 2, then the f32 backends against the same reference.
 TEST(Unet, ForwardLossAndEveryGradientMatchTorch) {
   unet::Config c = unet::Config::tiny();
   c.levels = 2;
@@ -191,12 +209,13 @@ TEST(Unet, ForwardLossAndEveryGradientMatchTorch) {
                                                   {"timestep_embedding", in_of("timestep_embedding", 2)},
                                                   {"text_context", in_of("text_context", 3)},
                                                   {"noise_target", in_of("noise_target", 4)}};
-  std::vector<double> cfg = {double(c.in_channels), double(c.base_channels), double(c.levels), double(c.groups),
-                             double(c.time_input_dim), double(c.time_embed_dim), double(c.context_dim),
-                             double(c.head_dim), 1.0};
+  std::vector<double> cfg = {double(c.in_channels), double(c.base_channels),  double(c.levels),
+                             double(c.groups),      double(c.time_input_dim), double(c.time_embed_dim),
+                             double(c.context_dim), double(c.head_dim),       1.0};
   std::vector<StoredTensor> ref_in = {StoredTensor::from_f64("cfg", {int64_t(cfg.size())}, cfg)};
   for (auto& [name, v] : in) ref_in.push_back(StoredTensor::from_f32(name, unet::input_shape(c, o, name), v));
-  for (auto& [name, shape] : unet::parameter_shapes(c)) ref_in.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
+  for (auto& [name, shape] : unet::parameter_shapes(c))
+    ref_in.push_back(StoredTensor::from_f32("w." + name, shape, w.at(name)));
   auto ref = test::run_torch("tests/ref/sd_unet_ref.py", ref_in);
 
   Graph g = unet::graph(c, o, Mode::Train);
@@ -209,11 +228,13 @@ TEST(Unet, ForwardLossAndEveryGradientMatchTorch) {
   for (auto& [name, v] : in) ex.set_input(name, wide(v));
   ex.run();
   EXPECT_LT(test::rel_l2(ex.output("noise_pred").v, ref.at("noise_pred").to_f64()), 1e-7);
-  EXPECT_NEAR(ex.output("loss").v[0], ref.at("loss").to_f64()[0], 1e-7 * std::fabs(ref.at("loss").to_f64()[0]));
+  EXPECT_NEAR(ex.output("loss").v[0], ref.at("loss").to_f64()[0],
+              1e-7 * std::fabs(ref.at("loss").to_f64()[0]));
   for (auto& [name, t] : grads.params)
     EXPECT_LT(test::rel_l2(ex.output("grad." + name).v, ref.at("grad." + name).to_f64()), 1e-7) << name;
 
-  // f32 sessions: forward rel-L2 <= 1e-4, every gradient rel-L2 <= 1e-3 (the strict gates of bench/compare.py).
+  // f32 sessions: forward rel-L2 <= 1e-4, every gradient rel-L2 <= 1e-3 (the strict gates of
+  // bench/compare.py).
   for (Backend b : {Backend::Cpu, Backend::Auto}) {
     Graph gs = unet::graph(c, o, Mode::Train);
     Gradients gr = backward(gs, Tensor(&gs.ir(), *gs.ir().find_output("loss")));
@@ -227,9 +248,12 @@ TEST(Unet, ForwardLossAndEveryGradientMatchTorch) {
     const std::string who = s->backend();
     std::printf("gates checked on %s\n", who.c_str());
     EXPECT_LT(test::rel_l2(wide(s->read("noise_pred")), ref.at("noise_pred").to_f64()), 1e-4) << who;
-    EXPECT_NEAR(s->read_scalar("loss"), ref.at("loss").to_f64()[0], 1e-4 * std::fabs(ref.at("loss").to_f64()[0])) << who;
+    EXPECT_NEAR(s->read_scalar("loss"), ref.at("loss").to_f64()[0],
+                1e-4 * std::fabs(ref.at("loss").to_f64()[0]))
+        << who;
     for (auto& [name, t] : gr.params)
-      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3) << who << " " << name;
+      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3)
+          << who << " " << name;
   }
 }
 
@@ -238,8 +262,10 @@ TEST(Unet, ForwardLossAndEveryGradientMatchTorch) {
 TEST(Unet, DiffusionArithmeticMatchesTorch) {
   const int64_t B = 3, n = 2 * 4 * 4;
   std::vector<int64_t> t = {0, 417, 999};
-  std::vector<float> x0 = floats(test::random_normal(size_t(B * n), 5)), noise = floats(test::random_normal(size_t(B * n), 6));
-  std::vector<float> x = floats(test::random_normal(size_t(n), 7)), eps = floats(test::random_normal(size_t(n), 8));
+  std::vector<float> x0 = floats(test::random_normal(size_t(B * n), 5)),
+                     noise = floats(test::random_normal(size_t(B * n), 6));
+  std::vector<float> x = floats(test::random_normal(size_t(n), 7)),
+                     eps = floats(test::random_normal(size_t(n), 8));
   unet::Schedule s = unet::linear_schedule(1000, 1e-4, 0.02);
   std::vector<int64_t> steps = unet::ddim_timesteps(s, 50);
   ASSERT_EQ(steps.size(), 50u);

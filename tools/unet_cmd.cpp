@@ -1,5 +1,5 @@
-// `mgn unet train|sample`: the paper's conditioned U-Net used as a diffusion model (docs/unet.md). train: DDPM
-// noise prediction (linear betas 1e-4..0.02 over 1,000 steps, uniform timesteps, MSE on the noise) on
+// `mgn unet train|sample`: the paper's conditioned U-Net used as a diffusion model (docs/unet.md). train:
+// DDPM noise prediction (linear betas 1e-4..0.02 over 1,000 steps, uniform timesteps, MSE on the noise) on
 // Fashion-MNIST, each 28x28 image padded to 32x32 (halved to 16x16 for a 16-side latent), scaled to [-1, 1]
 // and tiled over the input channels, conditioned on its class through a one-token context; sample: DDIM
 // (η = 0) from Gaussian noise with one compiled inference session for every step, written as a PNG grid
@@ -47,10 +47,17 @@ unet::Config config_of(const std::string& name, int64_t channels, int64_t levels
 }
 
 nlohmann::json config_json(const unet::Config& c) {
-  return {{"in_channels", c.in_channels},       {"base_channels", c.base_channels}, {"levels", c.levels},
-          {"groups", c.groups},                 {"eps", c.eps},                     {"time_input_dim", c.time_input_dim},
-          {"time_embed_dim", c.time_embed_dim}, {"context_dim", c.context_dim},     {"context_len", c.context_len},
-          {"head_dim", c.head_dim},             {"latent", c.latent}};
+  return {{"in_channels", c.in_channels},
+          {"base_channels", c.base_channels},
+          {"levels", c.levels},
+          {"groups", c.groups},
+          {"eps", c.eps},
+          {"time_input_dim", c.time_input_dim},
+          {"time_embed_dim", c.time_embed_dim},
+          {"context_dim", c.context_dim},
+          {"context_len", c.context_len},
+          {"head_dim", c.head_dim},
+          {"latent", c.latent}};
 }
 
 unet::Config config_from_json(const nlohmann::json& j, const std::string& origin) {
@@ -94,8 +101,9 @@ void to_latent(const float* img, const unet::Config& c, float* out) {
     std::vector<float> b(size_t(h * h));
     for (int64_t y = 0; y < h; ++y)
       for (int64_t x = 0; x < h; ++x)
-        b[size_t(y * h + x)] = 0.25f * (a[size_t(2 * y * s + 2 * x)] + a[size_t(2 * y * s + 2 * x + 1)] +
-                                        a[size_t((2 * y + 1) * s + 2 * x)] + a[size_t((2 * y + 1) * s + 2 * x + 1)]);
+        b[size_t(y * h + x)] =
+            0.25f * (a[size_t(2 * y * s + 2 * x)] + a[size_t(2 * y * s + 2 * x + 1)] +
+                     a[size_t((2 * y + 1) * s + 2 * x)] + a[size_t((2 * y + 1) * s + 2 * x + 1)]);
     a.swap(b);
     s = h;
   }
@@ -122,16 +130,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int unet_train(const UnetArgs& a, const Context& ctx) {
   auto t0 = std::chrono::steady_clock::now();
   const unet::Config c = config_of(a.config, a.channels, a.levels);
-  if (c.latent != 32 && c.latent != 16) throw UsageError("unet train: the Fashion-MNIST latent must be 32 or 16");
+  if (c.latent != 32 && c.latent != 16)
+    throw UsageError("unet train: the Fashion-MNIST latent must be 32 or 16");
   const std::string dir = a.data.empty() ? ctx.env.fashion_mnist_dir : a.data;
   if (!fs::is_directory(dir))
-    throw UsageError("the Fashion-MNIST folder " + dir +
-                     " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
+    throw UsageError(
+        "the Fashion-MNIST folder " + dir +
+        " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
   fs::create_directories(a.run_dir);
   Dataset train = load_fashion_mnist(dir, Split::Train, a.limit);
   const int64_t B = a.batch, per = c.in_channels * c.latent * c.latent;
 
-  const unet::GraphOptions go{.batch = B, .context_len = 1, .init = unet::Init::Torch, .seed = uint64_t(a.seed)};
+  const unet::GraphOptions go{
+      .batch = B, .context_len = 1, .init = unet::Init::Torch, .seed = uint64_t(a.seed)};
   Graph g = unet::graph(c, go, Mode::Train);
   CompileOptions co = compile_options(ctx, a.compile, Mode::Train);
   co.optimizer = AdamW{.lr = a.lr, .weight_decay = 0.0};
@@ -152,14 +163,17 @@ int unet_train(const UnetArgs& a, const Context& ctx) {
                         {"seed", a.seed}};
   metrics.write("run", run);
   write_text(a.run_dir + "/run.json", run.dump(2) + "\n");
-  std::fprintf(stderr, "unet train: %s config, %lld parameters, %lld images, batch %lld, backend %s; ready in %.1f s\n",
-               a.config.c_str(), (long long)unet::parameter_count(c), (long long)train.count, (long long)B, s.backend(),
-               seconds_since(t0));
+  std::fprintf(
+      stderr,
+      "unet train: %s config, %lld parameters, %lld images, batch %lld, backend %s; ready in %.1f s\n",
+      a.config.c_str(), (long long)unet::parameter_count(c), (long long)train.count, (long long)B,
+      s.backend(), seconds_since(t0));
 
   const unet::Schedule sched = unet::linear_schedule(1000, 1e-4, 0.02);
   BatchLoader loader(train, {.batch = B, .shuffle = true, .seed = uint64_t(a.seed)});
   if (loader.batches_per_epoch() == 0)
-    throw Error("unet train: " + std::to_string(train.count) + " images make no batch of " + std::to_string(B));
+    throw Error("unet train: " + std::to_string(train.count) + " images make no batch of " +
+                std::to_string(B));
   std::mt19937_64 rng(uint64_t(a.seed) * 7919 + 1);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int64_t> uniform_t(0, sched.steps() - 1);
@@ -173,7 +187,8 @@ int unet_train(const UnetArgs& a, const Context& ctx) {
   auto t_train = std::chrono::steady_clock::now();
   while (step < a.steps) {
     if (a.time_limit > 0 && seconds_since(t_train) > a.time_limit) {
-      std::fprintf(stderr, "unet train: --time-limit %.0f s reached after %lld steps\n", a.time_limit, (long long)step);
+      std::fprintf(stderr, "unet train: --time-limit %.0f s reached after %lld steps\n", a.time_limit,
+                   (long long)step);
       break;
     }
     if (!loader.next(batch)) {
@@ -190,16 +205,20 @@ int unet_train(const UnetArgs& a, const Context& ctx) {
     s.step();
     ++step;
     const float loss = s.read_scalar("loss");
-    if (!std::isfinite(loss)) throw Error("unet train: the loss is not finite at step " + std::to_string(step));
+    if (!std::isfinite(loss))
+      throw Error("unet train: the loss is not finite at step " + std::to_string(step));
     window += loss;
     ++in_window;
-    metrics.write("step", {{"step", step}, {"epoch", epoch + 1}, {"loss", loss}, {"lr", s.lr()},
+    metrics.write("step", {{"step", step},
+                           {"epoch", epoch + 1},
+                           {"loss", loss},
+                           {"lr", s.lr()},
                            {"time_s", seconds_since(t0)}});
     if (step % a.progress == 0 || step == a.steps) {
       last_mean = window / double(in_window);
       if (first_mean < 0) first_mean = last_mean;
-      std::fprintf(stderr, "step %lld: mean loss %.4f over %lld steps, %.1f steps/s\n", (long long)step, last_mean,
-                   (long long)in_window, double(step) / seconds_since(t_train));
+      std::fprintf(stderr, "step %lld: mean loss %.4f over %lld steps, %.1f steps/s\n", (long long)step,
+                   last_mean, (long long)in_window, double(step) / seconds_since(t_train));
       window = 0;
       in_window = 0;
     }
@@ -207,9 +226,13 @@ int unet_train(const UnetArgs& a, const Context& ctx) {
   const std::string weights = a.run_dir + "/unet.safetensors";
   unet::write_weights(s, c, weights);
   s.save_checkpoint(a.run_dir + "/checkpoint.safetensors");
-  metrics.write("end", {{"steps", step}, {"checkpoint", a.run_dir + "/checkpoint.safetensors"}, {"weights", weights},
-                        {"train_seconds", seconds_since(t_train)}, {"total_seconds", seconds_since(t0)}});
-  std::printf("trained %lld steps in %.1f s; weights %s\n", (long long)step, seconds_since(t_train), weights.c_str());
+  metrics.write("end", {{"steps", step},
+                        {"checkpoint", a.run_dir + "/checkpoint.safetensors"},
+                        {"weights", weights},
+                        {"train_seconds", seconds_since(t_train)},
+                        {"total_seconds", seconds_since(t0)}});
+  std::printf("trained %lld steps in %.1f s; weights %s\n", (long long)step, seconds_since(t_train),
+              weights.c_str());
   return 0;
 }
 
@@ -247,7 +270,8 @@ int unet_sample(const UnetArgs& a, const Context& ctx) {
   for (size_t k = 0; k < ts.size(); ++k) {
     const int64_t tprev = k + 1 < ts.size() ? ts[k + 1] : -1;
     s.set_input("noisy_latent", x);
-    s.set_input("timestep_embedding", unet::timestep_embedding(std::vector<int64_t>(size_t(B), ts[k]), c.time_input_dim));
+    s.set_input("timestep_embedding",
+                unet::timestep_embedding(std::vector<int64_t>(size_t(B), ts[k]), c.time_input_dim));
     s.run();
     x = unet::ddim_step(sched, x, s.read("noise_pred"), ts[k], tprev, a.clip);
   }
@@ -270,13 +294,15 @@ int unet_sample(const UnetArgs& a, const Context& ctx) {
   // The numbers behind the grid: the starting noise, the class tokens and the samples.
   const std::string values = fs::path(out).replace_extension(".safetensors").string();
   const Shape xs = {B, c.in_channels, side, side};
-  write_safetensors(values,
-                    {StoredTensor::from_f32("noise", xs, noise),
-                     StoredTensor::from_f32("text_context", {B, 1, c.context_dim}, class_context(labels, c)),
-                     StoredTensor::from_f32("samples", xs, x)},
-                    {{"sampler", "DDIM eta 0"}, {"clip", std::to_string(a.clip)}, {"steps", std::to_string(ts.size())}});
+  write_safetensors(
+      values,
+      {StoredTensor::from_f32("noise", xs, noise),
+       StoredTensor::from_f32("text_context", {B, 1, c.context_dim}, class_context(labels, c)),
+       StoredTensor::from_f32("samples", xs, x)},
+      {{"sampler", "DDIM eta 0"}, {"clip", std::to_string(a.clip)}, {"steps", std::to_string(ts.size())}});
   std::printf("sampled %lld images (%lld DDIM steps, one session) in %.2f s (%.1f ms per step); wrote %s\n",
-              (long long)B, (long long)ts.size(), sample_s, 1000.0 * sample_s / double(ts.size()), out.c_str());
+              (long long)B, (long long)ts.size(), sample_s, 1000.0 * sample_s / double(ts.size()),
+              out.c_str());
   std::fprintf(stderr, "unet sample: backend %s, total %.1f s\n", s.backend(), seconds_since(t0));
   return 0;
 }
@@ -285,32 +311,42 @@ int unet_sample(const UnetArgs& a, const Context& ctx) {
 
 Run declare_unet(CLI::App& app) {
   auto a = std::make_shared<UnetArgs>();
-  app.add_option("ACTION", a->action, "train or sample")->required()->check(CLI::IsMember({"train", "sample"}));
-  app.add_option("--run", a->run_dir, "the run folder: train writes run.json, unet.safetensors, checkpoint and "
-                                      "metrics.jsonl there; sample reads it");
-  app.add_option("--data", a->data, "train: the Fashion-MNIST folder (default: MGN_FASHION_MNIST_DIR or Debian's)")
+  app.add_option("ACTION", a->action, "train or sample")
+      ->required()
+      ->check(CLI::IsMember({"train", "sample"}));
+  app.add_option("--run", a->run_dir,
+                 "the run folder: train writes run.json, unet.safetensors, checkpoint and "
+                 "metrics.jsonl there; sample reads it");
+  app.add_option("--data", a->data,
+                 "train: the Fashion-MNIST folder (default: MGN_FASHION_MNIST_DIR or Debian's)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--config", a->config, "train: small (the paper's, 10.93 M) or tiny (3.13 M, 16x16 latent)")
       ->check(CLI::IsMember({"small", "tiny"}));
-  app.add_option("--channels", a->channels, "train: input channels (4: the image tiled; 1: the 1-channel variant)")
+  app.add_option("--channels", a->channels,
+                 "train: input channels (4: the image tiled; 1: the 1-channel variant)")
       ->check(CLI::IsMember({1, 4}));
-  app.add_option("--levels", a->levels, "train: U-Net levels (default: the config's)")->check(CLI::Range(1, 3));
+  app.add_option("--levels", a->levels, "train: U-Net levels (default: the config's)")
+      ->check(CLI::Range(1, 3));
   app.add_option("--steps", a->steps, "train: AdamW steps")->check(at_least(1));
   app.add_option("--time-limit", a->time_limit, "train: stop after this many seconds of training")
       ->check(positive_number());
   app.add_option("--batch", a->batch, "train: images per step")->check(at_least(1));
   app.add_option("--lr", a->lr, "train: AdamW learning rate (no weight decay)")->check(positive_number());
-  app.add_option("--limit", a->limit, "train: use the first N training images (0: all 60,000)")->check(at_least(0));
+  app.add_option("--limit", a->limit, "train: use the first N training images (0: all 60,000)")
+      ->check(at_least(0));
   app.add_option("--progress", a->progress, "train: print the mean loss every N steps")->check(at_least(1));
-  app.add_option("--metrics", a->metrics, "train: the JSON Lines metrics file (default RUN/metrics.jsonl; none: off)");
+  app.add_option("--metrics", a->metrics,
+                 "train: the JSON Lines metrics file (default RUN/metrics.jsonl; none: off)");
   app.add_option("--sample-steps", a->sample_steps, "sample: DDIM steps (of the 1,000 training timesteps)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--clip", a->clip, "sample: clamp each predicted x0 to [-CLIP, CLIP] (0: off)")
       ->check(number_at_least(0));
-  app.add_option("--per-class", a->per_class, "sample: images per class (rows of the grid)")->check(CLI::Range(1, 16));
-  app.add_option("--out", a->out,
-                 "sample: the grid PNG (default RUN/samples.png); the noise, class tokens and samples go beside it "
-                 "(.safetensors)");
+  app.add_option("--per-class", a->per_class, "sample: images per class (rows of the grid)")
+      ->check(CLI::Range(1, 16));
+  app.add_option(
+      "--out", a->out,
+      "sample: the grid PNG (default RUN/samples.png); the noise, class tokens and samples go beside it "
+      "(.safetensors)");
   app.add_option("--seed", a->seed, "data order, timesteps and noise")->check(at_least(0));
   add_compile_flags(app, a->compile);
   app.footer(

@@ -68,7 +68,7 @@ struct Config {
 enum class Init : uint8_t {
   PaperSine,  // the paper's (workload-specs.md): every tensor t[j] = 0.02·sin(0.01·j + seed(name)), 2-D
               // weights generated [in, out] and stored [out, in]; norm weights 1, norm biases 0
-  Torch,      // PyTorch's module defaults: kaiming_uniform(a=√5) weights, U(±1/√fan_in) biases, norms 1 / 0
+  Torch,  // PyTorch's module defaults: kaiming_uniform(a=√5) weights, U(±1/√fan_in) biases, norms 1 / 0
 };
 
 struct GraphOptions {
@@ -123,7 +123,7 @@ std::vector<float> add_noise(const Schedule& s, std::span<const float> x0, std::
 std::vector<int64_t> ddim_timesteps(const Schedule& s, int64_t count);
 // One deterministic DDIM step (η = 0) from t to t_prev (t_prev < 0: ᾱ = 1): x0 = (x - √(1-ᾱ_t)·ε) / √ᾱ_t,
 // x_prev = √ᾱ_prev·x0 + √(1-ᾱ_prev)·ε. With clip > 0 the predicted x0 is clamped to [-clip, clip].
-std::vector<float> ddim_step(const Schedule& s, std::span<const float> x, std::span<const float> eps, int64_t t,
-                             int64_t t_prev, double clip = 0);
+std::vector<float> ddim_step(const Schedule& s, std::span<const float> x, std::span<const float> eps,
+                             int64_t t, int64_t t_prev, double clip = 0);
 
 }  // namespace mgn::unet

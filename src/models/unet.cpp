@@ -13,7 +13,9 @@ namespace mgn::unet {
 
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
 
 std::string shape_text(const Shape& s) {
   std::string out = "[";
@@ -24,8 +26,8 @@ std::string shape_text(const Shape& s) {
 constexpr int64_t kMaxWidth = 1 << 16, kMaxLevels = 8, kMaxSide = 1 << 14, kMaxContext = 1 << 16;
 
 // The parameters of one ResBlock(ci -> co) under `p`.
-void resblock_shapes(std::vector<std::pair<std::string, Shape>>& out, const std::string& p, int64_t ci, int64_t co,
-                     int64_t temb) {
+void resblock_shapes(std::vector<std::pair<std::string, Shape>>& out, const std::string& p, int64_t ci,
+                     int64_t co, int64_t temb) {
   out.push_back({p + "norm1.weight", {ci}});
   out.push_back({p + "norm1.bias", {ci}});
   out.push_back({p + "conv1.weight", {co, ci, 3, 3}});
@@ -38,7 +40,8 @@ void resblock_shapes(std::vector<std::pair<std::string, Shape>>& out, const std:
 }
 
 // The parameters of one SpatialTransformer(c) under `p`.
-void attn_shapes(std::vector<std::pair<std::string, Shape>>& out, const std::string& p, int64_t c, int64_t ctx) {
+void attn_shapes(std::vector<std::pair<std::string, Shape>>& out, const std::string& p, int64_t c,
+                 int64_t ctx) {
   out.push_back({p + "norm.weight", {c}});
   out.push_back({p + "norm.bias", {c}});
   out.push_back({p + "proj_in.weight", {c, c, 1, 1}});
@@ -62,7 +65,9 @@ void attn_shapes(std::vector<std::pair<std::string, Shape>>& out, const std::str
   out.push_back({p + "proj_out.weight", {c, c, 1, 1}});
 }
 
-bool is_norm(const std::string& name) { return name.find(".norm") != std::string::npos; }
+bool is_norm(const std::string& name) {
+  return name.find(".norm") != std::string::npos;
+}
 
 mgn::Init init_of(const std::string& name, const Shape& shape, const GraphOptions& opt) {
   const bool weight = name.ends_with(".weight");
@@ -78,7 +83,8 @@ mgn::Init init_of(const std::string& name, const Shape& shape, const GraphOption
 
 void Config::validate(const std::string& origin) const {
   auto in_range = [&](int64_t v, int64_t hi, const char* field) {
-    if (v <= 0 || v > hi) throw Error(origin + ": " + field + " must be in 1.." + str(hi) + ", got " + str(v));
+    if (v <= 0 || v > hi)
+      throw Error(origin + ": " + field + " must be in 1.." + str(hi) + ", got " + str(v));
   };
   in_range(in_channels, kMaxWidth, "in_channels");
   in_range(base_channels, kMaxWidth, "base_channels");
@@ -91,23 +97,36 @@ void Config::validate(const std::string& origin) const {
   in_range(head_dim, kMaxWidth, "head_dim");
   in_range(latent, kMaxSide, "latent");
   if (base_channels % groups != 0)
-    throw Error(origin + ": base_channels (" + str(base_channels) + ") is not divisible by groups (" + str(groups) + ")");
+    throw Error(origin + ": base_channels (" + str(base_channels) + ") is not divisible by groups (" +
+                str(groups) + ")");
   if (levels > 1 && channels(1) % head_dim != 0)
-    throw Error(origin + ": the attention channels (" + str(channels(1)) + ") are not divisible by head_dim (" +
-                str(head_dim) + ")");
+    throw Error(origin + ": the attention channels (" + str(channels(1)) +
+                ") are not divisible by head_dim (" + str(head_dim) + ")");
   if (levels == 1 && base_channels % head_dim != 0)
-    throw Error(origin + ": base_channels (" + str(base_channels) + ") is not divisible by head_dim (" + str(head_dim) + ")");
-  if (time_input_dim % 2 != 0) throw Error(origin + ": time_input_dim must be even, got " + str(time_input_dim));
+    throw Error(origin + ": base_channels (" + str(base_channels) + ") is not divisible by head_dim (" +
+                str(head_dim) + ")");
+  if (time_input_dim % 2 != 0)
+    throw Error(origin + ": time_input_dim must be even, got " + str(time_input_dim));
   if (latent % (int64_t(1) << (levels - 1)) != 0)
-    throw Error(origin + ": latent (" + str(latent) + ") must be divisible by " + str(int64_t(1) << (levels - 1)) +
-                " for " + str(levels) + " levels");
+    throw Error(origin + ": latent (" + str(latent) + ") must be divisible by " +
+                str(int64_t(1) << (levels - 1)) + " for " + str(levels) + " levels");
   if (!(eps > 0)) throw Error(origin + ": eps must be positive");
 }
 
-Config Config::small() { return {}; }
+Config Config::small() {
+  return {};
+}
 Config Config::tiny() {
-  return {.in_channels = 4, .base_channels = 32, .levels = 3, .groups = 8, .time_input_dim = 32,
-          .time_embed_dim = 128, .context_dim = 768, .context_len = 77, .head_dim = 32, .latent = 16};
+  return {.in_channels = 4,
+          .base_channels = 32,
+          .levels = 3,
+          .groups = 8,
+          .time_input_dim = 32,
+          .time_embed_dim = 128,
+          .context_dim = 768,
+          .context_len = 77,
+          .head_dim = 32,
+          .latent = 16};
 }
 
 // ---- parameters
@@ -155,8 +174,9 @@ Shape input_shape(const Config& c, const GraphOptions& o, const std::string& nam
   if (name == "noisy_latent" || name == "noise_target") return {o.batch, c.in_channels, side, side};
   if (name == "timestep_embedding") return {o.batch, c.time_input_dim};
   if (name == "text_context") return {o.batch, L, c.context_dim};
-  throw Error("unet: no input named '" + name +
-              "' (the inputs are noisy_latent, timestep_embedding, text_context and, to train, noise_target)");
+  throw Error(
+      "unet: no input named '" + name +
+      "' (the inputs are noisy_latent, timestep_embedding, text_context and, to train, noise_target)");
 }
 
 void check_input(const Config& c, const GraphOptions& o, const std::string& name, const Shape& got,
@@ -173,18 +193,21 @@ Graph graph(const Config& c, const GraphOptions& opt, Mode mode) {
   const int64_t B = opt.batch, side = opt.latent ? opt.latent : c.latent;
   const int64_t L = opt.context_len ? opt.context_len : c.context_len;
   if (B <= 0) throw Error("unet::graph: batch must be positive, got " + str(B));
-  if (side <= 0 || side > kMaxSide) throw Error("unet::graph: latent side must be in 1.." + str(kMaxSide) + ", got " + str(side));
-  if (L <= 0 || L > kMaxContext) throw Error("unet::graph: context length must be in 1.." + str(kMaxContext) + ", got " + str(L));
+  if (side <= 0 || side > kMaxSide)
+    throw Error("unet::graph: latent side must be in 1.." + str(kMaxSide) + ", got " + str(side));
+  if (L <= 0 || L > kMaxContext)
+    throw Error("unet::graph: context length must be in 1.." + str(kMaxContext) + ", got " + str(L));
   const int64_t down = int64_t(1) << (c.levels - 1);
   if (side % down != 0)
-    throw Error("unet::graph: the latent side (" + str(side) + ") must be divisible by " + str(down) + " for " +
-                str(c.levels) + " levels");
+    throw Error("unet::graph: the latent side (" + str(side) + ") must be divisible by " + str(down) +
+                " for " + str(c.levels) + " levels");
 
   Graph g;
   std::map<std::string, Tensor> w;
   std::map<std::string, int64_t> fan_in;  // Init::Torch biases: U(±1/√fan_in of their weight)
   for (auto& [name, shape] : parameter_shapes(c))
-    if (name.ends_with(".weight") && shape.size() >= 2) fan_in[name.substr(0, name.size() - 7)] = numel(shape) / shape[0];
+    if (name.ends_with(".weight") && shape.size() >= 2)
+      fan_in[name.substr(0, name.size() - 7)] = numel(shape) / shape[0];
   for (auto& [name, shape] : parameter_shapes(c)) {
     mgn::Init init = init_of(name, shape, opt);
     if (opt.init == Init::Torch && !is_norm(name) && name.ends_with(".bias")) {
@@ -206,7 +229,9 @@ Graph graph(const Config& c, const GraphOptions& opt, Mode mode) {
   auto conv3 = [&](Tensor t, const std::string& n, int64_t stride = 1) {
     return conv2d(t, W(n), {.stride = {stride, stride}, .padding = {1, 1}});
   };
-  auto gn_silu = [&](Tensor t, const std::string& n) { return silu(group_norm(t, G, W(n + ".weight"), W(n + ".bias"), eps)); };
+  auto gn_silu = [&](Tensor t, const std::string& n) {
+    return silu(group_norm(t, G, W(n + ".weight"), W(n + ".bias"), eps));
+  };
   auto resblock = [&](Tensor t, const std::string& p) {
     const int64_t co = W(p + "conv1.weight").dim(0);
     Tensor h = conv3(gn_silu(t, p + "norm1"), p + "conv1.weight");
@@ -215,9 +240,11 @@ Graph graph(const Config& c, const GraphOptions& opt, Mode mode) {
     return h + (w.count(p + "res_conv.weight") ? conv2d(t, W(p + "res_conv.weight")) : t);
   };
   auto spatial = [&](Tensor t, const std::string& p) {
-    const int64_t ch = t.dim(1), H = t.dim(2), Wd = t.dim(3), S = H * Wd, nh = ch / c.head_dim, hd = c.head_dim;
+    const int64_t ch = t.dim(1), H = t.dim(2), Wd = t.dim(3), S = H * Wd, nh = ch / c.head_dim,
+                  hd = c.head_dim;
     const std::string tp = p + "transformer.";
-    Tensor h = conv2d(group_norm(t, G, W(p + "norm.weight"), W(p + "norm.bias"), eps), W(p + "proj_in.weight"));
+    Tensor h =
+        conv2d(group_norm(t, G, W(p + "norm.weight"), W(p + "norm.bias"), eps), W(p + "proj_in.weight"));
     Tensor tok = transpose(reshape(h, {B, ch, S}), 1, 2);  // [B, S, c], row-major over (h, w)
     auto heads = [&](Tensor u, int64_t len) { return transpose(reshape(u, {B, len, nh, hd}), 1, 2); };
     auto merge = [&](Tensor u) { return reshape(transpose(u, 1, 2), {B, S, ch}); };
@@ -233,8 +260,8 @@ Graph graph(const Config& c, const GraphOptions& opt, Mode mode) {
                   heads(linear(context, W(tp + "cross_attn.v_proj.weight")), L), {.scale = scale});
     tok = tok + linear(merge(a), W(tp + "cross_attn.out_proj.weight"));
     Tensor n3 = layer_norm(tok, W(tp + "norm3.weight"), W(tp + "norm3.bias"), eps);
-    tok = tok + linear(gelu_tanh(linear(n3, W(tp + "ff.fc1.weight"), W(tp + "ff.fc1.bias"))), W(tp + "ff.fc2.weight"),
-                       W(tp + "ff.fc2.bias"));
+    tok = tok + linear(gelu_tanh(linear(n3, W(tp + "ff.fc1.weight"), W(tp + "ff.fc1.bias"))),
+                       W(tp + "ff.fc2.weight"), W(tp + "ff.fc2.bias"));
     h = reshape(transpose(tok, 1, 2), {B, ch, H, Wd});
     return t + conv2d(h, W(p + "proj_out.weight"));
   };
@@ -279,14 +306,14 @@ std::map<std::string, std::vector<float>> read_weights(const Config& c, const st
                   " for this U-Net config: base " + str(c.base_channels) + ", " + str(c.levels) + " levels)");
     if (t->shape != shape)
       throw Error("'" + file + "': tensor '" + name + "' has shape " + shape_text(t->shape) + ", expected " +
-                  shape_text(shape) + " for this U-Net config (base " + str(c.base_channels) + ", " + str(c.levels) +
-                  " levels)");
+                  shape_text(shape) + " for this U-Net config (base " + str(c.base_channels) + ", " +
+                  str(c.levels) + " levels)");
     out[name] = ts.values_f32(name, shape);
   }
   for (auto& [name, t] : ts.tensors)
     if (!out.count(name))
-      throw Error("'" + file + "': unknown tensor '" + name + "' for this U-Net config (base " + str(c.base_channels) +
-                  ", " + str(c.levels) + " levels)");
+      throw Error("'" + file + "': unknown tensor '" + name + "' for this U-Net config (base " +
+                  str(c.base_channels) + ", " + str(c.levels) + " levels)");
   return out;
 }
 
@@ -296,14 +323,16 @@ void load_weights(Session& s, const std::map<std::string, std::vector<float>>& w
 
 void write_weights(Session& s, const Config& c, const std::string& path) {
   std::vector<StoredTensor> ts;
-  for (auto& [name, shape] : parameter_shapes(c)) ts.push_back(StoredTensor::from_f32(name, shape, s.read(name)));
+  for (auto& [name, shape] : parameter_shapes(c))
+    ts.push_back(StoredTensor::from_f32(name, shape, s.read(name)));
   write_safetensors(path, ts);
 }
 
 // ---- diffusion
 
 std::vector<float> timestep_embedding(std::span<const int64_t> timesteps, int64_t dim) {
-  if (dim <= 0 || dim % 2 != 0) throw Error("unet::timestep_embedding: dim must be positive and even, got " + str(dim));
+  if (dim <= 0 || dim % 2 != 0)
+    throw Error("unet::timestep_embedding: dim must be positive and even, got " + str(dim));
   const int64_t half = dim / 2;
   std::vector<float> out(timesteps.size() * size_t(dim));
   for (size_t b = 0; b < timesteps.size(); ++b)
@@ -334,13 +363,16 @@ Schedule linear_schedule(int64_t steps, double beta_start, double beta_end) {
 std::vector<float> add_noise(const Schedule& s, std::span<const float> x0, std::span<const float> noise,
                              std::span<const int64_t> t) {
   if (x0.size() != noise.size()) throw Error("unet::add_noise: x0 and noise differ in size");
-  if (t.empty() || x0.size() % t.size() != 0) throw Error("unet::add_noise: the batch does not divide the sample count");
+  if (t.empty() || x0.size() % t.size() != 0)
+    throw Error("unet::add_noise: the batch does not divide the sample count");
   const size_t per = x0.size() / t.size();
   std::vector<float> out(x0.size());
   for (size_t b = 0; b < t.size(); ++b) {
-    if (t[b] < 0 || t[b] >= s.steps()) throw Error("unet::add_noise: timestep " + str(t[b]) + " out of range");
+    if (t[b] < 0 || t[b] >= s.steps())
+      throw Error("unet::add_noise: timestep " + str(t[b]) + " out of range");
     const double a = s.alphas_cumprod[size_t(t[b])], sa = std::sqrt(a), sn = std::sqrt(1.0 - a);
-    for (size_t i = b * per; i < (b + 1) * per; ++i) out[i] = float(sa * double(x0[i]) + sn * double(noise[i]));
+    for (size_t i = b * per; i < (b + 1) * per; ++i)
+      out[i] = float(sa * double(x0[i]) + sn * double(noise[i]));
   }
   return out;
 }
@@ -354,8 +386,8 @@ std::vector<int64_t> ddim_timesteps(const Schedule& s, int64_t count) {
   return out;
 }
 
-std::vector<float> ddim_step(const Schedule& s, std::span<const float> x, std::span<const float> eps, int64_t t,
-                             int64_t t_prev, double clip) {
+std::vector<float> ddim_step(const Schedule& s, std::span<const float> x, std::span<const float> eps,
+                             int64_t t, int64_t t_prev, double clip) {
   if (x.size() != eps.size()) throw Error("unet::ddim_step: x and eps differ in size");
   if (t < 0 || t >= s.steps() || t_prev >= t) throw Error("unet::ddim_step: need 0 <= t_prev < t < steps");
   const double a = s.alphas_cumprod[size_t(t)], ap = t_prev >= 0 ? s.alphas_cumprod[size_t(t_prev)] : 1.0;
