@@ -70,7 +70,10 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, S, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(kv).view(B, L, self.heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(kv).view(B, L, self.heads, self.head_dim).transpose(1, 2)
-        a = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim), dim=-1) @ v
+        if hasattr(F, "scaled_dot_product_attention"):  # torch >= 2.0 (the GPU machine): PyTorch's fused kernels
+            a = F.scaled_dot_product_attention(q, k, v)  # scale 1/sqrt(head_dim)
+        else:  # Debian 12's torch 1.13
+            a = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim), dim=-1) @ v
         return self.out_proj(a.transpose(1, 2).reshape(B, S, D))
 
 
