@@ -49,6 +49,9 @@
 #                $SMOLVLA_TRAIN_STEPS (default 300) flow-matching steps at batch 8, then the 10-step Euler sampler
 #                for 1 example (median of 20) -> smolvla_train.txt, smolvla_act.txt, smolvla_train_log.txt
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
+#   bench-unet   the paper's conditioned U-Net (sd-unet-small: 10.93 M, batch 1, the spec's inputs) next to
+#                sd_unet_bench.py (plain torch from the spec: eager, CUDA graph, compile) -> bench_unet_table.md
+#   unet-train   mgn unet train on Fashion-MNIST (small config, 4 channels, bounded time), DDIM samples PNG + loss
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
@@ -243,6 +246,66 @@ for job in "$@"; do
       timeout 300 "$B/mgn" smolvla act --data "$T/one.safetensors" --weights "$T/w.safetensors" --repeat 20 \
         --out "$T/actions.safetensors" > "$OUT/smolvla_act.txt" 2>> "$L"
       echo "mgn smolvla act rc=$?" >> "$L"
+      ;;
+    bench-unet)
+      # The paper's conditioned U-Net (SDUNetConfig::small(), 10,928,768 parameters; latent 4x32x32, context 77x768,
+      # the spec's inputs, loss MSE against noise_target, the paper's sine init) at batch $UNET_BATCHES (default "1"):
+      # ours strict and accelerated next to sd_unet_bench.py (plain torch written from the spec, our names: eager
+      # and eager + CUDA-graph replay, strict and accelerated; torch.compile strict, capped at
+      # $BENCH_UNET_COMPILE_TIMEOUT s, default 200). AdamW lr $UNET_LR (default 1e-4) on both sides: at 1e-3 Adam's
+      # first update lr·sign(g) of the few conv weights with a near-zero gradient flips with f32 summation order
+      # (docs/unet.md). PyTorch's float64 reference (--f64-reference) gives the gate vs exact: at full config with the
+      # paper's init the middle block's attention gradients are ill-conditioned (PyTorch CPU f32 is 2.5e-3 from f64
+      # there). Back: bench_unet_bN_{mgn,torch}.jsonl, _table.md, _log.txt.
+      for UB in ${UNET_BATCHES:-1}; do
+        TAG="unet_b$UB" L="$OUT/bench_unet_b${UB}_log.txt" T="/tmp/bench_unet_b$UB"
+        P="$T/sd-unet-small_b$UB" LR="${UNET_LR:-1e-4}"
+        rm -rf "$T" && mkdir -p "$T"
+        export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
+        __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache-cold" timeout 300 "$B/mgn" bench sd-unet-small --batch "$UB" \
+          --phases compile --cache cold --json "$T/cold.mgn.jsonl" > /dev/null 2>> "$L"
+        echo "mgn bench sd-unet-small compile cold rc=$?" >> "$L"
+        timeout 300 "$B/mgn" bench sd-unet-small --batch "$UB" --phases compile > /dev/null 2>> "$L"
+        timeout 300 "$B/mgn" bench sd-unet-small --batch "$UB" --lr "$LR" --weights "$P.weights.safetensors" \
+          --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
+        echo "mgn bench sd-unet-small rc=$?" >> "$L"
+        ours_accelerated sd-unet-small "$P" "$L" --batch "$UB" --lr "$LR"
+        timeout 300 python3 bench/pytorch/sd_unet_bench.py --device cuda --impls eager,cudagraph --lr "$LR" \
+          --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
+          --json "$P.torch.jsonl" --f64-reference > /dev/null 2>> "$L"
+        echo "sd_unet_bench.py eager rc=$?" >> "$L"
+        timeout "${BENCH_UNET_COMPILE_TIMEOUT:-200}" python3 bench/pytorch/sd_unet_bench.py --device cuda --impls compiled \
+          --modes strict --lr "$LR" --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" \
+          --json "$P.compiled.torch.jsonl" > /dev/null 2>> "$L"
+        echo "sd_unet_bench.py compiled rc=$? (124: timed out)" >> "$L"
+        cat "$T"/*.mgn.jsonl > "$OUT/bench_${TAG}_mgn.jsonl"
+        cat "$T"/*.torch.jsonl > "$OUT/bench_${TAG}_torch.jsonl"
+        python3 bench/compare.py --require-gates --out "$OUT/bench_${TAG}_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
+          "$P.mgn_out.safetensors" "$P.acc.mgn_out.safetensors" "$P.torch_out.safetensors" > /dev/null 2>> "$L"
+        echo "compare rc=$?" >> "$L"
+        export MGN_CACHE_DIR=/tmp/mgn-cache
+        unset __GL_SHADER_DISK_CACHE_PATH
+      done
+      ;;
+    unet-train)
+      # DDPM on Fashion-MNIST with the paper's U-Net (small config, 4 input channels: the image padded to 32x32 and
+      # tiled; class as a one-token context): mgn unet train for $UNET_TRAIN_SECONDS s of training (default 180, so
+      # that the job stays under 5 minutes) at batch $UNET_TRAIN_BATCH (default 64), lr $UNET_TRAIN_LR (default
+      # 3e-4), then mgn unet sample (DDIM, 50 steps, 4 per class, one session). Back: unet_samples.png,
+      # unet_metrics.jsonl, unet_run.json, unet_loss.png (when matplotlib is there; else plot unet_metrics.jsonl with
+      # scripts/plot-training.py), unet_train_log.txt.
+      L="$OUT/unet_train_log.txt" T=/tmp/unet_train
+      rm -rf "$T" && mkdir -p "$T"
+      timeout 240 "$B/mgn" unet train --run "$T/run" --config small --channels 4 --steps 1000000 \
+        --time-limit "${UNET_TRAIN_SECONDS:-180}" --batch "${UNET_TRAIN_BATCH:-64}" --lr "${UNET_TRAIN_LR:-3e-4}" \
+        --progress 200 >> "$L" 2>&1
+      echo "mgn unet train rc=$?" >> "$L"
+      timeout 50 "$B/mgn" unet sample --run "$T/run" --sample-steps 50 --per-class 4 --out "$OUT/unet_samples.png" \
+        >> "$L" 2>&1
+      echo "mgn unet sample rc=$?" >> "$L"
+      cp "$T/run/metrics.jsonl" "$OUT/unet_metrics.jsonl"; cp "$T/run/run.json" "$OUT/unet_run.json"
+      python3 scripts/plot-training.py "$OUT/unet_metrics.jsonl" -o "$OUT/unet_loss.png" --title "mgn unet train" \
+        >> "$L" 2>&1 || echo "plot-training rc=$? (plot unet_metrics.jsonl locally)" >> "$L"
       ;;
     dinovision)
       # The case study on Debian's photographs (PHOTO_DIR, default .h200/photos): mgn dinovision train (ViT-S/16's

@@ -6,13 +6,14 @@
 # Usage: bench/tiny.sh MGN PYTHON OUT_DIR [WORKLOAD...]
 #   workloads: fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test dinov3-test dinovision-test
 #   smolvla-expert-test
+#   sd-unet-test
 #   attention conv gemm (default: all of them)
 #   BENCH_BACKEND=cpu|vulkan|auto (default auto) picks our side's backend (bench-gemm always uses auto)
 set -eu
 MGN=$1 PY=$2 OUT=$3
 shift 3
 [ $# -gt 0 ] || set -- fashion-cnn fashion-mlp llama-tiny resnet-tiny whisper-encoder-test dinov3-test dinovision-test \
-  smolvla-expert-test attention conv gemm
+  smolvla-expert-test sd-unet-test attention conv gemm
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
 RUNS="--warmup 1 --warmup-ms 0 --samples 2"
@@ -81,6 +82,16 @@ for W in "$@"; do
         --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/smolvla_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
         --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+    sd-unet-test)
+      # The conditioned U-Net: the spec's tiny() cut to 2 levels, 16x16 latent, 8-token context, batch 2 (the
+      # spec's inputs and objective); PyTorch runs bench/pytorch/sd_unet.py (plain torch, the same names). AdamW
+      # lr 1e-4, not 1e-3: Adam's first update is lr·sign(g), and a few conv-weight elements whose gradient is ~1e-4
+      # of the tensor's median flip sign under f32 summation order (docs/unet.md, "Gates").
+      "$MGN" bench sd-unet-test $BACKEND $RUNS --batch 2 --lr 1e-4 --weights "$P.weights.safetensors" \
+        --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
+      "$PY" "$HERE/pytorch/sd_unet_bench.py" $RUNS --impls eager --device cpu --lr 1e-4 \
+        --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
+        --json "$P.torch.jsonl" --f64-reference
       ;;
     attention|conv)
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"

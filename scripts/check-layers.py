@@ -62,6 +62,7 @@ PUBLIC = {
     "smolvla.h": "src/models",
     "dinov3.h": "src/models",
     "dinovision.h": "src/models",
+    "unet.h": "src/models",
     "tokenizer.h": "src/models",
 }
 

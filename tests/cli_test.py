@@ -17,7 +17,7 @@ import time
 COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "export", "onnx-conformance",
             "generate",
             "finetune",
-            "whisper-encode", "dinov3-embed", "dinovision", "smolvla", "llama-check", "bench", "bench-gemm", "devices", "help"]
+            "whisper-encode", "dinov3-embed", "dinovision", "smolvla", "unet", "llama-check", "bench", "bench-gemm", "devices", "help"]
 # A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
 # a loaded machine), and nothing is compiled (checked through the kernel cache).
 FAST_S = 2.0
@@ -68,6 +68,7 @@ def main():
         "whisper-encode": [some_file, "--model", some_dir],
         "dinov3-embed": [some_file, "--model", some_dir], "dinovision": ["train", "--images", some_dir],
         "smolvla": ["act", "--data", some_file, "--weights", some_file, "--out", os.path.join(work, "a.st")],
+        "unet": ["sample", "--run", some_dir],
         "bench": ["fashion-cnn"], "bench-gemm": [], "devices": [], "help": [],
     }
     check(sorted(valid) == sorted(COMMANDS), "every command has valid arguments in this test")
@@ -161,6 +162,13 @@ def main():
         ("dinov3-embed", [some_file], "--model"),
         ("dinov3-embed", [some_file, "--model", some_dir, "--crop", "-1"], "--crop"),
         ("dinovision", ["fit", "--images", some_dir], "fit"),
+        ("unet", ["fit"], "fit"),
+        ("unet", ["train", "--steps", "0"], "--steps"),
+        ("unet", ["train", "--channels", "3"], "--channels"),
+        ("unet", ["train", "--config", "large"], "--config"),
+        ("unet", ["train", "--data", missing], "--data"),
+        ("unet", ["train", "--out", "x.png"], "--out"),
+        ("unet", ["sample", "--sample-steps", "0"], "--sample-steps"),
         ("dinovision", ["train"], "--images"),
         ("dinovision", ["train", "--images", missing], "missing"),
         ("dinovision", ["train", "--images", some_dir, "--steps", "0"], "--steps"),

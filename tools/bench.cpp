@@ -38,7 +38,7 @@ Run declare_bench(CLI::App& app) {
       ->check(CLI::IsMember({"fashion-cnn", "fashion-mlp", "smollm2-135m", "llama-tiny", "llama", "resnet50",
                              "resnet-tiny", "whisper-tiny-encoder", "whisper-encoder-test", "dinov3-vits16", "dinov3-test",
                              "dinovision", "dinovision-test", "smolvla-expert", "smolvla-expert-test",
-                             "smolvla-expert-lerobot", "attention", "conv"}));
+                             "smolvla-expert-lerobot", "sd-unet-small", "sd-unet-test", "attention", "conv"}));
   app.add_option(
          "--phases", b->phases,
          "comma-separated: compile, inference, minimal (Llama; SmolVLA: 1 action token), flb, step; attention: forward, fwdbwd; "

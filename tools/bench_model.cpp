@@ -21,6 +21,7 @@
 #include "mgn/dinov3.h"
 #include "mgn/dinovision.h"
 #include "mgn/smolvla.h"
+#include "mgn/unet.h"
 #include "mgn/whisper.h"
 
 namespace mgn::bench {
@@ -657,6 +658,57 @@ ModelSpec smolvla_spec(Args& a) {
   return m;
 }
 
+// ---- the conditioned U-Net
+
+// The paper's U-Net workload (workload-specs.md §2): SDUNetConfig::small(), batch 1, the spec's inputs
+// (noisy_latent = sin(0.01 i), timestep_embedding = sin(0.005 i), text_context = 0.1·cos(0.003 i) [77, 768]
+// for every row, noise_target = cos(0.007 i)), loss mean((noise_pred - noise_target)²), the paper's sine init.
+// sd-unet-test: the spec's tiny() cut to 2 levels with an 8-token context, for CI's harness run.
+ModelSpec unet_spec(Args& a) {
+  a.check_phases({"compile", "inference", "flb", "step"}, {"compile", "inference", "flb", "step"});
+  if (a.seq || !a.cases.empty() || a.tiny || !a.config.empty())
+    throw tool::UsageError(a.workload + " takes no --seq, --cases, --tiny or --config (other workloads do)");
+  unet::Config cfg = unet::Config::small();
+  if (a.workload == "sd-unet-test") {
+    cfg = unet::Config::tiny();
+    cfg.levels = 2;
+    cfg.context_len = 8;
+  }
+  ModelSpec m;
+  const int64_t B = a.batch ? a.batch : 1;
+  const unet::GraphOptions go{.batch = B, .init = unet::Init::PaperSine};
+  m.batch = B;
+  m.extra = {{"latent", cfg.latent}, {"context_len", cfg.context_len}};
+  m.output = "noise_pred";
+  m.graph = [=](Mode mode) { return unet::graph(cfg, go, mode); };
+  auto seq = [](int64_t n, auto f) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(f(double(i)));
+    return v;
+  };
+  const Shape lat = unet::input_shape(cfg, go, "noisy_latent"), ctx = unet::input_shape(cfg, go, "text_context");
+  const Shape temb = unet::input_shape(cfg, go, "timestep_embedding");
+  std::vector<float> one_ctx = seq(cfg.context_len * cfg.context_dim, [](double i) { return 0.1 * std::cos(0.003 * i); });
+  std::vector<float> all_ctx;
+  for (int64_t b = 0; b < B; ++b) all_ctx.insert(all_ctx.end(), one_ctx.begin(), one_ctx.end());
+  Feed x{.name = "noisy_latent", .shape = lat, .f32 = seq(numel(lat), [](double i) { return std::sin(0.01 * i); })};
+  Feed t{.name = "timestep_embedding", .shape = temb,
+         .f32 = seq(numel(temb), [](double i) { return std::sin(0.005 * i); })};
+  Feed c{.name = "text_context", .shape = ctx, .f32 = all_ctx};
+  Feed y{.name = "noise_target", .shape = lat, .f32 = seq(numel(lat), [](double i) { return std::cos(0.007 * i); })};
+  m.infer_feeds = {x, t, c};
+  m.train_feeds = {x, t, c, y};
+  const std::string cj = Json{{"in_channels", cfg.in_channels},       {"base_channels", cfg.base_channels},
+                              {"levels", cfg.levels},                 {"groups", cfg.groups},
+                              {"eps", cfg.eps},                       {"time_input_dim", cfg.time_input_dim},
+                              {"time_embed_dim", cfg.time_embed_dim}, {"context_dim", cfg.context_dim},
+                              {"context_len", cfg.context_len},       {"head_dim", cfg.head_dim},
+                              {"latent", cfg.latent}}.dump();
+  m.weights_meta = {{"format", "pt"}, {"workload", a.workload}, {"config", cj}};
+  m.gate_meta = {{"latent", std::to_string(cfg.latent)}, {"config", cj}};
+  return m;
+}
+
 }  // namespace
 
 bool is_model_workload(const std::string& w) {
@@ -664,7 +716,7 @@ bool is_model_workload(const std::string& w) {
          w == "llama" || w == "resnet50" || w == "resnet-tiny" || w == "whisper-tiny-encoder" ||
          w == "whisper-encoder-test" || w == "dinov3-vits16" || w == "dinov3-test" || w == "dinovision" ||
          w == "dinovision-test" || w == "smolvla-expert" || w == "smolvla-expert-test" ||
-         w == "smolvla-expert-lerobot";
+         w == "smolvla-expert-lerobot" || w == "sd-unet-small" || w == "sd-unet-test";
 }
 
 int run_model_bench(Args& a) {
@@ -674,6 +726,7 @@ int run_model_bench(Args& a) {
                 : a.workload.rfind("dinov3", 0) == 0 ? dinov3_spec(a)
                 : a.workload.rfind("dinovision", 0) == 0 ? dinovision_spec(a)
                 : a.workload.rfind("smolvla", 0) == 0 ? smolvla_spec(a)
+                : a.workload.rfind("sd-unet", 0) == 0 ? unet_spec(a)
                                                      : llama_spec(a);
   return run_model(a, m);
 }

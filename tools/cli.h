@@ -80,6 +80,7 @@ Run declare_whisper_encode(CLI::App& app);       // tools/whisper_cmd.cpp
 Run declare_dinov3_embed(CLI::App& app);         // tools/dinov3_cmd.cpp
 Run declare_dinovision(CLI::App& app);           // tools/dinov3_cmd.cpp
 Run declare_smolvla(CLI::App& app);              // tools/smolvla_cmd.cpp
+Run declare_unet(CLI::App& app);                 // tools/unet_cmd.cpp
 Run declare_llama_check(CLI::App& app);          // tools/llama_check.cpp
 Run declare_bench(CLI::App& app);                // tools/bench.cpp
 Run declare_bench_gemm(CLI::App& app);           // tools/bench_gemm.cpp

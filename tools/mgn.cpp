@@ -45,6 +45,8 @@ const std::vector<Command>& commands() {
        declare_dinovision},
       {"smolvla", "train the SmolVLA action expert by flow matching on VLM K/V tensors, or sample actions",
        declare_smolvla},
+      {"unet", "train the paper's conditioned U-Net as a diffusion model on Fashion-MNIST, or sample from it",
+       declare_unet},
       {"llama-check", "gate and time a Llama-family model against a PyTorch reference directory",
        declare_llama_check},
       {"bench", "time a workload phase by phase and write the tensors of the correctness gates",
