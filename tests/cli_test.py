@@ -16,7 +16,7 @@ import time
 # The command table of tools/mgn.cpp, in its order. A command added there is added here (and gets the checks).
 COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "onnx-conformance", "generate",
             "finetune",
-            "whisper-encode", "dinov3-embed", "dinovision", "llama-check", "bench", "bench-gemm", "devices", "help"]
+            "whisper-encode", "dinov3-embed", "dinovision", "llama-check", "bench", "bench-gemm", "cache", "devices", "help"]
 # A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
 # a loaded machine), and nothing is compiled (checked through the kernel cache).
 FAST_S = 2.0
@@ -66,7 +66,7 @@ def main():
         "finetune": [some_dir, "--text", some_file, "--out", out_dir], "llama-check": [some_dir],
         "whisper-encode": [some_file, "--model", some_dir],
         "dinov3-embed": [some_file, "--model", some_dir], "dinovision": ["train", "--images", some_dir],
-        "bench": ["fashion-cnn"], "bench-gemm": [], "devices": [], "help": [],
+        "bench": ["fashion-cnn"], "bench-gemm": [], "cache": ["info"], "devices": [], "help": [],
     }
     check(sorted(valid) == sorted(COMMANDS), "every command has valid arguments in this test")
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,14 +21,18 @@ namespace mgn::codegen {
 namespace {
 
 // Bump when the cache file layout or the meaning of an option changes.
-constexpr uint32_t kCacheFormat = 1;
+// 2: the kernel's name is part of the key only with debug info (otherwise it never reaches the SPIR-V), so
+// identical kernels of different nodes and sessions share one entry.
+constexpr uint32_t kCacheFormat = 2;
 constexpr char kCacheMagic[8] = {'M', 'G', 'N', 'S', 'P', 'V', '1', '\0'};
 
 // The exact input of a compile, as text: version, options, source.
 std::string cache_key(const std::string& glsl, const ShaderOptions& o) {
   std::ostringstream k;
   k << ShaderCompiler::compiler_version() << "\nopt=" << o.optimize << " dbg=" << o.debug_info
-    << " scalar=" << o.scalar_block_layout << " name=" << o.name << "\n";
+    << " scalar=" << o.scalar_block_layout;
+  if (o.debug_info) k << " name=" << o.name;
+  k << "\n";
   for (const auto& [name, value] : o.defines) k << "-D" << name << "=" << value << "\n";
   k << "--\n" << glsl;
   return k.str();
@@ -161,7 +166,9 @@ SpirV ShaderCompiler::compile(const std::string& glsl, const ShaderOptions& opti
     path = cache_path(cache_dir_, key);
     from_disk = load_cached(path, key, &result.words);
   }
+  double compile_ms = 0, validate_ms = 0;
   if (!from_disk) {
+    const auto t0 = std::chrono::steady_clock::now();
     // Compiled outside the lock: glslang takes milliseconds per kernel and sessions compile many.
     shaderc::Compiler compiler;
     shaderc::CompileOptions co;
@@ -176,13 +183,18 @@ SpirV ShaderCompiler::compile(const std::string& glsl, const ShaderOptions& opti
     if (r.GetCompilationStatus() != shaderc_compilation_status_success)
       fail("GLSL compile failed", options, glsl, r.GetErrorMessage());
     result.words.assign(r.cbegin(), r.cend());
+    const auto t1 = std::chrono::steady_clock::now();
     validate(result.words, options, glsl);
+    compile_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    validate_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     if (!cache_dir_.empty()) store_cached(path, key, result.words);
   }
   result.hash = fnv1a64(result.words.data(), result.words.size() * 4);
 
   std::lock_guard lock(mutex_);
   ++(from_disk ? stats_.disk_hits : stats_.compiled);
+  stats_.compile_ms += compile_ms;
+  stats_.validate_ms += validate_ms;
   memory_.emplace(key, result);
   return result;
 }

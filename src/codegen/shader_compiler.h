@@ -43,6 +43,8 @@ class ShaderCompiler {
     uint64_t compiled = 0;     // ran glslang
     uint64_t memory_hits = 0;  // same input seen by this compiler
     uint64_t disk_hits = 0;    // loaded from the cache directory
+    double compile_ms = 0;     // glslang + spirv-opt, summed over threads
+    double validate_ms = 0;    // spirv-val, summed over threads
   };
   Stats stats() const;
   const std::string& cache_dir() const { return cache_dir_; }
