@@ -41,6 +41,20 @@ static std::shared_ptr<codegen::ShaderCompiler> shared_compiler(const std::strin
   return c;
 }
 
+// One pipeline cache per device and cache directory (only where there is a directory: a process that compiles
+// many sessions in memory, such as the test programs, keeps each session's pipelines to itself): the sessions
+// of a workload create the pipelines they share once. Never destroyed, like the contexts; each executor saves
+// what it added.
+static std::shared_ptr<vk::PipelineCache> shared_pipelines(vk::Context& ctx, const std::string& cache_dir) {
+  if (cache_dir.empty()) return nullptr;
+  static std::mutex m;
+  static auto* caches = new std::map<std::pair<vk::Context*, std::string>, std::shared_ptr<vk::PipelineCache>>();
+  std::lock_guard<std::mutex> lock(m);
+  auto& c = (*caches)[{&ctx, cache_dir}];
+  if (!c) c = std::shared_ptr<vk::PipelineCache>(new vk::PipelineCache(ctx, cache_dir), [](vk::PipelineCache*) {});
+  return c;
+}
+
 namespace {
 
 // Fails the step if the validation layer (when on) reported anything: a silent layer is part of the contract.
@@ -64,12 +78,13 @@ void limit_to_device(plan::PlanOptions& po, const vk::Context& ctx) {
              ext ? "the device's memory budget left (VK_EXT_memory_budget)" : "the device's largest device-local heap");
 }
 
-vk::GraphExecutorOptions executor_options(const CompileOptions& co, const vk::Context& ctx) {
+vk::GraphExecutorOptions executor_options(const CompileOptions& co, vk::Context& ctx) {
   vk::GraphExecutorOptions o;
   o.cache_dir = co.cache_dir;
   o.session_cache = co.session_cache_bytes > 0;
   o.session_cache_bytes = co.session_cache_bytes;
   o.compiler = shared_compiler(co.cache_dir);
+  o.pipelines = shared_pipelines(ctx, co.cache_dir);
   o.codegen.kernels = co.kernels;
   o.codegen.default_precision = co.default_precision;
   o.plan = plan_options(co.planning);
@@ -123,6 +138,7 @@ class VulkanEngine final : public Engine {
     const vk::CompileStats& c = exec_.compile_stats();
     CompileReport r;
     r.device_ms = device_ms_;
+    r.hash_ms = c.hash_ms;
     r.cache_ms = c.cache_ms;
     r.fusion_ms = c.fusion_ms;
     r.emit_ms = c.lowering_ms;

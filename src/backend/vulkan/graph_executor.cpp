@@ -30,7 +30,7 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
   alloc_ = std::make_unique<Allocator>(ctx_, opt_.allocator);
   transfer_ = std::make_unique<Transfer>(ctx_, *alloc_);
   compiler_ = opt_.compiler ? opt_.compiler : std::make_shared<codegen::ShaderCompiler>(opt_.cache_dir);
-  pipelines_ = std::make_unique<PipelineCache>(ctx_, opt_.cache_dir);
+  pipelines_ = opt_.pipelines ? opt_.pipelines : std::make_shared<PipelineCache>(ctx_, opt_.cache_dir);
   stream_ = std::make_unique<CommandStream>(ctx_, opt_.timestamps);
   stream_->set_between_submissions(opt_.between_submissions);
   build();
@@ -38,6 +38,8 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
 
 GraphExecutor::~GraphExecutor() {
   stream_.reset();
+  // A shared cache outlives this executor: what it created here reaches the disk now (an own one saves itself).
+  if (opt_.pipelines && stats_.pipelines_created > 0) pipelines_->save();
   pipelines_.reset();
   for (Storage& s : storages_)
     if (!s.view) alloc_->free(s.buffer);
@@ -197,6 +199,7 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   auto tc = std::chrono::steady_clock::now();
   if (!opt_.cache_dir.empty() && opt_.session_cache) {
     session_key_ = session_key(g_, caps, opt_.codegen, opt_.plan, ctx_.info());
+    stats_.hash_ms = ms_since(tc);
     CompiledSession entry;
     stats_.session_cache = load_session(opt_.cache_dir, session_key_, &entry);
     if (stats_.session_cache == CacheResult::Hit) cached_ = std::move(entry);
@@ -205,7 +208,7 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   std::map<std::pair<std::vector<int>, std::vector<bool>>, const CachedDispatch*> from_cache;
   if (cached_)
     for (const CachedDispatch& d : cached_->dispatches) from_cache[{d.nodes, d.stored}] = &d;
-  stats_.cache_ms = ms_since(tc);
+  stats_.cache_ms = ms_since(tc) - stats_.hash_ms;
   // Dispatches in node order: a fusion where its first node is, everything else alone.
   auto tf = std::chrono::steady_clock::now();
   std::vector<std::vector<int>> fusions;

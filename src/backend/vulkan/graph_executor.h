@@ -36,6 +36,9 @@ struct GraphExecutorOptions {
   // GLSL -> SPIR-V compiler; sessions that share one compile identical kernels once. Null: a compiler of
   // this executor's own over cache_dir.
   std::shared_ptr<codegen::ShaderCompiler> compiler;
+  // Pipelines; sessions that share one create a pipeline they have in common once (the cache must belong to
+  // the same Context). Null: a cache of this executor's own over cache_dir.
+  std::shared_ptr<PipelineCache> pipelines;
   unsigned compile_threads = 0;  // emission and shaderc workers; 0: the hardware's concurrency
   bool timestamps = false;  // per-kernel GPU timings (where supported)
   // Fill every computed tensor with NaN before each run (tests: an unwritten element shows up).
@@ -64,7 +67,8 @@ struct SessionMemory {
 };
 
 struct CompileStats {
-  double cache_ms = 0;     // canonical graph hash + compiled-session cache lookup (load and verify)
+  double hash_ms = 0;      // the canonical hash of graph, options and device (the session cache's key)
+  double cache_ms = 0;     // compiled-session cache lookup (read, verify, parse)
   double fusion_ms = 0;    // rewrites: choosing the fusions (codegen::find_fusions)
   double lowering_ms = 0;  // codegen: GLSL emission (wall time, parallel)
   double shaderc_ms = 0;   // GLSL -> validated SPIR-V (wall time, parallel; SPIR-V cache lookups included)
@@ -156,7 +160,7 @@ class GraphExecutor {
   std::unique_ptr<Allocator> alloc_;
   std::unique_ptr<Transfer> transfer_;
   std::shared_ptr<codegen::ShaderCompiler> compiler_;
-  std::unique_ptr<PipelineCache> pipelines_;
+  std::shared_ptr<PipelineCache> pipelines_;
   std::unique_ptr<CommandStream> stream_;
   std::set<int> pending_init_;  // parameters whose initial values are not uploaded yet (lazy_parameters)
 

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <variant>
 
 #include "codegen/shader_compiler.h"
@@ -16,7 +18,7 @@ namespace mgn::vk {
 namespace {
 
 // Bump when the entry layout, or what a lowering holds, changes.
-constexpr uint32_t kFormat = 1;
+constexpr uint32_t kFormat = 2;  // 2: GLSL stored once per distinct source
 constexpr char kMagic[8] = {'M', 'G', 'N', 'S', 'E', 'S', 'S', '\0'};
 constexpr uint64_t kMaxPayload = 1ull << 32;
 
@@ -166,6 +168,14 @@ std::string payload_of(const CompiledSession& s) {
   for (const std::vector<int>& f : s.fusions) w.ints(f);
   w.pod<uint64_t>(s.spirv.size());
   for (const std::vector<uint32_t>& m : s.spirv) w.words(m);
+  // Distinct GLSL once (the layers of a model share their kernels), then indices into it.
+  std::unordered_map<std::string_view, uint32_t> glsl_index;
+  std::vector<const std::string*> glsl;
+  for (const CachedDispatch& d : s.dispatches)
+    for (const codegen::Kernel& kern : d.lowering.kernels)
+      if (glsl_index.emplace(kern.glsl, uint32_t(glsl.size())).second) glsl.push_back(&kern.glsl);
+  w.pod<uint64_t>(glsl.size());
+  for (const std::string* g : glsl) w.str(*g);
   w.pod<uint64_t>(s.dispatches.size());
   for (const CachedDispatch& d : s.dispatches) {
     w.ints(d.nodes);
@@ -179,7 +189,7 @@ std::string payload_of(const CompiledSession& s) {
     for (size_t k = 0; k < l.kernels.size(); ++k) {
       const codegen::Kernel& kern = l.kernels[k];
       w.str(kern.name);
-      w.str(kern.glsl);
+      w.pod<uint32_t>(glsl_index.at(kern.glsl));
       w.pod<uint64_t>(kern.bindings.size());
       for (const codegen::Binding& b : kern.bindings) {
         w.pod<uint8_t>(uint8_t(b.kind));
@@ -206,6 +216,8 @@ CompiledSession parse_payload(const char* p, size_t n) {
     m = r.words();
     if (m.empty()) throw BadEntry{};
   }
+  std::vector<std::string> glsl(r.count(8));
+  for (std::string& g : glsl) g = r.str();
   s.dispatches.resize(r.count(8));
   for (CachedDispatch& d : s.dispatches) {
     d.nodes = r.ints();
@@ -218,7 +230,9 @@ CompiledSession parse_payload(const char* p, size_t n) {
     l.kernels.resize(r.count(16));
     for (codegen::Kernel& kern : l.kernels) {
       kern.name = r.str();
-      kern.glsl = r.str();
+      const uint32_t gi = r.pod<uint32_t>();
+      if (gi >= glsl.size()) throw BadEntry{};
+      kern.glsl = glsl[gi];
       kern.bindings.resize(r.count(10));
       for (codegen::Binding& b : kern.bindings) {
         const uint8_t kind = r.pod<uint8_t>();
