@@ -219,3 +219,38 @@ TEST(CompileCache, KernelNameDoesNotSplitTheSpirvCache) {
   EXPECT_EQ(fresh.compile(glsl, b).words, sa.words);
   EXPECT_EQ(sb.words, sa.words);
 }
+
+// The same pointwise program over other node ids (what each layer of a model emits) compiles once; a
+// different program does not share the entry.
+TEST(CompileCache, RenumberedKernelsShareOneCompile) {
+  auto kernel = [](int a, int b, int out, const char* op) {
+    const std::string x = "x" + std::to_string(a), y = "x" + std::to_string(b), v = "v" + std::to_string(out);
+    return std::string("#version 450\nlayout(local_size_x = 64) in;\n") +
+           "layout(std430, set = 0, binding = 0) readonly buffer B0 { float in_" + x + "[]; };\n" +
+           "layout(std430, set = 0, binding = 1) readonly buffer B1 { float in_" + y + "[]; };\n" +
+           "layout(std430, set = 0, binding = 2) writeonly buffer B2 { float out_" + v + "[]; };\n" +
+           "void main() {\n  uint i = gl_GlobalInvocationID.x;\n  float " + x + " = in_" + x + "[i];  // %" +
+           std::to_string(a) + "\n  float " + y + " = in_" + y + "[i];\n  precise float " + v + " = " + x + " " +
+           op + " " + y + ";  // mul %" + std::to_string(out) + "\n  out_" + v + "[i] = " + v + ";\n}\n";
+  };
+  const std::string a = kernel(1016, 998, 1026, "*"), b = kernel(1078, 974, 1090, "*");
+  const std::string c = kernel(1078, 974, 1090, "-"), swapped = kernel(998, 1016, 1026, "*");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(codegen::canonical_glsl(a), codegen::canonical_glsl(b));
+  EXPECT_NE(codegen::canonical_glsl(a), codegen::canonical_glsl(c));
+  codegen::ShaderCompiler shared("");
+  const codegen::SpirV sa = shared.compile(a), sb = shared.compile(b);
+  EXPECT_EQ(shared.stats().compiled, 1u);
+  EXPECT_EQ(shared.stats().memory_hits, 1u);
+  // What b compiles to on its own (a fresh compiler) is what the shared one handed back.
+  codegen::ShaderCompiler fresh("");
+  EXPECT_EQ(fresh.compile(b).words, sb.words);
+  EXPECT_EQ(sa.words, sb.words);
+  const codegen::SpirV sc = shared.compile(c);
+  EXPECT_EQ(shared.stats().compiled, 2u);
+  EXPECT_NE(sc.words, sa.words);
+  // The same ids in another order is the same program too (consistent renaming), and compiles the same.
+  shared.compile(swapped);
+  EXPECT_EQ(shared.stats().compiled, 2u);
+  EXPECT_EQ(fresh.compile(swapped).words, sa.words);
+}

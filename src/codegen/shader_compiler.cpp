@@ -5,7 +5,11 @@
 #include <glslang/build_info.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <map>
+#include <string_view>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -23,7 +27,8 @@ namespace {
 // Bump when the cache file layout or the meaning of an option changes.
 // 2: the kernel's name is part of the key only with debug info (otherwise it never reaches the SPIR-V), so
 // identical kernels of different nodes and sessions share one entry.
-constexpr uint32_t kCacheFormat = 2;
+// 3: the source in the key is canonical (canonical_glsl).
+constexpr uint32_t kCacheFormat = 3;
 constexpr char kCacheMagic[8] = {'M', 'G', 'N', 'S', 'P', 'V', '1', '\0'};
 
 // The exact input of a compile, as text: version, options, source.
@@ -34,7 +39,7 @@ std::string cache_key(const std::string& glsl, const ShaderOptions& o) {
   if (o.debug_info) k << " name=" << o.name;
   k << "\n";
   for (const auto& [name, value] : o.defines) k << "-D" << name << "=" << value << "\n";
-  k << "--\n" << glsl;
+  k << "--\n" << (o.debug_info ? glsl : canonical_glsl(glsl));
   return k.str();
 }
 
@@ -118,6 +123,55 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed) {
   uint64_t h = seed;
   for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
   return h;
+}
+
+std::string canonical_glsl(const std::string& glsl) {
+  auto ident_start = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; };
+  auto ident_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  static const char* const kPrefixes[] = {"in_x", "out_v", "idx_x", "x", "v"};
+  std::map<std::string, size_t> ids;  // node id as written -> its number in order of first appearance
+  std::string out;
+  out.reserve(glsl.size());
+  const size_t n = glsl.size();
+  size_t i = 0;
+  while (i < n) {
+    const char c = glsl[i];
+    if (c == '/' && i + 1 < n && glsl[i + 1] == '/') {  // line comment: dropped (the newline stays)
+      while (i < n && glsl[i] != '\n') ++i;
+    } else if (c == '/' && i + 1 < n && glsl[i + 1] == '*') {  // block comment: one space
+      const size_t end = glsl.find("*/", i + 2);
+      i = end == std::string::npos ? n : end + 2;
+      out += ' ';
+    } else if (ident_start(c)) {
+      size_t j = i;
+      while (j < n && ident_char(glsl[j])) ++j;
+      const std::string_view tok(glsl.data() + i, j - i);
+      bool renamed = false;
+      for (const char* p : kPrefixes) {
+        const std::string_view prefix(p);
+        if (tok.size() <= prefix.size() || tok.substr(0, prefix.size()) != prefix) continue;
+        const std::string_view digits = tok.substr(prefix.size());
+        if (!std::all_of(digits.begin(), digits.end(), [](char d) { return d >= '0' && d <= '9'; })) continue;
+        const size_t id = ids.emplace(std::string(digits), ids.size()).first->second;
+        out += prefix;
+        out += '#';  // cannot occur in an identifier: a renamed token never meets an original one
+        out += std::to_string(id);
+        renamed = true;
+        break;
+      }
+      if (!renamed) out += tok;
+      i = j;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {  // a number, with its suffixes and exponent
+      size_t j = i;
+      while (j < n && (ident_char(glsl[j]) || glsl[j] == '.')) ++j;
+      out.append(glsl, i, j - i);
+      i = j;
+    } else {
+      out += c;
+      ++i;
+    }
+  }
+  return out;
 }
 
 std::string number_lines(const std::string& source) {
