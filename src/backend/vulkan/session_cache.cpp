@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "codegen/shader_compiler.h"
+#include <mgn_code_fingerprint.h>  // generated in the build tree (cmake/fingerprint.cmake)
 #include "support/atomic_file.h"
 #include "support/cache_folder.h"
 
@@ -290,6 +291,7 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
   Hasher h;
   h.pod<uint32_t>(kFormat);
   h.str(codegen::ShaderCompiler::compiler_version());
+  h.str(MGN_CODE_FINGERPRINT);  // this build's generators (cmake/fingerprint.cmake)
   // The device: identity and driver build, then the caps the generators read.
   h.pod(device.vendor_id);
   h.pod(device.device_id);
