@@ -48,6 +48,13 @@
 #   smolvla-train mgn smolvla train|act at the paper's config on synthetic VLM K/V (bench/pytorch/smolvla_data.py):
 #                $SMOLVLA_TRAIN_STEPS (default 300) flow-matching steps at batch 8, then the 10-step Euler sampler
 #                for 1 example (median of 20) -> smolvla_train.txt, smolvla_act.txt, smolvla_train_log.txt
+#   compile-times  issue 32: compile time of every session of each workload ($COMPILE_WORKLOADS, default
+#                smollm2-135m resnet50 whisper-tiny-encoder dinov3-vits16 dinovision), ours cold (empty cache
+#                folder and driver cache), warm (second and third process, caches present) and warm with the
+#                compiled-session cache off (the previous warm path), each with the per-phase breakdown; next to
+#                torch.compile strict, cold (empty inductor/triton caches) and warm (second process, its caches
+#                present), capped at $COMPILE_TORCH_TIMEOUT s (default 300) -> compile_times_*.jsonl,
+#                compile_times_log.txt (about 5-10 minutes)
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 #   bench-unet   the paper's conditioned U-Net (sd-unet-small: 10.93 M, batch 1, the spec's inputs) next to
 #                sd_unet_bench.py (plain torch from the spec: eager, CUDA graph, compile) -> bench_unet_table.md
@@ -113,8 +120,52 @@ model_bench() {
   unset __GL_SHADER_DISK_CACHE_PATH
 }
 
+# One workload of the compile-times job: ours cold, warm (x2) and warm without the compiled-session cache, then
+# the weights and inputs the PyTorch side loads, then torch.compile cold and warm (second process).
+# Usage: compile_times WORKLOAD BATCH SCRIPT [ARG...]
+compile_times() {
+  local w=$1 batch=$2
+  shift 2
+  local L="$OUT/compile_times_log.txt" T P="/tmp/ct_$w/${w}_b$batch" J="$OUT/compile_times_$w"
+  T="/tmp/ct_$w"
+  rm -rf "$T" && mkdir -p "$T"
+  local run
+  for run in cold warm warm2; do
+    MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache" timeout 600 "$B/mgn" bench "$w" \
+      --batch "$batch" --phases compile --verbose --json "${J}_mgn_$run.jsonl" > /dev/null 2>> "$L"
+    echo "mgn bench $w compile $run rc=$?" >> "$L"
+  done
+  MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache" timeout 600 "$B/mgn" bench "$w" \
+    --batch "$batch" --phases compile --verbose --session-cache-mb 0 --json "${J}_mgn_nosession.jsonl" > /dev/null 2>> "$L"
+  echo "mgn bench $w compile warm, session cache off rc=$?" >> "$L"
+  MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache" timeout 600 "$B/mgn" bench "$w" \
+    --batch "$batch" --phases inference --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
+    > /dev/null 2>> "$L"
+  echo "mgn bench $w weights/inputs rc=$?" >> "$L"
+  local extra=()
+  [ "$1" != "bench/pytorch/llama_ref.py" ] && extra=(--inputs "$P.mgn_out.safetensors")
+  for run in cold warm; do
+    TORCHINDUCTOR_CACHE_DIR="$T/inductor" TRITON_CACHE_DIR="$T/triton" TORCHINDUCTOR_FX_GRAPH_CACHE=1 \
+      timeout "${COMPILE_TORCH_TIMEOUT:-300}" python3 "$@" "${extra[@]}" --device cuda --impls compiled --modes strict \
+      --phases compile --weights "$P.weights.safetensors" --json "${J}_torch_$run.jsonl" > /dev/null 2>> "$L"
+    echo "torch.compile $w $run rc=$? (124: timed out)" >> "$L"
+  done
+}
+
 for job in "$@"; do
   case "$job" in
+    compile-times)
+      for w in ${COMPILE_WORKLOADS:-smollm2-135m resnet50 whisper-tiny-encoder dinov3-vits16 dinovision}; do
+        case "$w" in
+          smollm2-135m) compile_times "$w" 1 bench/pytorch/llama_ref.py --bench ;;
+          resnet50) compile_times "$w" 4 bench/pytorch/resnet_bench.py ;;
+          whisper-tiny-encoder) compile_times "$w" 1 bench/pytorch/whisper_bench.py ;;
+          dinov3-vits16) compile_times "$w" 1 bench/pytorch/dinov3_bench.py ;;
+          dinovision) compile_times "$w" 8 bench/pytorch/dinov3_bench.py ;;
+          *) echo "compile-times: unknown workload $w" >> "$OUT/compile_times_log.txt" ;;
+        esac
+      done
+      ;;
     gemm)
       SHAPES="512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192 128x1536x576 128x576x1536"
       "$B/mgn" bench-gemm $SHAPES > "$OUT/gemm_mgn.jsonl" 2> "$OUT/gemm_mgn.err"

@@ -6,6 +6,7 @@ errors exit 1; `mgn help environment --markdown` is docs/environment.md's block;
 
 Usage: cli_test.py MGN SOURCE_DIR WORK_DIR
 """
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ import time
 COMMANDS = ["train-fashion-mnist", "dump-checkpoint", "kernels", "plan", "inspect", "run", "export", "onnx-conformance",
             "generate",
             "finetune",
-            "whisper-encode", "dinov3-embed", "dinovision", "smolvla", "unet", "llama-check", "bench", "bench-gemm", "devices", "help"]
+            "whisper-encode", "dinov3-embed", "dinovision", "smolvla", "unet", "llama-check", "bench", "bench-gemm", "cache", "devices", "help"]
 # A usage error is reported before any work: well under this (it takes milliseconds; the bound leaves room for
 # a loaded machine), and nothing is compiled (checked through the kernel cache).
 FAST_S = 2.0
@@ -69,7 +70,7 @@ def main():
         "dinov3-embed": [some_file, "--model", some_dir], "dinovision": ["train", "--images", some_dir],
         "smolvla": ["act", "--data", some_file, "--weights", some_file, "--out", os.path.join(work, "a.st")],
         "unet": ["sample", "--run", some_dir],
-        "bench": ["fashion-cnn"], "bench-gemm": [], "devices": [], "help": [],
+        "bench": ["fashion-cnn"], "bench-gemm": [], "cache": ["info"], "devices": [], "help": [],
     }
     check(sorted(valid) == sorted(COMMANDS), "every command has valid arguments in this test")
 
@@ -272,6 +273,29 @@ def main():
         check(r.returncode == 0 and r.stdout.strip() and "// =====" not in r.stdout,
               f"mgn kernels --list prints names only: {r.stderr.strip()}")
         check(cache_files() > before, "a compile writes kernels to the cache (the usage-error checks see it)")
+        # The warm path across processes: the second compile of the same sessions (a new process, the same cache
+        # folder) emits no GLSL and runs no shaderc; mgn cache info counts the entries, clear removes them.
+        own = os.path.join(work, "warm-cache")
+        reports = []
+        for run in ("cold", "warm"):
+            j = os.path.join(work, f"compile_{run}.jsonl")
+            r, _ = mgn_run(["bench", "fashion-mlp", "--phases", "compile", "--json", j], {"MGN_CACHE_DIR": own})
+            check(r.returncode == 0, f"mgn bench fashion-mlp --phases compile ({run}): {r.stderr.strip()[-300:]}")
+            reports.append(json.loads(open(j).readline())["phases"] if r.returncode == 0 else {})
+        cold, warm = reports
+        check(cold and all(p["session_cache"] == "miss" and p["emitted"] > 0 and p["compiled"] + p["spirv_memory_hits"] > 0
+                           for p in cold.values()), f"a cold compile emits and compiles: {cold}")
+        check(warm and all(p["session_cache"] == "hit" and p["emitted"] == 0 and p["compiled"] == 0
+                           and p["spirv_from_session"] == p["unique_kernels"] for p in warm.values()),
+              f"a warm compile in a new process emits no GLSL and runs no shaderc: {warm}")
+        r, _ = mgn_run(["cache", "info", "--dir", own])
+        m = re.search(r"compiled sessions\s+(\d+)", r.stdout)
+        check(r.returncode == 0 and m and int(m.group(1)) == len(warm), f"mgn cache info counts the sessions: {r.stdout}")
+        r, _ = mgn_run(["cache", "clear"], {"MGN_CACHE_DIR": own})
+        check(r.returncode == 0 and r.stdout.startswith("cleared"), f"mgn cache clear: {r.stdout} {r.stderr}")
+        r, _ = mgn_run(["cache", "info", "--dir", own])
+        check(r.returncode == 0 and re.search(r"compiled sessions\s+0\s", r.stdout) and
+              re.search(r"SPIR-V kernels\s+0\s", r.stdout), f"nothing left after mgn cache clear: {r.stdout}")
     else:
         print("no Vulkan device: the cache's positive control is skipped;", d.stderr.strip())
 

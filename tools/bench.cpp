@@ -67,6 +67,10 @@ Run declare_bench(CLI::App& app) {
   app.add_option("--seed", a.seed, "weights and inputs seed")->check(at_least(0));
   app.add_option("--lr", a.lr, "AdamW learning rate of the step phase")->check(positive_number());
   app.add_flag("--tiny", a.tiny, "microbenchmarks: the tiny shapes (CI)");
+  app.add_option("--session-cache-mb", a.session_cache_mb,
+                 "bound of the compiled-session cache in MiB; 0 turns it off (default: the library's)")
+      ->check(at_least(0));
+  app.add_flag("--verbose", a.verbose, "model workloads: print each session's compile phases (stderr)");
   add_compile_flags(app, b->compile, kAllCompileFlags, "--mode,--precision");
   app.footer(
       "Times each phase (median, IQR, min, max, raw samples; one JSON line per phase) with the protocol of\n"

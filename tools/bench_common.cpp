@@ -121,6 +121,7 @@ CompileOptions compile_options(const Args& a, Mode mode, const ColdCache& cold) 
   CompileOptions o = a.base;
   o.mode = mode;
   if (!cold.dir().empty()) o.cache_dir = cold.dir().string();
+  if (a.session_cache_mb >= 0) o.session_cache_bytes = uint64_t(a.session_cache_mb) << 20;
   return o;
 }
 

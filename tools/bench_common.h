@@ -70,6 +70,8 @@ struct Args {
   double lr = 1e-3;
   bool cold_cache = false;  // compile with an empty shader/pipeline cache (a temporary cache folder)
   bool tiny = false;        // microbenchmarks: the tiny shapes (CI), not the paper's
+  int64_t session_cache_mb = -1;  // compiled-session cache bound; 0: off; -1: the library's default
+  bool verbose = false;     // model workloads: a per-session table of the compile phases on stderr
 
   Precision mode() const { return base.default_precision; }
   bool has(const std::string& phase) const;

@@ -79,6 +79,50 @@ void write_weights(Session& s, const std::vector<std::string>& names, const std:
   write_safetensors(path, t, meta);
 }
 
+// One session's compile phases (CompileReport) as JSON, with the caller-timed graph build.
+Json report_json(double graph_ms, const CompileReport& r) {
+  return {{"graph_build_ms", graph_ms},   {"autodiff_ms", r.autodiff_ms},
+          {"optimizer_ms", r.optimizer_ms}, {"verify_ms", r.verify_ms},
+          {"device_ms", r.device_ms},       {"hash_ms", r.hash_ms},
+          {"cache_ms", r.cache_ms},
+          {"fusion_ms", r.fusion_ms},       {"emit_ms", r.emit_ms},
+          {"plan_ms", r.plan_ms},           {"shaderc_ms", r.shaderc_ms},
+          {"shaderc_cpu_ms", r.shaderc_cpu_ms}, {"validate_cpu_ms", r.validate_cpu_ms},
+          {"pipeline_ms", r.pipeline_ms},   {"record_ms", r.record_ms},
+          {"store_ms", r.store_ms},         {"upload_ms", r.upload_ms},
+          {"compile_ms", r.total_ms},       {"kernels", r.kernels},
+          {"unique_kernels", r.unique_kernels}, {"emitted", r.emitted},
+          {"compiled", r.compiled},         {"spirv_memory_hits", r.spirv_memory_hits},
+          {"spirv_disk_hits", r.spirv_disk_hits}, {"spirv_from_session", r.spirv_from_session},
+          {"pipelines_created", r.pipelines_created}, {"session_cache", r.session_cache}};
+}
+
+void print_report(const std::string& workload, const std::map<std::string, Json>& sessions) {
+  static const char* kRows[] = {"graph_build_ms", "autodiff_ms", "optimizer_ms", "verify_ms", "device_ms",
+                                "hash_ms", "cache_ms", "fusion_ms", "emit_ms", "plan_ms", "shaderc_ms", "shaderc_cpu_ms",
+                                "validate_cpu_ms", "pipeline_ms", "record_ms", "store_ms", "compile_ms",
+                                "upload_ms"};
+  static const char* kCounts[] = {"kernels", "unique_kernels", "emitted", "compiled", "spirv_memory_hits",
+                                  "spirv_disk_hits", "spirv_from_session", "pipelines_created"};
+  std::fprintf(stderr, "compile phases of %s (ms; graph build is outside compile, upload not counted)\n%-20s",
+               workload.c_str(), "");
+  for (auto& [name, j] : sessions) std::fprintf(stderr, " %11s", name.c_str());
+  std::fprintf(stderr, "\n");
+  for (const char* row : kRows) {
+    std::fprintf(stderr, "%-20s", row);
+    for (auto& [name, j] : sessions) std::fprintf(stderr, " %11.1f", j.at(row).get<double>());
+    std::fprintf(stderr, "\n");
+  }
+  for (const char* row : kCounts) {
+    std::fprintf(stderr, "%-20s", row);
+    for (auto& [name, j] : sessions) std::fprintf(stderr, " %11llu", (unsigned long long)j.at(row).get<uint64_t>());
+    std::fprintf(stderr, "\n");
+  }
+  std::fprintf(stderr, "%-20s", "session_cache");
+  for (auto& [name, j] : sessions) std::fprintf(stderr, " %11s", j.at("session_cache").get<std::string>().c_str());
+  std::fprintf(stderr, "\n");
+}
+
 int run_model(const Args& a, const ModelSpec& m) {
   const bool gate = !a.outputs.empty();
   // The compile phase covers every session of the workload; the gate needs every session too.
@@ -88,11 +132,14 @@ int run_model(const Args& a, const ModelSpec& m) {
   ColdCache cold(a.cold_cache);
 
   // Compile: graph build + autodiff + optimizer + planning + kernels and pipelines, per session.
-  std::map<std::string, double> compile_ms;
+  std::map<std::string, double> compile_ms, graph_ms;
+  std::map<std::string, Json> phases;  // per session: the compile phases
   auto t0 = Clock::now();
   Graph gi = m.graph(Mode::Infer);
+  graph_ms["inference"] = ms_since(t0);
   Session infer = compile(gi, compile_options(a, Mode::Infer, cold));
   compile_ms["inference"] = ms_since(t0);
+  phases["inference"] = report_json(graph_ms["inference"], infer.compile_report());
   const std::vector<std::string> params = infer.state_names();
   std::vector<std::string> trainable;
   for (const std::string& n : params)
@@ -103,26 +150,36 @@ int run_model(const Args& a, const ModelSpec& m) {
   if (need_min) {
     t0 = Clock::now();
     gm.emplace(m.minimal_graph());
+    graph_ms["minimal"] = ms_since(t0);
     minimal.emplace(compile(*gm, compile_options(a, Mode::Infer, cold)));
     compile_ms["minimal"] = ms_since(t0);
+    phases["minimal"] = report_json(graph_ms["minimal"], minimal->compile_report());
   }
   if (need_flb) {
     t0 = Clock::now();
     gf.emplace(m.graph(Mode::Train));
+    const auto ta = Clock::now();
     add_gradient_outputs(*gf, trainable, "bench " + a.workload);
+    const double autodiff = ms_since(ta);
+    graph_ms["flb"] = ms_since(t0) - autodiff;
     flb.emplace(compile(*gf, compile_options(a, Mode::Infer, cold)));
     compile_ms["flb"] = ms_since(t0);
+    phases["flb"] = report_json(graph_ms["flb"], flb->compile_report());
+    phases["flb"]["autodiff_ms"] = autodiff;  // the F+L+B graph's backward pass is built before compile()
   }
   if (need_step) {
     t0 = Clock::now();
     gt.emplace(m.graph(Mode::Train));
+    graph_ms["step"] = ms_since(t0);
     train.emplace(compile(*gt, [&] {
       CompileOptions o = compile_options(a, Mode::Train, cold);
       o.optimizer = AdamW{.lr = a.lr};
       return o;
     }()));
     compile_ms["step"] = ms_since(t0);
+    phases["step"] = report_json(graph_ms["step"], train->compile_report());
   }
+  if (a.verbose) print_report(a.workload, phases);
 
   // Only compile times asked (e.g. a cold-cache run): no weights to make, copy or write, nothing to feed.
   const bool runs =
@@ -214,14 +271,18 @@ int run_model(const Args& a, const ModelSpec& m) {
     const std::string label = "bench " + a.workload + " " + phase;  // the progress line over the samples
     if (phase == "compile") {
       double total = 0;
-      Json parts = Json::object();
+      Json parts = Json::object(), per_session = Json::object(), sums = Json::object();
       for (const char* p : {"inference", "minimal", "flb", "step"}) {
         auto it = compile_ms.find(p);
         if (it == compile_ms.end()) continue;
         total += it->second;
         parts[p] = it->second;
+        per_session[p] = phases.at(p);
+        // Phase totals over the sessions (counts too); the cache verdicts stay per session.
+        for (auto& [k, v] : phases.at(p).items())
+          if (v.is_number()) sums[k] = sums.value(k, 0.0) + v.get<double>();
       }
-      emit("compile", Samples{.ms = {total}}, {{"parts_ms", parts}});
+      emit("compile", Samples{.ms = {total}}, {{"parts_ms", parts}, {"phases", per_session}, {"phase_totals", sums}});
     } else if (phase == "inference") {
       const Samples ms = time_calls(a.warmup, a.samples, [&] { infer.run(); }, label);
       require_finite(infer.read(m.output)[0], "the output after the inference phase");

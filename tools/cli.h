@@ -84,6 +84,7 @@ Run declare_unet(CLI::App& app);                 // tools/unet_cmd.cpp
 Run declare_llama_check(CLI::App& app);          // tools/llama_check.cpp
 Run declare_bench(CLI::App& app);                // tools/bench.cpp
 Run declare_bench_gemm(CLI::App& app);           // tools/bench_gemm.cpp
+Run declare_cache(CLI::App& app);                // tools/cache_cmd.cpp
 Run declare_devices(CLI::App& app);              // tools/mgn.cpp
 Run declare_help(CLI::App& app);                 // tools/mgn.cpp
 

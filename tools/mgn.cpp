@@ -52,6 +52,7 @@ const std::vector<Command>& commands() {
       {"bench", "time a workload phase by phase and write the tensors of the correctness gates",
        declare_bench},
       {"bench-gemm", "time one-matmul sessions per MxNxK shape (one JSON line each)", declare_bench_gemm},
+      {"cache", "show or clear the compiled-session, SPIR-V and pipeline caches", declare_cache},
       {"devices", "list the Vulkan devices (--verbose: features, f16 GEMM self-test)", declare_devices},
       {"help", "help on a command (mgn help CMD) or the MGN_* variables (mgn help environment)", declare_help,
        false},

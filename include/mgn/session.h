@@ -54,6 +54,9 @@ struct CompileOptions {
   // Vulkan: where compiled SPIR-V (by content hash) and the pipeline cache are kept across processes;
   // empty: in memory only. (mgn::read_environment() gives the conventional place, ~/.cache/meganeura.)
   std::string cache_dir;
+  // Vulkan: bound on the compiled-session cache in cache_dir (least recently used entries are removed);
+  // 0 turns it off (every compile emits and compiles again, from the per-kernel SPIR-V cache).
+  uint64_t session_cache_bytes = 512ull << 20;
   // Per-kernel GPU time (timestamp queries, summed over the session's runs, heaviest first) and compile time
   // per phase, printed on stderr when the session ends.
   bool profile = false;
@@ -79,6 +82,48 @@ struct DeviceMemoryReport {
   bool budget_ext = false;
   int submissions = 1;  // queue submissions per step
 };
+
+// Where compile() spent its time, phase by phase (docs/perf-notes.md "compile time per phase"). Building the
+// graph happens before compile() and is the caller's to time; the initial values (upload_ms) are reported
+// apart and not counted as compiling. Parallel phases give wall time; *_cpu_ms sum over threads.
+struct CompileReport {
+  double total_ms = 0;         // compile() wall time
+  double autodiff_ms = 0;      // Train: the backward pass (mgn::backward)
+  double optimizer_ms = 0;     // Train: the optimizer update appended to the graph
+  double verify_ms = 0;        // checking and copying the graph
+  double device_ms = 0;        // opening the device (the first session of a process with these DeviceOptions)
+  double hash_ms = 0;          // canonical hash of graph, options and device (the session cache's key)
+  double cache_ms = 0;         // compiled-session cache lookup: read, verify, parse
+  double fusion_ms = 0;        // rewrites: the fusion choice
+  double emit_ms = 0;          // GLSL emission
+  double plan_ms = 0;          // scheduling + memory plan
+  double shaderc_ms = 0;       // GLSL -> validated SPIR-V (SPIR-V cache lookups included)
+  double shaderc_cpu_ms = 0;   // of which glslang + spirv-opt, summed over threads
+  double validate_cpu_ms = 0;  // of which spirv-val, summed over threads
+  double pipeline_ms = 0;      // vkCreateComputePipelines (from the persisted pipeline cache when warm)
+  double record_ms = 0;        // allocation, step building, command recording
+  double store_ms = 0;         // writing the compiled-session cache entry (a miss)
+  double upload_ms = 0;        // initial parameter / constant values (not compile time)
+  size_t kernels = 0;          // dispatches of the step
+  size_t unique_kernels = 0;   // distinct GLSL among them
+  size_t emitted = 0;          // kernels whose GLSL was generated (0 when the session cache had it all)
+  size_t compiled = 0;         // shaderc compilations
+  size_t spirv_memory_hits = 0;   // SPIR-V another session of this process had compiled
+  size_t spirv_disk_hits = 0;     // SPIR-V from the per-kernel disk cache
+  size_t spirv_from_session = 0;  // SPIR-V from the compiled-session cache entry
+  size_t pipelines_created = 0;
+  std::string session_cache = "off";  // off (no cache_dir, or CPU), miss, hit, corrupt (rebuilt)
+};
+
+// Compiled-session and kernel caches in a cache directory (CompileOptions::cache_dir): `mgn cache`.
+struct CacheUsage {
+  uint64_t session_entries = 0, session_bytes = 0;  // compiled sessions (sessions/)
+  uint64_t spirv_files = 0, spirv_bytes = 0;        // SPIR-V per kernel (spirv/)
+  uint64_t pipeline_files = 0, pipeline_bytes = 0;  // VkPipelineCache files, one per driver build
+};
+CacheUsage cache_usage(const std::string& cache_dir);
+// Removes every cache file of the directory (what cache_usage counts); returns what was there.
+CacheUsage clear_cache(const std::string& cache_dir);
 
 struct LoadOptions {
   // A training session may start from parameters alone (fine-tuning): missing "optim.*" state then
@@ -125,6 +170,8 @@ class Session {
   std::vector<std::pair<std::string, std::string>> kernel_sources() const;
   // What the session's engine holds now (the CPU engine reports its plan's arena only).
   DeviceMemoryReport device_memory() const;
+  // Where compiling this session spent its time, and what came from the caches.
+  const CompileReport& compile_report() const;
 
   // Learning rate: set_lr replaces the base lr the schedule scales; lr() is the one the next step uses.
   void set_lr(double base);

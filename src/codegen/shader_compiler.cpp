@@ -5,7 +5,12 @@
 #include <glslang/build_info.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <map>
+#include <string_view>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,16 +25,21 @@ namespace mgn::codegen {
 namespace {
 
 // Bump when the cache file layout or the meaning of an option changes.
-constexpr uint32_t kCacheFormat = 1;
+// 2: the kernel's name is part of the key only with debug info (otherwise it never reaches the SPIR-V), so
+// identical kernels of different nodes and sessions share one entry.
+// 3: the source in the key is canonical (canonical_glsl).
+constexpr uint32_t kCacheFormat = 3;
 constexpr char kCacheMagic[8] = {'M', 'G', 'N', 'S', 'P', 'V', '1', '\0'};
 
 // The exact input of a compile, as text: version, options, source.
 std::string cache_key(const std::string& glsl, const ShaderOptions& o) {
   std::ostringstream k;
   k << ShaderCompiler::compiler_version() << "\nopt=" << o.optimize << " dbg=" << o.debug_info
-    << " scalar=" << o.scalar_block_layout << " name=" << o.name << "\n";
+    << " scalar=" << o.scalar_block_layout;
+  if (o.debug_info) k << " name=" << o.name;
+  k << "\n";
   for (const auto& [name, value] : o.defines) k << "-D" << name << "=" << value << "\n";
-  k << "--\n" << glsl;
+  k << "--\n" << (o.debug_info ? glsl : canonical_glsl(glsl));
   return k.str();
 }
 
@@ -115,6 +125,55 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed) {
   return h;
 }
 
+std::string canonical_glsl(const std::string& glsl) {
+  auto ident_start = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; };
+  auto ident_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  static const char* const kPrefixes[] = {"in_x", "out_v", "idx_x", "x", "v"};
+  std::map<std::string, size_t> ids;  // node id as written -> its number in order of first appearance
+  std::string out;
+  out.reserve(glsl.size());
+  const size_t n = glsl.size();
+  size_t i = 0;
+  while (i < n) {
+    const char c = glsl[i];
+    if (c == '/' && i + 1 < n && glsl[i + 1] == '/') {  // line comment: dropped (the newline stays)
+      while (i < n && glsl[i] != '\n') ++i;
+    } else if (c == '/' && i + 1 < n && glsl[i + 1] == '*') {  // block comment: one space
+      const size_t end = glsl.find("*/", i + 2);
+      i = end == std::string::npos ? n : end + 2;
+      out += ' ';
+    } else if (ident_start(c)) {
+      size_t j = i;
+      while (j < n && ident_char(glsl[j])) ++j;
+      const std::string_view tok(glsl.data() + i, j - i);
+      bool renamed = false;
+      for (const char* p : kPrefixes) {
+        const std::string_view prefix(p);
+        if (tok.size() <= prefix.size() || tok.substr(0, prefix.size()) != prefix) continue;
+        const std::string_view digits = tok.substr(prefix.size());
+        if (!std::all_of(digits.begin(), digits.end(), [](char d) { return d >= '0' && d <= '9'; })) continue;
+        const size_t id = ids.emplace(std::string(digits), ids.size()).first->second;
+        out += prefix;
+        out += '#';  // cannot occur in an identifier: a renamed token never meets an original one
+        out += std::to_string(id);
+        renamed = true;
+        break;
+      }
+      if (!renamed) out += tok;
+      i = j;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {  // a number, with its suffixes and exponent
+      size_t j = i;
+      while (j < n && (ident_char(glsl[j]) || glsl[j] == '.')) ++j;
+      out.append(glsl, i, j - i);
+      i = j;
+    } else {
+      out += c;
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::string number_lines(const std::string& source) {
   std::ostringstream out;
   std::istringstream in(source);
@@ -161,7 +220,9 @@ SpirV ShaderCompiler::compile(const std::string& glsl, const ShaderOptions& opti
     path = cache_path(cache_dir_, key);
     from_disk = load_cached(path, key, &result.words);
   }
+  double compile_ms = 0, validate_ms = 0;
   if (!from_disk) {
+    const auto t0 = std::chrono::steady_clock::now();
     // Compiled outside the lock: glslang takes milliseconds per kernel and sessions compile many.
     shaderc::Compiler compiler;
     shaderc::CompileOptions co;
@@ -176,13 +237,18 @@ SpirV ShaderCompiler::compile(const std::string& glsl, const ShaderOptions& opti
     if (r.GetCompilationStatus() != shaderc_compilation_status_success)
       fail("GLSL compile failed", options, glsl, r.GetErrorMessage());
     result.words.assign(r.cbegin(), r.cend());
+    const auto t1 = std::chrono::steady_clock::now();
     validate(result.words, options, glsl);
+    compile_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    validate_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     if (!cache_dir_.empty()) store_cached(path, key, result.words);
   }
   result.hash = fnv1a64(result.words.data(), result.words.size() * 4);
 
   std::lock_guard lock(mutex_);
   ++(from_disk ? stats_.disk_hits : stats_.compiled);
+  stats_.compile_ms += compile_ms;
+  stats_.validate_ms += validate_ms;
   memory_.emplace(key, result);
   return result;
 }

@@ -27,6 +27,13 @@ struct SpirV {
 // 64-bit FNV-1a; stable across runs and machines, which std::hash is not.
 uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed = 0xcbf29ce484222325ull);
 
+// The source with its comments removed and the node-numbered identifiers the generators write (x<id>, v<id>,
+// in_x<id>, out_v<id>, idx_x<id>) renumbered in order of first appearance: two sources with the same
+// canonical text are the same program up to a consistent renaming, so (without debug info, where names never
+// reach the module) they compile to the same SPIR-V and share one cache entry, e.g. the same pointwise
+// fusion in each of a model's layers.
+std::string canonical_glsl(const std::string& glsl);
+
 // "   1 | #version 450\n   2 | ..." so a compiler message's line number can be read off directly.
 std::string number_lines(const std::string& source);
 
@@ -43,6 +50,8 @@ class ShaderCompiler {
     uint64_t compiled = 0;     // ran glslang
     uint64_t memory_hits = 0;  // same input seen by this compiler
     uint64_t disk_hits = 0;    // loaded from the cache directory
+    double compile_ms = 0;     // glslang + spirv-opt, summed over threads
+    double validate_ms = 0;    // spirv-val, summed over threads
   };
   Stats stats() const;
   const std::string& cache_dir() const { return cache_dir_; }

@@ -5,6 +5,7 @@
 // stderr, the GPU time of every kernel summed over all runs (heaviest first) and the compile time per phase.
 #ifdef MGN_HAVE_VULKAN
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -30,6 +31,31 @@ vk::Context& shared_context(const DeviceOptions& o) {
   return *ctx;
 }
 
+// One shader compiler per cache directory for the life of the process: the sessions of a workload (inference,
+// training, ...) share its in-memory SPIR-V, so a kernel they have in common is compiled once.
+static std::shared_ptr<codegen::ShaderCompiler> shared_compiler(const std::string& cache_dir) {
+  static std::mutex m;
+  static auto* compilers = new std::map<std::string, std::shared_ptr<codegen::ShaderCompiler>>();
+  std::lock_guard<std::mutex> lock(m);
+  auto& c = (*compilers)[cache_dir];
+  if (!c) c = std::make_shared<codegen::ShaderCompiler>(cache_dir);
+  return c;
+}
+
+// One pipeline cache per device and cache directory (only where there is a directory: a process that compiles
+// many sessions in memory, such as the test programs, keeps each session's pipelines to itself): the sessions
+// of a workload create the pipelines they share once. Never destroyed, like the contexts; each executor saves
+// what it added.
+static std::shared_ptr<vk::PipelineCache> shared_pipelines(vk::Context& ctx, const std::string& cache_dir) {
+  if (cache_dir.empty()) return nullptr;
+  static std::mutex m;
+  static auto* caches = new std::map<std::pair<vk::Context*, std::string>, std::shared_ptr<vk::PipelineCache>>();
+  std::lock_guard<std::mutex> lock(m);
+  auto& c = (*caches)[{&ctx, cache_dir}];
+  if (!c) c = std::shared_ptr<vk::PipelineCache>(new vk::PipelineCache(ctx, cache_dir), [](vk::PipelineCache*) {});
+  return c;
+}
+
 namespace {
 
 // Fails the step if the validation layer (when on) reported anything: a silent layer is part of the contract.
@@ -53,9 +79,13 @@ void limit_to_device(plan::PlanOptions& po, const vk::Context& ctx) {
              ext ? "the device's memory budget left (VK_EXT_memory_budget)" : "the device's largest device-local heap");
 }
 
-vk::GraphExecutorOptions executor_options(const CompileOptions& co, const vk::Context& ctx) {
+vk::GraphExecutorOptions executor_options(const CompileOptions& co, vk::Context& ctx) {
   vk::GraphExecutorOptions o;
   o.cache_dir = co.cache_dir;
+  o.session_cache = co.session_cache_bytes > 0;
+  o.session_cache_bytes = co.session_cache_bytes;
+  o.compiler = shared_compiler(co.cache_dir);
+  o.pipelines = shared_pipelines(ctx, co.cache_dir);
   o.codegen.kernels = co.kernels;
   o.codegen.default_precision = co.default_precision;
   o.plan = plan_options(co.planning);
@@ -69,9 +99,9 @@ vk::GraphExecutorOptions executor_options(const CompileOptions& co, const vk::Co
 
 class VulkanEngine final : public Engine {
  public:
-  VulkanEngine(std::shared_ptr<const ir::Graph> g, const CompileOptions& co)
+  VulkanEngine(std::shared_ptr<const ir::Graph> g, const CompileOptions& co, double device_ms)
       : graph_(std::move(g)), ctx_(shared_context(co.device)), exec_(*graph_, ctx_, executor_options(co, ctx_)),
-        profile_(co.profile) {
+        profile_(co.profile), device_ms_(device_ms) {
     check_validation(ctx_, "compile");
     name_ = "vulkan (" + ctx_.info().name + ")";
   }
@@ -105,6 +135,33 @@ class VulkanEngine final : public Engine {
   }
   std::vector<std::string> state_names() const override { return exec_.state_names(); }
   std::vector<std::pair<std::string, std::string>> kernel_sources() const override { return exec_.kernel_sources(); }
+  CompileReport compile_report() const override {
+    const vk::CompileStats& c = exec_.compile_stats();
+    CompileReport r;
+    r.device_ms = device_ms_;
+    r.hash_ms = c.hash_ms;
+    r.cache_ms = c.cache_ms;
+    r.fusion_ms = c.fusion_ms;
+    r.emit_ms = c.lowering_ms;
+    r.plan_ms = c.plan_ms;
+    r.shaderc_ms = c.shaderc_ms;
+    r.shaderc_cpu_ms = c.shaderc_cpu_ms;
+    r.validate_cpu_ms = c.validate_cpu_ms;
+    r.pipeline_ms = c.pipeline_ms;
+    r.record_ms = c.record_ms;
+    r.store_ms = c.store_ms;
+    r.upload_ms = c.upload_ms;
+    r.kernels = c.kernels;
+    r.unique_kernels = c.unique_kernels;
+    r.emitted = c.emitted;
+    r.compiled = c.compiled;
+    r.spirv_memory_hits = c.spirv_memory_hits;
+    r.spirv_disk_hits = c.spirv_disk_hits;
+    r.spirv_from_session = c.spirv_from_session;
+    r.pipelines_created = c.pipelines_created;
+    r.session_cache = vk::cache_result_name(c.session_cache);
+    return r;
+  }
   DeviceMemoryReport device_memory() const override {
     const vk::SessionMemory m = exec_.memory();
     DeviceMemoryReport r;
@@ -127,9 +184,11 @@ class VulkanEngine final : public Engine {
  private:
   void print_profile() const {
     const vk::CompileStats& c = exec_.compile_stats();
-    std::fprintf(stderr, "mgn profile: %s, %d nodes; compile: lowering %.1f ms, shaderc %.1f ms, pipelines %.1f ms, "
-                 "record %.1f ms (plan %.1f, initial values %.1f)\n", name_.c_str(), graph_->size(), c.lowering_ms,
-                 c.shaderc_ms, c.pipeline_ms, c.record_ms, c.plan_ms, c.upload_ms);
+    std::fprintf(stderr, "mgn profile: %s, %d nodes; compile: session cache %s %.1f ms, fusion %.1f ms, emission %.1f ms "
+                 "(%zu kernels), plan %.1f ms, shaderc %.1f ms (%zu compiled), pipelines %.1f ms (%zu created), "
+                 "record %.1f ms; initial values %.1f ms\n", name_.c_str(), graph_->size(),
+                 vk::cache_result_name(c.session_cache), c.cache_ms, c.fusion_ms, c.lowering_ms, c.emitted, c.plan_ms,
+                 c.shaderc_ms, c.compiled, c.pipeline_ms, c.pipelines_created, c.record_ms, c.upload_ms);
     if (runs_ == 0) return;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(kernel_ms_.begin(), kernel_ms_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
@@ -147,6 +206,7 @@ class VulkanEngine final : public Engine {
   vk::GraphExecutor exec_;
   std::string name_;
   bool profile_ = false;
+  double device_ms_ = 0;
   int64_t runs_ = 0;
   std::map<std::string, std::pair<double, int64_t>> kernel_ms_;  // label -> (total ms, dispatches)
 };
@@ -173,7 +233,10 @@ std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> grap
     if (std::optional<ir::Graph> g = passes::attention_as_matmul(*graph, accept))
       graph = std::make_shared<const ir::Graph>(std::move(*g));
   }
-  return std::make_unique<VulkanEngine>(std::move(graph), options);
+  const auto t0 = std::chrono::steady_clock::now();
+  shared_context(options.device);  // opened here the first time, so that its cost is reported apart
+  const double device_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::make_unique<VulkanEngine>(std::move(graph), options, device_ms);
 }
 
 }  // namespace mgn::detail

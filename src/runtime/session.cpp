@@ -44,6 +44,7 @@ struct Session::Impl {
   int64_t steps = 0;
   bool ran = false;
   std::set<std::string> plan_inputs;
+  CompileReport report;
 
   const ir::Node* named(const std::string& name) const {
     auto id = graph->find_named(name);
@@ -84,6 +85,7 @@ std::vector<std::pair<std::string, std::string>> Session::kernel_sources() const
   return impl_->engine->kernel_sources();
 }
 DeviceMemoryReport Session::device_memory() const { return impl_->engine->device_memory(); }
+const CompileReport& Session::compile_report() const { return impl_->report; }
 
 void Session::set_input(const std::string& name, std::span<const float> values) {
   const ir::Node& n = impl_->input_node(name, DType::F32);
@@ -264,29 +266,41 @@ std::unique_ptr<detail::Engine> make_engine(std::shared_ptr<const ir::Graph> gra
 Session compile(Graph& g, const CompileOptions& opt) {
   auto impl = std::make_unique<Session::Impl>();
   impl->mode = opt.mode;
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  const auto t0 = Clock::now();
+  double autodiff_ms = 0, optimizer_ms = 0;
   if (opt.mode == Mode::Train) {
     opt.schedule.validate();
+    const auto ta = Clock::now();
     std::map<std::string, Tensor> grads = gradients_for(g, opt);
+    const auto tb = Clock::now();
     impl->plan = append_optimizer(g, grads, opt.optimizer, opt.update);
+    autodiff_ms = ms(ta, tb);
+    optimizer_ms = ms(tb, Clock::now());
     impl->schedule = opt.schedule;
     impl->base_lr = base_lr(opt.optimizer);
     for (const std::string& in : impl->plan->inputs) impl->plan_inputs.insert(in);
   }
+  const auto tv = Clock::now();
   g.verify();
   impl->graph = std::make_shared<const ir::Graph>(g.ir());
-  const auto t1 = std::chrono::steady_clock::now();
+  const auto t1 = Clock::now();
   if (opt.submissions < 1)
     throw Error("compile: submissions must be >= 1, got " + std::to_string(opt.submissions));
   impl->engine = make_engine(impl->graph, opt);
+  const auto t2 = Clock::now();
+  CompileReport& r = impl->report;
+  r = impl->engine->compile_report();
+  r.autodiff_ms = autodiff_ms;
+  r.optimizer_ms = optimizer_ms;
+  r.verify_ms = ms(tv, t1);
+  r.total_ms = ms(t0, t2);
   // Profiling: the graph passes' share of compile time (the Vulkan engine prints its own phases).
-  if (opt.profile) {
-    const auto t2 = std::chrono::steady_clock::now();
-    auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-    std::fprintf(stderr, "mgn profile: compile %s graph (%d nodes): graph passes %.1f ms (autodiff, optimizer, "
-                 "verify), engine %.1f ms\n", opt.mode == Mode::Train ? "train" : "infer", impl->graph->size(),
-                 ms(t0, t1), ms(t1, t2));
-  }
+  if (opt.profile)
+    std::fprintf(stderr, "mgn profile: compile %s graph (%d nodes): graph passes %.1f ms (autodiff %.1f, optimizer %.1f, "
+                 "verify %.1f), engine %.1f ms\n", opt.mode == Mode::Train ? "train" : "infer", impl->graph->size(),
+                 ms(t0, t1), autodiff_ms, optimizer_ms, r.verify_ms, ms(t1, t2));
   return Session(std::move(impl));
 }
 

@@ -11,6 +11,7 @@
 
 #include "backend/vulkan/gemm_selftest.h"
 #include "support/numerics_trace.h"
+#include "support/parallel.h"
 
 namespace mgn::vk {
 namespace {
@@ -28,8 +29,8 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
   ir::verify(g_);
   alloc_ = std::make_unique<Allocator>(ctx_, opt_.allocator);
   transfer_ = std::make_unique<Transfer>(ctx_, *alloc_);
-  compiler_ = std::make_unique<codegen::ShaderCompiler>(opt_.cache_dir);
-  pipelines_ = std::make_unique<PipelineCache>(ctx_, opt_.cache_dir);
+  compiler_ = opt_.compiler ? opt_.compiler : std::make_shared<codegen::ShaderCompiler>(opt_.cache_dir);
+  pipelines_ = opt_.pipelines ? opt_.pipelines : std::make_shared<PipelineCache>(ctx_, opt_.cache_dir);
   stream_ = std::make_unique<CommandStream>(ctx_, opt_.timestamps);
   stream_->set_between_submissions(opt_.between_submissions);
   build();
@@ -37,6 +38,8 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
 
 GraphExecutor::~GraphExecutor() {
   stream_.reset();
+  // A shared cache outlives this executor: what it created here reaches the disk now (an own one saves itself).
+  if (opt_.pipelines && stats_.pipelines_created > 0) pipelines_->save();
   pipelines_.reset();
   for (Storage& s : storages_)
     if (!s.view) alloc_->free(s.buffer);
@@ -80,34 +83,50 @@ void GraphExecutor::build() {
   record();
 }
 
-// GLSL -> SPIR-V, identical sources once, in parallel; then their pipelines.
+// GLSL -> SPIR-V, identical sources once, in parallel (SPIR-V a compiled-session entry gave is used as is);
+// then their pipelines. A miss stores the session's entry.
 void GraphExecutor::compile_kernels() {
   auto t0 = std::chrono::steady_clock::now();
   std::unordered_map<std::string, size_t> unique;
   std::vector<size_t> first_of;
   for (size_t k = 0; k < kernels_.size(); ++k)
     if (unique.emplace(kernels_[k].glsl, first_of.size()).second) first_of.push_back(k);
-  std::vector<std::future<codegen::SpirV>> futures;
+  std::vector<std::vector<uint32_t>> spirv(first_of.size());
+  std::vector<size_t> to_compile;
   for (size_t u = 0; u < first_of.size(); ++u) {
-    const codegen::Kernel& kern = kernels_[first_of[u]];
+    if (const std::vector<uint32_t>* w = kernel_spirv_[first_of[u]]) {
+      spirv[u] = *w;
+      ++stats_.spirv_from_session;
+    } else {
+      to_compile.push_back(u);
+    }
+  }
+  const codegen::ShaderCompiler::Stats before = compiler_->stats();
+  support::parallel_for(to_compile.size(), opt_.compile_threads, [&](size_t i) {
+    const codegen::Kernel& kern = kernels_[first_of[to_compile[i]]];
     codegen::ShaderOptions so;
     so.name = kern.name;
     so.scalar_block_layout = kern.scalar_block_layout;
-    futures.push_back(std::async(std::launch::async, [this, &kern, so] { return compiler_->compile(kern.glsl, so); }));
-  }
-  std::vector<codegen::SpirV> spirv;
-  for (auto& f : futures) spirv.push_back(f.get());
+    spirv[to_compile[i]] = compiler_->compile(kern.glsl, so).words;
+  });
+  const codegen::ShaderCompiler::Stats after = compiler_->stats();
+  stats_.compiled = after.compiled - before.compiled;
+  stats_.spirv_memory_hits = after.memory_hits - before.memory_hits;
+  stats_.spirv_disk_hits = after.disk_hits - before.disk_hits;
+  stats_.shaderc_cpu_ms = after.compile_ms - before.compile_ms;
+  stats_.validate_cpu_ms = after.validate_ms - before.validate_ms;
   // In kernel order (the compiles above run in any order): a change to the code generator shows here.
-  for (const codegen::SpirV& s : spirv) trace::record("vk.spirv", s.words.data(), s.words.size() * 4);
+  for (const std::vector<uint32_t>& s : spirv) trace::record("vk.spirv", s.data(), s.size() * 4);
   stats_.shaderc_ms = ms_since(t0);
   stats_.unique_kernels = first_of.size();
 
   t0 = std::chrono::steady_clock::now();
+  const PipelineCache::Stats pbefore = pipelines_->stats();
   std::vector<PipelineDesc> descs;
   for (size_t u = 0; u < first_of.size(); ++u) {
     const codegen::Kernel& kern = kernels_[first_of[u]];
     PipelineDesc d;
-    d.spirv = spirv[u].words;
+    d.spirv = spirv[u];
     d.num_buffers = uint32_t(kern.bindings.size());
     d.required_subgroup_size = kern.required_subgroup_size;
     d.name = kern.name;
@@ -116,7 +135,24 @@ void GraphExecutor::compile_kernels() {
   std::vector<const Pipeline*> pipes = pipelines_->get_all(descs);
   for (Step& st : steps_)
     if (st.copy_src < 0) st.pipeline = pipes[unique.at(kernels_[st.kernel].glsl)];
+  stats_.pipelines_created = pipelines_->stats().created - pbefore.created;
   stats_.pipeline_ms = ms_since(t0);
+
+  if (store_entry_) {
+    t0 = std::chrono::steady_clock::now();
+    CompiledSession entry;
+    entry.fusions = cached_ ? cached_->fusions : fusions_;
+    entry.spirv = std::move(spirv);
+    size_t k = 0;
+    for (CachedDispatch& d : to_store_)
+      for (size_t j = 0; j < d.lowering.kernels.size(); ++j) d.spirv.push_back(uint32_t(unique.at(kernels_[k++].glsl)));
+    entry.dispatches = std::move(to_store_);
+    store_session(opt_.cache_dir, session_key_, entry, opt_.session_cache_bytes);
+    stats_.store_ms = ms_since(t0);
+  }
+  to_store_.clear();
+  kernel_spirv_.clear();
+  cached_.reset();
 }
 
 int GraphExecutor::arena_view(uint64_t offset, uint64_t bytes, int owner) {
@@ -158,9 +194,29 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
     return need[size_t(i)] && arch != ir::Archetype::Source && arch != ir::Archetype::State &&
            node.op != ir::Op::Reshape;
   };
+  stats_.lowering_ms = ms_since(t0);
+  // The compiled-session cache: a verified entry gives the fusions, every lowering and its SPIR-V.
+  auto tc = std::chrono::steady_clock::now();
+  if (!opt_.cache_dir.empty() && opt_.session_cache) {
+    session_key_ = session_key(g_, caps, opt_.codegen, opt_.plan, ctx_.info());
+    stats_.hash_ms = ms_since(tc);
+    CompiledSession entry;
+    stats_.session_cache = load_session(opt_.cache_dir, session_key_, &entry);
+    if (stats_.session_cache == CacheResult::Hit) cached_ = std::move(entry);
+    store_entry_ = stats_.session_cache != CacheResult::Hit;
+  }
+  std::map<std::pair<std::vector<int>, std::vector<bool>>, const CachedDispatch*> from_cache;
+  if (cached_)
+    for (const CachedDispatch& d : cached_->dispatches) from_cache[{d.nodes, d.stored}] = &d;
+  stats_.cache_ms = ms_since(tc) - stats_.hash_ms;
   // Dispatches in node order: a fusion where its first node is, everything else alone.
+  auto tf = std::chrono::steady_clock::now();
   std::vector<std::vector<int>> fusions;
-  if (opt_.codegen.kernels.fusion) fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps);
+  if (cached_) fusions = cached_->fusions;
+  else if (opt_.codegen.kernels.fusion) fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps);
+  fusions_ = fusions;
+  stats_.fusion_ms = ms_since(tf);
+  auto te = std::chrono::steady_clock::now();
   std::vector<int> fusion_of(size_t(n), -1);
   for (size_t f = 0; f < fusions.size(); ++f)
     for (int id : fusions[f]) fusion_of[size_t(id)] = int(f);
@@ -176,10 +232,41 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
     return d.nodes.size() > 1 && codegen::pointwise_fusible(g_.node(d.nodes[0]));
   };
   std::map<int, codegen::Lowering> lows;
-  for (const plan::Dispatch& d : dispatches)
-    if (!pointwise_fusion(d))
-      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, std::vector<bool>(d.nodes.size(), true), caps, opt_.codegen));
-  stats_.lowering_ms = ms_since(t0);
+  std::map<int, const CachedDispatch*> low_cached;  // lowerings that came from the entry, by first node
+  // From the entry where it has the dispatch, else emitted; the generators are pure, so they run in parallel.
+  auto lower_all = [&](const std::vector<const plan::Dispatch*>& ds, const std::vector<std::vector<bool>>& stored,
+                       bool keyed_by_stored) {
+    std::vector<size_t> emit;
+    for (size_t i = 0; i < ds.size(); ++i) {
+      auto it = from_cache.find({ds[i]->nodes, keyed_by_stored ? stored[i] : std::vector<bool>{}});
+      if (it != from_cache.end()) {
+        lows.emplace(ds[i]->nodes[0], it->second->lowering);
+        low_cached[ds[i]->nodes[0]] = it->second;
+      } else {
+        emit.push_back(i);
+      }
+    }
+    std::vector<codegen::Lowering> out(emit.size());
+    support::parallel_for(emit.size(), opt_.compile_threads, [&](size_t j) {
+      out[j] = codegen::lower_dispatch(g_, ds[emit[j]]->nodes, stored[emit[j]], caps, opt_.codegen);
+    });
+    for (size_t j = 0; j < emit.size(); ++j) {
+      stats_.emitted += out[j].kernels.size();
+      lows.emplace(ds[emit[j]]->nodes[0], std::move(out[j]));
+    }
+    if (!emit.empty() && !opt_.cache_dir.empty() && opt_.session_cache) store_entry_ = true;
+  };
+  {
+    std::vector<const plan::Dispatch*> ds;
+    std::vector<std::vector<bool>> stored;
+    for (const plan::Dispatch& d : dispatches)
+      if (!pointwise_fusion(d)) {
+        ds.push_back(&d);
+        stored.emplace_back(d.nodes.size(), true);
+      }
+    lower_all(ds, stored, false);
+  }
+  stats_.lowering_ms += ms_since(te);
 
   auto t1 = std::chrono::steady_clock::now();
   plan::PlanOptions po = opt_.plan;
@@ -211,13 +298,21 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   stats_.plan_ms = ms_since(tp);
   const plan::Plan& p = *plan_;
   auto tl = std::chrono::steady_clock::now();
-  for (const plan::Dispatch& d : p.dispatches)
-    if (pointwise_fusion(d)) {
-      std::vector<bool> stored;
-      for (int id : d.nodes) stored.push_back(p.storage_of[size_t(id)] >= 0);
-      lows.emplace(d.nodes[0], codegen::lower_dispatch(g_, d.nodes, stored, caps, opt_.codegen));
-    }
-  stats_.lowering_ms += ms_since(tl);
+  std::map<int, std::vector<bool>> fusion_stored;  // pointwise fusions: which nodes were lowered as stored
+  {
+    std::vector<const plan::Dispatch*> ds;
+    std::vector<std::vector<bool>> stored;
+    for (const plan::Dispatch& d : p.dispatches)
+      if (pointwise_fusion(d)) {
+        ds.push_back(&d);
+        stored.emplace_back();
+        for (int id : d.nodes) stored.back().push_back(p.storage_of[size_t(id)] >= 0);
+        fusion_stored[d.nodes[0]] = stored.back();
+      }
+    lower_all(ds, stored, true);
+  }
+  const double fusion_lowering_ms = ms_since(tl);
+  stats_.lowering_ms += fusion_lowering_ms;
 
   // Arena segments, then one view per tensor (its own byte size) and per scratch buffer.
   uint64_t seg = p.segment_bytes ? p.segment_bytes : std::max<uint64_t>(p.arena_bytes, po.alignment);
@@ -266,6 +361,14 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
       const std::vector<int>& nodes = p.dispatches[size_t(d)].nodes;
       int i = nodes.at(0);
       codegen::Lowering& low = lows.at(i);
+      const CachedDispatch* hit = low_cached.count(i) ? low_cached.at(i) : nullptr;
+      if (store_entry_) {
+        CachedDispatch cd;
+        cd.nodes = nodes;
+        if (fusion_stored.count(i)) cd.stored = fusion_stored.at(i);
+        cd.lowering = low;
+        to_store_.push_back(std::move(cd));
+      }
       if (low.output_zero_filled) {
         uint64_t words = storages_[size_t(storage_of_[size_t(i)])].words;
         if (zero_storage < 0 || storages_[size_t(zero_storage)].words < words) {
@@ -300,6 +403,7 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
           st.writes.push_back(b.written);
         }
         for (size_t k2 = 0; k2 < nodes.size(); ++k2) kern.name += (k2 ? "," : " %") + std::to_string(nodes[k2]);
+        kernel_spirv_.push_back(hit ? &cached_->spirv.at(hit->spirv.at(k)) : nullptr);
         kernels_.push_back(std::move(kern));
         steps_.push_back(std::move(st));
       }
@@ -315,7 +419,8 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
       whole(c.src_storage);
       whole(c.dst_storage);
     }
-  stats_.record_ms += ms_since(t1);
+  // Allocation and step building only: planning, the fusions' emission and the initial values count apart.
+  stats_.record_ms += ms_since(t1) - stats_.plan_ms - fusion_lowering_ms - stats_.upload_ms;
 }
 
 void GraphExecutor::record() {

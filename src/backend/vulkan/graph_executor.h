@@ -20,6 +20,7 @@
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/memory.h"
 #include "backend/vulkan/pipeline.h"
+#include "backend/vulkan/session_cache.h"
 #include "codegen/kernel.h"
 #include "codegen/shader_compiler.h"
 #include "ir/graph.h"
@@ -28,7 +29,17 @@
 namespace mgn::vk {
 
 struct GraphExecutorOptions {
-  std::string cache_dir;   // SPIR-V + pipeline cache on disk; empty: memory only
+  std::string cache_dir;   // SPIR-V, compiled-session and pipeline caches on disk; empty: memory only
+  // The compiled-session cache (session_cache.h) in cache_dir/sessions, bounded to this many bytes.
+  bool session_cache = true;
+  uint64_t session_cache_bytes = 512ull << 20;
+  // GLSL -> SPIR-V compiler; sessions that share one compile identical kernels once. Null: a compiler of
+  // this executor's own over cache_dir.
+  std::shared_ptr<codegen::ShaderCompiler> compiler;
+  // Pipelines; sessions that share one create a pipeline they have in common once (the cache must belong to
+  // the same Context). Null: a cache of this executor's own over cache_dir.
+  std::shared_ptr<PipelineCache> pipelines;
+  unsigned compile_threads = 0;  // emission and shaderc workers; 0: the hardware's concurrency
   bool timestamps = false;  // per-kernel GPU timings (where supported)
   // Fill every computed tensor with NaN before each run (tests: an unwritten element shows up).
   bool poison = false;
@@ -56,13 +67,26 @@ struct SessionMemory {
 };
 
 struct CompileStats {
-  double lowering_ms = 0;  // codegen: GLSL generation
-  double shaderc_ms = 0;   // GLSL -> validated SPIR-V (wall time, parallel)
+  double hash_ms = 0;      // the canonical hash of graph, options and device (the session cache's key)
+  double cache_ms = 0;     // compiled-session cache lookup (read, verify, parse)
+  double fusion_ms = 0;    // rewrites: choosing the fusions (codegen::find_fusions)
+  double lowering_ms = 0;  // codegen: GLSL emission (wall time, parallel)
+  double shaderc_ms = 0;   // GLSL -> validated SPIR-V (wall time, parallel; SPIR-V cache lookups included)
+  double shaderc_cpu_ms = 0;   // of which glslang + spirv-opt, summed over threads
+  double validate_cpu_ms = 0;  // of which spirv-val, summed over threads
+  double store_ms = 0;         // writing the compiled-session cache entry (a miss only)
   double pipeline_ms = 0;  // pipeline creation (wall time, parallel)
   double record_ms = 0;    // allocation, uploads of parameters/constants, command recording
   double plan_ms = 0;      // of record_ms: the static plan
   double upload_ms = 0;    // of record_ms: initial parameter/constant values (host init + upload)
   size_t kernels = 0;      // dispatches in the stream
+  size_t emitted = 0;           // kernels whose GLSL the generators emitted (0 on a full cache hit)
+  size_t compiled = 0;          // shaderc compilations (glslang ran)
+  size_t spirv_memory_hits = 0;  // SPIR-V the shared compiler already had (another session of the process)
+  size_t spirv_disk_hits = 0;    // SPIR-V from the per-kernel disk cache
+  size_t spirv_from_session = 0;  // SPIR-V from the compiled-session entry
+  size_t pipelines_created = 0;   // vkCreateComputePipelines calls
+  CacheResult session_cache = CacheResult::Off;
   size_t unique_kernels = 0;
   size_t barriers = 0;
   size_t groups = 0;         // barrier groups of the plan
@@ -135,8 +159,8 @@ class GraphExecutor {
   GraphExecutorOptions opt_;
   std::unique_ptr<Allocator> alloc_;
   std::unique_ptr<Transfer> transfer_;
-  std::unique_ptr<codegen::ShaderCompiler> compiler_;
-  std::unique_ptr<PipelineCache> pipelines_;
+  std::shared_ptr<codegen::ShaderCompiler> compiler_;
+  std::shared_ptr<PipelineCache> pipelines_;
   std::unique_ptr<CommandStream> stream_;
   std::set<int> pending_init_;  // parameters whose initial values are not uploaded yet (lazy_parameters)
 
@@ -146,6 +170,14 @@ class GraphExecutor {
   std::map<int, int> output_copy_;        // output node -> storage holding its pre-commit value
   std::vector<int> poison_;               // storages poisoned before each run
   std::vector<codegen::Kernel> kernels_;  // in dispatch order
+  // Compiled-session cache: the entry a hit loaded (until the kernels are compiled), the SPIR-V it gives
+  // each kernel (null: compile), and what a miss stores (each dispatch's lowering, in kernel order).
+  SessionKey session_key_;
+  std::optional<CompiledSession> cached_;
+  std::vector<const std::vector<uint32_t>*> kernel_spirv_;
+  std::vector<CachedDispatch> to_store_;
+  std::vector<std::vector<int>> fusions_;
+  bool store_entry_ = false;
   std::vector<Step> steps_;
   CompileStats stats_;
   std::optional<plan::Plan> plan_;
