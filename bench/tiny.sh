@@ -82,6 +82,7 @@ for W in "$@"; do
         --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/smolvla_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
         --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+      ;;
     sd-unet-test)
       # The conditioned U-Net: the spec's tiny() cut to 2 levels, 16x16 latent, 8-token context, batch 2 (the
       # spec's inputs and objective); PyTorch runs bench/pytorch/sd_unet.py (plain torch, the same names). AdamW

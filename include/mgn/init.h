@@ -11,11 +11,13 @@ namespace mgn {
 
 struct Init {
   enum class Kind : uint8_t {
-    Zeros, Ones, Constant, Normal, Uniform, KaimingUniform, KaimingNormal, XavierUniform, XavierNormal, Data
+    Zeros, Ones, Constant, Normal, Uniform, KaimingUniform, KaimingNormal, XavierUniform, XavierNormal, Data,
+    PaperSine
   };
   Kind kind = Kind::Zeros;
-  double a = 0;  // Constant: value; Normal: mean; Uniform: low; Kaiming: negative slope; Xavier: gain
-  double b = 0;  // Normal: std; Uniform: high
+  double a = 0;  // Constant: value; Normal: mean; Uniform: low; Kaiming: negative slope; Xavier: gain;
+                 // PaperSine: scale
+  double b = 0;  // Normal: std; Uniform: high; PaperSine: offset
   uint64_t seed = 0;
   std::vector<float> data;  // Data: row-major values
 
@@ -37,6 +39,11 @@ struct Init {
   static Init kaiming_normal(double a = 0, uint64_t seed = 0) { return make(Kind::KaimingNormal, a, 0, seed); }
   static Init xavier_uniform(double gain = 1, uint64_t seed = 0) { return make(Kind::XavierUniform, gain, 0, seed); }
   static Init xavier_normal(double gain = 1, uint64_t seed = 0) { return make(Kind::XavierNormal, gain, 0, seed); }
+  // The paper's benchmark init (workload-specs.md): seed = (h·31 + byte mod 2³² over the name's bytes) mod 10000,
+  // v_j = sin(0.01·j + seed)·scale; a 2-D parameter [out, in] is generated in [in, out] row-major order and
+  // transposed. Computed when the values are needed (a 100M-parameter model costs nothing to build).
+  // `offset` (b) is added to each f32 value afterwards (norm weights that start near 1).
+  static Init paper_sine(double scale = 0.02, double offset = 0) { return make(Kind::PaperSine, scale, offset); }
   static Init from_data(std::vector<float> values) {
     Init i = make(Kind::Data);
     i.data = std::move(values);

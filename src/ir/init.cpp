@@ -21,6 +21,7 @@ const char* init_kind_name(Init::Kind k) {
     case Init::Kind::KaimingNormal: return "kaiming_normal";
     case Init::Kind::XavierUniform: return "xavier_uniform";
     case Init::Kind::XavierNormal: return "xavier_normal";
+    case Init::Kind::PaperSine: return "paper_sine";
     case Init::Kind::Data: return "data";
   }
   return "?";
@@ -124,6 +125,23 @@ std::vector<float> materialize(const Init& init, const Shape& shape, const std::
                     " values, shape " + shape_str(shape) + " needs " + std::to_string(n));
       v = init.data;
       break;
+    case Init::Kind::PaperSine: {
+      uint32_t h = 0;
+      for (unsigned char ch : name) h = h * 31u + ch;
+      const double seed = double(h % 10000u), scale = init.a;
+      // Element i of the stored tensor is generated value g(i): j = i itself, or for [out, in] the index of
+      // (in, out) in the [in, out] generation order.
+      const bool two_d = shape.size() == 2;
+      const int64_t out = two_d ? shape[0] : 1, in = two_d ? shape[1] : 1;
+      parallel_chunks(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const int64_t j = two_d ? (i % in) * out + i / in : i;
+          v[size_t(i)] = float(std::sin(0.01 * double(j) + seed) * scale);
+          if (init.b != 0) v[size_t(i)] += float(init.b);
+        }
+      });
+      break;
+    }
   }
   return v;
 }

@@ -195,12 +195,7 @@ bool is_norm(const std::string& name) {
 mgn::Init init_of(const Config& c, const std::string& name, const Shape& shape, const GraphOptions& opt) {
   const bool norm = is_norm(name), weight = name.ends_with(".weight");
   const bool lambda = name.ends_with(".lambda1");
-  if (opt.init == Init::PaperSine) {
-    std::vector<float> v = models::paper_sine_values(name, shape);
-    if ((norm && weight) || lambda)
-      for (float& x : v) x += 1.0f;
-    return mgn::Init::from_data(std::move(v));
-  }
+  if (opt.init == Init::PaperSine) return mgn::Init::paper_sine(0.02, (norm && weight) || lambda ? 1.0 : 0.0);
   if (lambda) return mgn::Init::constant(c.layerscale_value);
   if (norm) return weight ? mgn::Init::ones() : mgn::Init::zeros();
   if (name == "embeddings.mask_token" || name.ends_with(".bias")) return mgn::Init::zeros();

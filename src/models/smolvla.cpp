@@ -114,7 +114,7 @@ std::vector<std::pair<std::string, Shape>> input_shapes(const Config& c, const G
 namespace {
 
 mgn::Init init_of(const std::string& name, const Shape& shape, const GraphOptions& opt) {
-  if (opt.init == Init::PaperSine) return mgn::Init::from_data(models::paper_sine_values(name, shape));
+  if (opt.init == Init::PaperSine) return mgn::Init::paper_sine();
   if (shape.size() == 1) return name.ends_with("layernorm.weight") ? mgn::Init::ones() : mgn::Init::zeros();
   return mgn::Init::normal(0.0, 0.02, opt.seed);
 }

@@ -72,7 +72,7 @@ bool is_norm(const std::string& name) {
 mgn::Init init_of(const std::string& name, const Shape& shape, const GraphOptions& opt) {
   const bool weight = name.ends_with(".weight");
   if (is_norm(name)) return weight ? mgn::Init::ones() : mgn::Init::zeros();
-  if (opt.init == Init::PaperSine) return mgn::Init::from_data(models::paper_sine_values(name, shape));
+  if (opt.init == Init::PaperSine) return mgn::Init::paper_sine();
   if (weight) return mgn::Init::kaiming_uniform(std::sqrt(5.0), opt.seed);
   return mgn::Init::zeros();  // biases: set below from the weight's fan-in
 }

@@ -144,12 +144,7 @@ namespace {
 mgn::Init init_of(const std::string& name, const Shape& shape, const GraphOptions& opt) {
   const bool norm = name.find("layer_norm") != std::string::npos;
   const bool weight = name.ends_with(".weight");
-  if (opt.init == Init::PaperSine) {
-    std::vector<float> v = models::paper_sine_values(name, shape);
-    if (norm && weight)
-      for (float& x : v) x += 1.0f;
-    return mgn::Init::from_data(std::move(v));
-  }
+  if (opt.init == Init::PaperSine) return mgn::Init::paper_sine(0.02, norm && weight ? 1.0 : 0.0);
   if (norm) return weight ? mgn::Init::ones() : mgn::Init::zeros();
   if (!weight) return mgn::Init::zeros();
   return mgn::Init::normal(0.0, 0.02, opt.seed);
