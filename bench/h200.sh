@@ -162,6 +162,8 @@ for job in "$@"; do
           whisper-tiny-encoder) compile_times "$w" 1 bench/pytorch/whisper_bench.py ;;
           dinov3-vits16) compile_times "$w" 1 bench/pytorch/dinov3_bench.py ;;
           dinovision) compile_times "$w" 8 bench/pytorch/dinov3_bench.py ;;
+          smolvla-expert) compile_times "$w" 1 bench/pytorch/smolvla_bench.py ;;
+          sd-unet-small) compile_times "$w" 1 bench/pytorch/sd_unet_bench.py ;;
           *) echo "compile-times: unknown workload $w" >> "$OUT/compile_times_log.txt" ;;
         esac
       done
