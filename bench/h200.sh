@@ -60,8 +60,10 @@
 #                sd_unet_bench.py (plain torch from the spec: eager, CUDA graph, compile) -> bench_unet_table.md
 #   f16-scaling  issue 33, the f16 GEMM's power-of-two operand scaling: vulkan_gemm_test's cooperative-matrix tests on
 #                the device (the real kernels, scaled operands ~1e-7 / ~1e5 included), then Whisper-tiny b1 accelerated
-#                with MGN_GEMM_F16_SCALING=0 and =1 (timings side by side, --verbose profile of both) ->
-#                f16_scaling_gemm_test.txt, f16_scaling_whisper_{off,on}.jsonl, f16_scaling_log.txt. The gates come
+#                with MGN_GEMM_F16_SCALING=0 and =1 (timings side by side, MGN_PROFILE per-kernel times of both), and
+#                mgn bench-gemm --f16 on Whisper's and the cube shapes ($F16_SCALING_SHAPES) with it off and on ->
+#                f16_scaling_gemm_test.txt, f16_scaling_whisper_{off,on}{.jsonl,_profile.txt},
+#                f16_scaling_gemm_{off,on}.jsonl, f16_scaling_log.txt. The gates come
 #                from running bench-whisper, bench-smolvla and bench-unet in the same call (scaling is on by default).
 #   unet-train   mgn unet train on Fashion-MNIST (small config, 4 channels, bounded time), DDIM samples PNG + loss
 set -uo pipefail
@@ -318,6 +320,11 @@ for job in "$@"; do
         MGN_GEMM_F16_SCALING=$SC MGN_PROFILE=1 timeout 300 "$B/mgn" bench whisper-tiny-encoder --batch 1 \
           --mode accelerated --phases flb > "$OUT/f16_scaling_whisper_${NAME}_profile.txt" 2>&1
         echo "mgn bench whisper-tiny-encoder accelerated profile scaling=$SC rc=$?" >> "$L"
+        # shellcheck disable=SC2086 # F16_SCALING_SHAPES: words
+        MGN_GEMM_F16_SCALING=$SC timeout 300 "$B/mgn" bench-gemm --f16 --tag "scaling_$NAME" \
+          ${F16_SCALING_SHAPES:-1500x384x384 1500x1536x384 1500x384x1536 384x384x1500 4096x4096x4096} \
+          > "$OUT/f16_scaling_gemm_$NAME.jsonl" 2>> "$L"
+        echo "mgn bench-gemm --f16 scaling=$SC rc=$?" >> "$L"
       done
       ;;
     bench-unet)
