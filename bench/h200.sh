@@ -58,6 +58,13 @@
 #   dinovision   the case study on .h200/photos: train, the PyTorch anchor (within 0.2 dB), reconstruct
 #   bench-unet   the paper's conditioned U-Net (sd-unet-small: 10.93 M, batch 1, the spec's inputs) next to
 #                sd_unet_bench.py (plain torch from the spec: eager, CUDA graph, compile) -> bench_unet_table.md
+#   f16-scaling  issue 33, the f16 GEMM's power-of-two operand scaling: vulkan_gemm_test's cooperative-matrix tests on
+#                the device (the real kernels, scaled operands ~1e-7 / ~1e5 included), then Whisper-tiny b1 accelerated
+#                with MGN_GEMM_F16_SCALING=0 and =1 (timings side by side, MGN_PROFILE per-kernel times of both), and
+#                mgn bench-gemm --f16 on Whisper's and the cube shapes ($F16_SCALING_SHAPES) with it off and on ->
+#                f16_scaling_gemm_test.txt, f16_scaling_whisper_{off,on}{.jsonl,_profile.txt},
+#                f16_scaling_gemm_{off,on}.jsonl, f16_scaling_log.txt. The gates come
+#                from running bench-whisper, bench-smolvla and bench-unet in the same call (scaling is on by default).
 #   unet-train   mgn unet train on Fashion-MNIST (small config, 4 channels, bounded time), DDIM samples PNG + loss
 set -uo pipefail
 B=${1:-build-release}
@@ -299,6 +306,28 @@ for job in "$@"; do
       timeout 300 "$B/mgn" smolvla act --data "$T/one.safetensors" --weights "$T/w.safetensors" --repeat 20 \
         --out "$T/actions.safetensors" > "$OUT/smolvla_act.txt" 2>> "$L"
       echo "mgn smolvla act rc=$?" >> "$L"
+      ;;
+    f16-scaling)
+      L="$OUT/f16_scaling_log.txt"
+      (cd "$B" && timeout 600 ./tests/vulkan_gemm_test --gtest_filter='*CoopMat*:*SelfTest*') \
+        > "$OUT/f16_scaling_gemm_test.txt" 2>&1
+      echo "vulkan_gemm_test CoopMat rc=$?" >> "$L"
+      for SC in 0 1; do
+        NAME=$([ $SC = 1 ] && echo on || echo off)
+        MGN_GEMM_F16_SCALING=$SC timeout 300 "$B/mgn" bench whisper-tiny-encoder --batch 1 --mode accelerated \
+          --phases compile > /dev/null 2>> "$L"
+        MGN_GEMM_F16_SCALING=$SC timeout 300 "$B/mgn" bench whisper-tiny-encoder --batch 1 --mode accelerated \
+          --json "$OUT/f16_scaling_whisper_$NAME.jsonl" > /dev/null 2>> "$L"
+        echo "mgn bench whisper-tiny-encoder accelerated scaling=$SC rc=$?" >> "$L"
+        MGN_GEMM_F16_SCALING=$SC MGN_PROFILE=1 timeout 300 "$B/mgn" bench whisper-tiny-encoder --batch 1 \
+          --mode accelerated --phases flb > "$OUT/f16_scaling_whisper_${NAME}_profile.txt" 2>&1
+        echo "mgn bench whisper-tiny-encoder accelerated profile scaling=$SC rc=$?" >> "$L"
+        # shellcheck disable=SC2086 # F16_SCALING_SHAPES: words
+        MGN_GEMM_F16_SCALING=$SC timeout 300 "$B/mgn" bench-gemm --f16 --tag "scaling_$NAME" \
+          ${F16_SCALING_SHAPES:-1500x384x384 1500x1536x384 1500x384x1536 384x384x1500 4096x4096x4096} \
+          > "$OUT/f16_scaling_gemm_$NAME.jsonl" 2>> "$L"
+        echo "mgn bench-gemm --f16 scaling=$SC rc=$?" >> "$L"
+      done
       ;;
     bench-unet)
       # The paper's conditioned U-Net (SDUNetConfig::small(), 10,928,768 parameters; latent 4x32x32, context 77x768,

@@ -72,6 +72,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_GEMM_VARIANT", "small"},
       {"MGN_GEMM_TILE", "64x64x16,s2"},
       {"MGN_GEMM_F16", "no"},
+      {"MGN_GEMM_F16_SCALING", "0"},
       {"MGN_GEMM_F16_TILE", "128x128x32,w64x32"},
       {"MGN_GEMM_F16_ABLATE", "mmaonly"},
       {"MGN_CONV_TILE", "64x32x16"},
@@ -101,6 +102,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.kernels.gemm_tile.bm, 64u);
   EXPECT_EQ(e.kernels.gemm_tile.splits, 2u);
   EXPECT_FALSE(e.kernels.f16_gemm);
+  EXPECT_FALSE(e.kernels.f16_operand_scaling);
   EXPECT_EQ(e.kernels.f16_tile.wm, 64u);
   EXPECT_EQ(e.kernels.f16_ablation, GemmAblation::MmaOnly);
   EXPECT_EQ(e.kernels.conv_tile, (ConvTile{64, 32, 16}));

@@ -121,8 +121,10 @@ class VulkanGemm : public ::testing::Test {
   // The problem on the CPU reference executor and through `lower` on the GPU; returns the rel-L2 error.
   // f16_inputs rounds the random inputs to f16 values first (for the f16 kernels: the reference then sees
   // exactly the kernel's operands).
+  // mag_a, mag_b multiply the random inputs of a and b (after any f16 rounding).
   static double check(const Problem& p, const std::function<Lowering(const GemmShape&)>& lower,
-                      std::string* names = nullptr, bool f16_inputs = false, uint32_t seed = 1) {
+                      std::string* names = nullptr, bool f16_inputs = false, uint32_t seed = 1,
+                      float mag_a = 1.0f, float mag_b = 1.0f) {
     mgn::Graph g;
     Tensor a = g.input("a", p.a), b = g.input("b", p.b);
     Tensor y = matmul(a, b, p.ta, p.tb);
@@ -131,8 +133,8 @@ class VulkanGemm : public ::testing::Test {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<float> av(size_t(numel(p.a))), bv(size_t(numel(p.b)));
-    for (float& x : av) x = f16_inputs ? round_f16(dist(rng)) : dist(rng);
-    for (float& x : bv) x = f16_inputs ? round_f16(dist(rng)) : dist(rng);
+    for (float& x : av) x = (f16_inputs ? round_f16(dist(rng)) : dist(rng)) * mag_a;
+    for (float& x : bv) x = (f16_inputs ? round_f16(dist(rng)) : dist(rng)) * mag_b;
     cpu::Executor cpu(ir);
     cpu.set_input("a", av);
     cpu.set_input("b", bv);
@@ -337,6 +339,32 @@ TEST_F(VulkanGemm, CoopMatGlslCompilesAndValidates) {
           EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << k.name << " tile '" << spec << "'";
         }
       }
+  // With operand scaling (both, A only, B only): the max |x| and scale passes, the scaled packing kernels
+  // and the multiply's unscaling epilogue, for every shape and multiply shape with the default tile and for
+  // a few tiles (split K puts the scale buffer after the partial products).
+  const codegen::F16Scaling scalings[] = {{true, true}, {true, false}, {false, true}};
+  for (const auto& mma : mmas)
+    for (const char* spec : {"", "128x128x32,w64x64", "64x64x16,w16x16", "64x64x32,s3"})
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        if (*spec && (mma.n != 16 || i % 2 != 0)) continue;
+        const GemmShape& s = shapes[i];
+        const codegen::F16Scaling sc = scalings[i % 3];
+        Lowering l = codegen::lower_gemm_coopmat(s, nv, parse_gemm_tile(spec, true), mma, false,
+                                                 GemmAblation::None, sc);
+        const bool split = l.kernels.back().name.rfind("matmul_splitk_sum_", 0) == 0;
+        ASSERT_EQ(l.kernels.size(), split ? 6u : 5u) << spec;
+        ASSERT_EQ(l.scratch_words.size(), split ? 4u : 3u) << spec;
+        EXPECT_EQ(l.kernels[0].name.rfind("matmul_f16_absmax", 0), 0u) << l.kernels[0].name;
+        EXPECT_EQ(l.kernels[1].name.rfind("matmul_f16_scales_", 0), 0u) << l.kernels[1].name;
+        EXPECT_EQ(l.kernels[2].name.find("_scaled_") != std::string::npos, sc.a) << l.kernels[2].name;
+        EXPECT_EQ(l.kernels[3].name.find("_scaled_") != std::string::npos, sc.b) << l.kernels[3].name;
+        EXPECT_NE(l.kernels[4].glsl.find("acc[i] = acc[i] * unscale;"), std::string::npos) << l.kernels[4].name;
+        for (const auto& k : l.kernels) {
+          codegen::ShaderOptions so;
+          so.name = k.name;
+          EXPECT_NO_THROW(compiler_->compile(k.glsl, so)) << k.name << " tile '" << spec << "'";
+        }
+      }
   // The benchmark's "mmaonly" and "fragonly" ablations as the sweep runs them (4096^3, some subgroup tiles).
   for (const GemmAblation ablate : {GemmAblation::MmaOnly, GemmAblation::FragOnly})
     for (const char* spec : {"", "128x128x32,w32x32", "128x128x32,w64x64", "128x128x16"}) {
@@ -399,6 +427,182 @@ TEST_F(VulkanGemm, CoopMatEmulatedMatchesReference) {
     }
 }
 
+TEST_F(VulkanGemm, CoopMatScalingKeepsTinyAndLargeOperands) {
+  // Operands of magnitude ~1e-7 (below f16's normal range 6.1e-5, near its smallest subnormal 6e-8: gradients
+  // of a loss averaged over many values) and ~1e5 (past f16's largest value 65504), alone and mixed, through
+  // the emulated f16 kernel against the double-precision CPU reference, with the f16 rounding tolerance
+  // (inputs not f16-exact). With power-of-two scaling the error is that of rounding O(1) values to f16; the
+  // same problems unscaled are far off (flushed or infinite), so the test exercises the scaling.
+  struct Mags {
+    float a, b;
+  };
+  const Mags mags[] = {{1e-7f, 1e-7f}, {1e5f, 1e5f}, {1e-7f, 1e5f}, {2e4f, 1e-7f}};
+  const std::vector<Problem> problems = {
+      {{128, 64}, {64, 128}},                             // whole blocks
+      {{37, 70}, {45, 37}, true, true},                   // edges, both transposed
+      {{2, 1, 20, 40}, {3, 20, 36}, true, false},         // batched, A broadcast, vec4 A along m
+      {{40, 1100}, {1100, 24}},                           // split K (auto: 4 splits)
+      {{70, 37}, {37, 45}},                               // K % 4 != 0 (scalar max pass and packing)
+  };
+  for (const Mags& mg : mags)
+    for (size_t i = 0; i < problems.size(); ++i) {
+      const Problem& p = problems[i];
+      SCOPED_TRACE("|a| ~ " + std::to_string(mg.a) + ", |b| ~ " + std::to_string(mg.b) + ", problem " +
+                   std::to_string(i));
+      auto lower = [](codegen::F16Scaling sc) {
+        return [sc](const GemmShape& s) {
+          return codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile("64x64x32", true), {16, 16, 16}, true,
+                                             GemmAblation::None, sc);
+        };
+      };
+      std::string names;
+      const double scaled = check(p, lower({true, true}), &names, false, 3, mg.a, mg.b);
+      EXPECT_LE(scaled, 2e-3) << names;
+      EXPECT_NE(names.find("matmul_f16_absmax_a_b"), std::string::npos) << names;
+      if (i == 3) {
+        EXPECT_NE(names.find("matmul_splitk_sum_"), std::string::npos) << names;
+      }
+      const double unscaled = check(p, lower({}), nullptr, false, 3, mg.a, mg.b);
+      EXPECT_FALSE(unscaled <= 0.2) << "unscaled rel L2 " << unscaled;  // NaN / inf count as far off
+    }
+  // One operand scaled (the other a parameter of O(1) magnitude in a graph): A tiny, B O(1), and the reverse.
+  for (int which = 0; which < 2; ++which) {
+    const Problem p = {{70, 37}, {37, 45}};
+    const codegen::F16Scaling sc{which == 0, which == 1};
+    auto lower = [sc](const GemmShape& s) {
+      return codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile("64x64x32", true), {16, 16, 16}, true,
+                                         GemmAblation::None, sc);
+    };
+    std::string names;
+    const double err = check(p, lower, &names, false, 4, which == 0 ? 1e-7f : 1.0f, which == 1 ? 1e-7f : 1.0f);
+    EXPECT_LE(err, 2e-3) << names;
+    EXPECT_NE(names.find(which == 0 ? "matmul_f16_absmax_a_" : "matmul_f16_absmax_b_"), std::string::npos)
+        << names;
+  }
+  // f16-exact O(1) inputs: scaling by powers of two changes nothing (1e-5: only the f32 summation order).
+  {
+    std::string names;
+    const double err = check(
+        {{70, 37}, {37, 45}},
+        [](const GemmShape& s) {
+          return codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile("64x64x32", true), {16, 16, 16}, true,
+                                             GemmAblation::None, {true, true});
+        },
+        &names, true);
+    EXPECT_LE(err, 1e-5) << names;
+  }
+}
+
+TEST_F(VulkanGemm, CoopMatScalingPassesNanAndZeroThrough) {
+  // A NaN in A gives s_a = 1 (max not finite): the NaN reaches its row of C and the other rows are the
+  // unscaled products; an all-zero B gives s_b = 1 and C = 0.
+  const int64_t m = 40, n = 24, k = 36;
+  const GemmShape s = gemm_shape({m, k}, {k, n}, {m, n}, false, false);
+  const Lowering low = codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile("64x64x32", true), {16, 16, 16},
+                                                   true, GemmAblation::None, {true, true});
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(size_t(m * k)), b(size_t(k * n));
+  for (float& x : a) x = round_f16(dist(rng));
+  for (float& x : b) x = round_f16(dist(rng));
+  a[size_t(3 * k + 5)] = NAN;
+  std::vector<float> got = run_gpu(low, a, b, size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const float c = got[size_t(i * n + j)];
+      if (i == 3) {
+        EXPECT_TRUE(std::isnan(c)) << i << "," << j;
+        continue;
+      }
+      double want = 0;
+      for (int64_t q = 0; q < k; ++q) want += double(a[size_t(i * k + q)]) * b[size_t(q * n + j)];
+      EXPECT_NEAR(c, want, 1e-4) << i << "," << j;
+    }
+  std::fill(b.begin(), b.end(), 0.0f);
+  a[size_t(3 * k + 5)] = 0.5f;
+  got = run_gpu(low, a, b, size_t(m * n));
+  for (float c : got) EXPECT_EQ(c, 0.0f);
+}
+
+TEST_F(VulkanGemm, CoopMatScalingTrainsWithTinyGradients) {
+  // A training step's GEMMs through the emulated f16 kernel, each operand scaled as lower_matmul scales it
+  // (not the Parameter operands): a two-layer linear MLP h1 = x W1, h2 = h1 W2, loss = mean(h2^2) / N with
+  // N = 1e4, so dL/dh2 = 2 h2 / (numel * N) ~ 1e-7 (the Whisper encoder's case: a mean over 576,000 values).
+  // Forward x W1 (x scaled), h1 W2 (h1 scaled); backward dW2 = h1^T dh2 (both), dh1 = dh2 W2^T (dh2),
+  // dW1 = x^T dh1 (both); the pointwise glue in f32 here. Reference: the same chain in double. Gate: the
+  // accelerated mode's gradient gate (rel L2 5e-2); unscaled, dh2 flushes and the gradients are far off.
+  const int64_t B = 64, D = 48, H = 64, O = 40;
+  const double N = 1e4;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(size_t(B * D)), w1(size_t(D * H)), w2(size_t(H * O));
+  for (float& v : x) v = dist(rng);
+  for (float& v : w1) v = dist(rng) * 0.15f;
+  for (float& v : w2) v = dist(rng) * 0.15f;
+  // C[m][n] = sum_k op(A) op(B), in double, and through the emulated kernel.
+  auto ref = [](const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t n, int64_t k,
+                bool ta, bool tb) {
+    std::vector<double> c(size_t(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t q = 0; q < k; ++q)
+          sum += a[size_t(ta ? q * m + i : i * k + q)] * b[size_t(tb ? j * k + q : q * n + j)];
+        c[size_t(i * n + j)] = sum;
+      }
+    return c;
+  };
+  auto gpu = [](const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t n, int64_t k,
+                bool ta, bool tb, codegen::F16Scaling sc) {
+    const GemmShape s = gemm_shape(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, {m, n}, ta, tb);
+    return run_gpu(codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile("64x64x32", true), {16, 16, 16}, true,
+                                               GemmAblation::None, sc),
+                   a, b, size_t(m * n));
+  };
+  auto to_d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  // Reference gradients.
+  const std::vector<double> h1r = ref(to_d(x), to_d(w1), B, H, D, false, false);
+  const std::vector<double> h2r = ref(h1r, to_d(w2), B, O, H, false, false);
+  std::vector<double> dh2r(h2r.size());
+  for (size_t i = 0; i < h2r.size(); ++i) dh2r[i] = 2.0 * h2r[i] / (double(h2r.size()) * N);
+  const std::vector<double> dw2r = ref(h1r, dh2r, H, O, B, true, false);
+  const std::vector<double> dh1r = ref(dh2r, to_d(w2), B, H, O, false, true);
+  const std::vector<double> dw1r = ref(to_d(x), dh1r, D, H, B, true, false);
+  double dh2_max = 0;
+  for (double v : dh2r) dh2_max = std::max(dh2_max, std::fabs(v));
+  EXPECT_LT(dh2_max, 1e-6);  // the regime of the bug: upstream gradients below f16's normal range
+  auto rel = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      num += (got[i] - want[i]) * (got[i] - want[i]);
+      den += want[i] * want[i];
+    }
+    return std::sqrt(num / den);
+  };
+  for (const bool scaling : {true, false}) {
+    SCOPED_TRACE(scaling ? "scaled" : "unscaled");
+    const codegen::F16Scaling act{scaling, false}, both{scaling, scaling};
+    const std::vector<float> h1 = gpu(x, w1, B, H, D, false, false, act);
+    const std::vector<float> h2 = gpu(h1, w2, B, O, H, false, false, act);
+    std::vector<float> dh2(h2.size());
+    for (size_t i = 0; i < h2.size(); ++i) dh2[i] = float(2.0 * h2[i] / (double(h2.size()) * N));
+    const std::vector<float> dw2 = gpu(h1, dh2, H, O, B, true, false, both);
+    const std::vector<float> dh1 = gpu(dh2, w2, B, H, O, false, true, act);
+    const std::vector<float> dw1 = gpu(x, dh1, D, H, B, true, false, both);
+    const double e2 = rel(dw2, dw2r), e1 = rel(dw1, dw1r), eh = rel(dh1, dh1r);
+    if (scaling) {
+      EXPECT_LE(rel(h2, h2r), 1e-2);
+      EXPECT_LE(e2, 5e-2);
+      EXPECT_LE(eh, 5e-2);
+      EXPECT_LE(e1, 5e-2);
+    } else {
+      EXPECT_GT(e2, 0.2);
+      EXPECT_GT(e1, 0.2);
+    }
+    std::printf("  %s: rel L2 dW2 %.2e, dh1 %.2e, dW1 %.2e\n", scaling ? "scaled" : "unscaled", e2, eh, e1);
+  }
+}
+
 TEST_F(VulkanGemm, CoopMatAblationsRepeatTheirFirstPiece) {
   // The benchmark's "mmaonly" ablation (emulated here) loads the first 16-deep step's fragments once and
   // multiplies them as many times as the real kernel has steps: C = steps * A[:, 0:16] B[0:16, :]. The
@@ -459,6 +663,21 @@ TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
   EXPECT_EQ(lower(Precision::Strict).rfind("matmul_tiled_", 0), 0u);
   EXPECT_EQ(lower(Precision::Accelerated).rfind("matmul_coopmat_f16_", 0), 0u);
   EXPECT_EQ(lower(Precision::Accelerated, {.kernels = {.f16_gemm = false}}).rfind("matmul_tiled_", 0), 0u);
+  // Operand scaling (KernelOptions::f16_operand_scaling, on by default) for every operand but a Parameter.
+  auto first_kernel = [&](bool b_is_parameter, bool scaling) {
+    mgn::Graph g;
+    Tensor b = b_is_parameter ? g.parameter("w", {48, 80}) : g.input("b", {48, 80});
+    Tensor y = matmul(g.input("a", {64, 48}), b);
+    y.set_precision(Precision::Accelerated);
+    ir::Graph& ir = g.ir();
+    const codegen::CodegenOptions o{.kernels = {.f16_operand_scaling = scaling}};
+    const Lowering l = codegen::lower_matmul({ir, ir.node(y.id()), nv, o});
+    EXPECT_EQ(l.kernels.back().name.find("_scaled") != std::string::npos, scaling) << l.kernels.back().name;
+    return l.kernels.front().name;
+  };
+  EXPECT_EQ(first_kernel(false, true).rfind("matmul_f16_absmax_a_b_", 0), 0u);
+  EXPECT_EQ(first_kernel(true, true).rfind("matmul_f16_absmax_a_1x0", 0), 0u);
+  EXPECT_EQ(first_kernel(false, false).rfind("matmul_f16_pack_a_", 0), 0u);
   // Unset: the default precision decides; a node's own precision wins over it.
   EXPECT_EQ(lower(std::nullopt).rfind("matmul_tiled_", 0), 0u);
   EXPECT_EQ(lower(std::nullopt, {.default_precision = Precision::Accelerated}).rfind("matmul_coopmat_f16_", 0), 0u);
@@ -512,6 +731,24 @@ TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {
           &names, true);
       EXPECT_LE(err, 1e-5) << "tile '" << tile << "' via " << names;
     }
+  // Operand scaling on the real kernels (issue 33): operands ~1e-7 and ~1e5, alone and mixed, within the f16
+  // rounding tolerance of the reference; unscaled, the same products are far off (the test sees the fix).
+  const std::pair<float, float> mags[] = {{1e-7f, 1e-7f}, {1e5f, 1e5f}, {1e-7f, 1e5f}};
+  for (const char* tile : {"", "64x64x32", "64x64x32,s3"})
+    for (const auto& [ma, mb] : mags)
+      for (const Problem& p : problems) {
+        std::string names;
+        auto lower = [&](codegen::F16Scaling sc) {
+          return [&, sc](const GemmShape& s) {
+            return codegen::lower_gemm_coopmat(s, caps_, parse_gemm_tile(tile, true), mma, false,
+                                               GemmAblation::None, sc);
+          };
+        };
+        const double scaled = check(p, lower({true, true}), &names, false, 3, ma, mb);
+        EXPECT_LE(scaled, 2e-3) << "|a| ~ " << ma << ", |b| ~ " << mb << ", tile '" << tile << "' via " << names;
+        const double unscaled = check(p, lower({}), nullptr, false, 3, ma, mb);
+        EXPECT_FALSE(unscaled <= 0.2) << "unscaled rel L2 " << unscaled << " |a| ~ " << ma << ", |b| ~ " << mb;
+      }
 }
 
 // ---------------------------------------------------------------------------------------------- knobs

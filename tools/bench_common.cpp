@@ -155,8 +155,9 @@ Json memory_fields(const Session& s, const Graph& compiled) {
   int64_t dispatches = 0, matmuls = 0, f16_gemm = 0;
   for (const auto& [name, src] : s.kernel_sources()) {
     ++dispatches;
-    // GEMM kernels only: not the f16 packing passes or the split-K sums that come with some of them.
-    if (name.rfind("matmul_", 0) == 0 && name.rfind("matmul_f16_pack_", 0) != 0 &&
+    // GEMM kernels only: not the f16 packing and operand-scaling passes (matmul_f16_*) or the split-K sums
+    // that come with some of them.
+    if (name.rfind("matmul_", 0) == 0 && name.rfind("matmul_f16_", 0) != 0 &&
         name.rfind("matmul_splitk_sum_", 0) != 0)
       ++matmuls;
     if (name.rfind("matmul_coopmat_f16_", 0) == 0 && name.rfind("matmul_coopmat_f16_emul_", 0) != 0)

@@ -69,6 +69,10 @@ struct KernelOptions {
   // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
   bool f16_gemm = true;
   GemmTile f16_tile;  // the f16 cooperative-matrix tile
+  // The f16 GEMM scales each operand that is not a Parameter by an exact power of two (from a max |x| pass
+  // over it) so that its f16 copy neither flushes small values (gradients ~1e-6: f16's normal range starts at
+  // 6.1e-5) nor overflows past 65504; the f32 result is unscaled exactly. Off: plain rounding to f16.
+  bool f16_operand_scaling = true;
   GemmAblation f16_ablation = GemmAblation::None;
   ConvTile conv_tile;
 

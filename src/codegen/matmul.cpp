@@ -3,7 +3,8 @@
 //  * Tiled (matmul_simt.cpp, the default): the register-tiled SIMT kernel, an instantiation of the tiled
 //    GEMM emitter (gemm_tiled.h); small grids split K.
 //  * Small (matmul_small.cpp): for M or N tiny (GEMV-like), a workgroup or a thread per output.
-//  * CoopMatF16 (matmul_coopmat.cpp): A and B rounded to zero-padded f16 copies, then multiplied with
+//  * CoopMatF16 (matmul_coopmat.cpp): A and B rounded to zero-padded f16 copies (non-parameter operands
+//    scaled by a power of two first, matmul_coopmat_scale.cpp), then multiplied with
 //    GL_NV_cooperative_matrix with f32 accumulation; Accelerated nodes only, once the device self-test
 //    passed.
 #include "codegen/matmul.h"
@@ -108,13 +109,14 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
     case GemmVariant::Small:
       return gl::one_kernel(small_gemm_kernel(s, caps));
     case GemmVariant::CoopMatF16:
-      return coopmat_gemm(s, caps, options.coopmat_tile, options.mma, options.coopmat_ablate, false);
+      return coopmat_gemm(s, caps, options.coopmat_tile, options.mma, options.coopmat_ablate, false,
+                          options.coopmat_scaling);
   }
   throw Error("internal: unknown GEMM variant");
 }
 
 Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const GemmTile& tile,
-                            const CoopMatShape& mma, bool emulate, GemmAblation ablate) {
+                            const CoopMatShape& mma, bool emulate, GemmAblation ablate, F16Scaling scaling) {
   if (s.a_stride.size() != s.batch.size() || s.b_stride.size() != s.batch.size())
     throw Error("matmul: batch strides do not match the batch rank");
   Lowering l;
@@ -122,7 +124,7 @@ Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const Ge
     l.output_zero_filled = true;
     return l;
   }
-  return coopmat_gemm(s, caps, tile, mma, ablate, emulate);
+  return coopmat_gemm(s, caps, tile, mma, ablate, emulate, scaling);
 }
 
 Lowering lower_matmul(const LowerContext& ctx) {
@@ -164,6 +166,10 @@ Lowering lower_matmul(const LowerContext& ctx) {
   o.coopmat_tile = ko.f16_tile;
   o.coopmat_ablate = ko.f16_ablation;
   o.mma = ctx.caps.coopmat_mma;
+  // Operands below f16's range (gradients) or above it are scaled by powers of two; parameters (weights,
+  // O(1e-2..1)) are not, which saves their max pass.
+  if (ko.f16_operand_scaling)
+    o.coopmat_scaling = {ctx.input(0).op != ir::Op::Parameter, ctx.input(1).op != ir::Op::Parameter};
   // f16 inputs are only for nodes that allow reduced precision, on a device whose self-test passed.
   if (ctx.precision() == Precision::Accelerated && ko.f16_gemm && caps_allow_coopmat(ctx.caps) &&
       ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8)

@@ -27,17 +27,28 @@ enum class GemmVariant : uint8_t { Auto, Tiled, Small, CoopMatF16 };
 
 using mgn::GemmTile;
 
+// Which operands of a CoopMatF16 product get exact power-of-two scaling on their way to f16
+// (KernelOptions::f16_operand_scaling; matmul_coopmat_scale.cpp): a scaled operand's max |x| is taken first
+// and its f16 copy holds x * s, s = 2^(14 - e) for max |x| in [2^(e-1), 2^e), so the copy's largest value lies
+// in [2^13, 2^14) whatever the operand's magnitude; the f32 accumulators are multiplied by 1 / (s_a * s_b).
+struct F16Scaling {
+  bool a = false, b = false;
+  bool any() const { return a || b; }
+};
+
 struct GemmOptions {
   GemmVariant variant = GemmVariant::Auto;
   GemmTile tile;          // for Tiled
   GemmTile coopmat_tile;  // for CoopMatF16
+  F16Scaling coopmat_scaling;  // for CoopMatF16
   CoopMatShape mma;       // for CoopMatF16
   // Benchmarks only (wrong results): parts of the CoopMatF16 kernel removed (mgn::GemmAblation).
   GemmAblation coopmat_ablate = GemmAblation::None;
 };
 
 // Bindings: 0 = a, 1 = b (node inputs 0, 1), 2 = output (split-K adds a scratch buffer and a second kernel;
-// CoopMatF16 is three kernels: pack A to scratch 0, pack B to scratch 1, multiply scratch 0 x 1 -> output).
+// CoopMatF16 is three kernels: pack A to scratch 0, pack B to scratch 1, multiply scratch 0 x 1 -> output;
+// with operand scaling, two max |x| passes come first, writing the scales to the last scratch buffer).
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, GemmVariant variant = GemmVariant::Auto);
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOptions& options);
 
@@ -45,9 +56,9 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
 // machine without GL_NV_cooperative_matrix. `emulate` spells every cooperative-matrix operation out in
 // plain GLSL over virtual 32-lane subgroups (same tiling, staging, rounding and edges), so a device
 // without the extension can run it and check everything but the hardware multiply. `ablate` as
-// GemmOptions::coopmat_ablate (tests of the ablations themselves).
+// GemmOptions::coopmat_ablate (tests of the ablations themselves); `scaling` as GemmOptions::coopmat_scaling.
 Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const GemmTile& tile = {},
                             const CoopMatShape& mma = {}, bool emulate = false,
-                            GemmAblation ablate = GemmAblation::None);
+                            GemmAblation ablate = GemmAblation::None, F16Scaling scaling = {});
 
 }  // namespace mgn::codegen

@@ -38,6 +38,6 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want);
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps);
 Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
-                      const CoopMatShape& mma, GemmAblation ablation, bool emulate);
+                      const CoopMatShape& mma, GemmAblation ablation, bool emulate, F16Scaling scaling);
 
 }  // namespace mgn::codegen

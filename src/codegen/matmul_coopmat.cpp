@@ -1,7 +1,9 @@
 // matmul's f16 cooperative-matrix lowering (Accelerated nodes, once the device self-test passed): the
 // configuration, the packing kernels and the kernel sequence.
 //
-// Two steps. First one pass per operand rounds it to f16 into a scratch copy, zero-padded to whole blocks
+// Two steps (three with operand scaling: matmul_coopmat_scale.cpp's max |x| passes come first, and the
+// packing multiplies each scaled operand by its power of two). First one pass per operand rounds it to f16
+// into a scratch copy, zero-padded to whole blocks
 // (rows and columns of the operand's global layout rounded up to the block tile and K slice), packed
 // 8 halves to a uvec4: the GEMM then reads half the bytes of the f32 operand, 16 bytes per load, with no
 // bounds checks. Then the GEMM (matmul_coopmat_kernel.cpp) multiplies the copies with
@@ -117,12 +119,14 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
 
 // One operand to its f16 copy (scratch `slot`): invocation i writes 8 halves of row r, columns 8c..8c+7,
 // zero outside the src_rows x src_cols matrix.
+// `scale_slot` >= 0: the values are multiplied by the scale buffer's word `scale_word` (a power of two) first.
 Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOperand& p,
-                        const DeviceCaps& caps) {
-  const bool v4 = p.src_cols % 4 == 0;
+                        const DeviceCaps& caps, int scale_slot, int scale_word) {
+  const bool v4 = p.src_cols % 4 == 0, scaled = scale_slot >= 0;
   const uint64_t per_row = p.cols / 8, src_mat = p.src_rows * p.src_cols;
   const std::string decls = gl::buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", "readonly restrict ") +
-                            gl::buffer_as(1, "uvec4", "P", "writeonly restrict ");
+                            gl::buffer_as(1, "uvec4", "P", "writeonly restrict ") +
+                            (scaled ? gl::buffer_as(2, "uint", "S", "readonly restrict ") : "");
   // v4: src_cols and c are multiples of 4, so each vec4 lies wholly inside the row or wholly past its end.
   const std::string load = v4 ? gl::render(R"(    if (c < ${SC}) lo = X4[src >> 2];
     if (c + 4u < ${SC}) hi = X4[(src >> 2) + 1u];
@@ -140,37 +144,46 @@ Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOper
   if (r < ${SR}) {
     uint src = mat * ${SRC_MAT} + r * ${SC} + c;
 ${LOAD}  }
-  P[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+${SCALE}  P[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
 )",
                                       {{"VEC8", u(p.vec8())},
                                        {"PER_ROW", u(per_row)},
                                        {"SR", u(p.src_rows)},
                                        {"SRC_MAT", u(src_mat)},
                                        {"SC", u(p.src_cols)},
-                                       {"LOAD", load}});
-  const std::string name = std::string("matmul_f16_pack_") + which + "_" + su(p.rows) + "x" + su(p.cols);
-  return gl::elementwise(name, "matmul f16 copy of " + std::string(which) + ", zero-padded to whole blocks",
-                         decls, body, p.count * p.vec8(),
-                         {{BindingKind::Input, input, false}, {BindingKind::Scratch, slot, true}}, caps);
+                                       {"LOAD", load},
+                                       {"SCALE", scaled ? "  float s = uintBitsToFloat(S[" + su(scale_word) +
+                                                              "]);  // exact: a power of two\n  lo *= s;\n  hi *= s;\n"
+                                                        : ""}});
+  const std::string name = std::string("matmul_f16_pack_") + which + (scaled ? "_scaled_" : "_") + su(p.rows) +
+                           "x" + su(p.cols);
+  std::vector<Binding> bindings = {{BindingKind::Input, input, false}, {BindingKind::Scratch, slot, true}};
+  if (scaled) bindings.push_back({BindingKind::Scratch, scale_slot, false});
+  return gl::elementwise(name,
+                         "matmul f16 copy of " + std::string(which) + (scaled ? ", scaled by 2^k," : "") +
+                             " zero-padded to whole blocks",
+                         decls, body, p.count * p.vec8(), std::move(bindings), caps);
 }
 
 }  // namespace
 
-// The whole f16 lowering: pack A, pack B (scratch 0 and 1), multiply.
+// The whole f16 lowering: [scale passes,] pack A, pack B (scratch 0 and 1), multiply [, split-K sum]. The
+// scale buffer is the last scratch buffer (2, or 3 after split K's partial products).
 Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
-                      const CoopMatShape& mma, GemmAblation ablation, bool emulate) {
+                      const CoopMatShape& mma, GemmAblation ablation, bool emulate, F16Scaling scaling) {
   const CoopConfig c = pick_coop(s, caps, want, mma, ablation);
   Lowering l;
   const PackedOperand pa = packed_a(s, c), pb = packed_b(s, c);
+  const uint64_t outs = batch_count(s) * s.m * s.n;
   l.scratch_words = {pa.words(), pb.words()};
-  l.kernels.push_back(coop_pack_kernel("a", 0, 0, pa, caps));
-  l.kernels.push_back(coop_pack_kernel("b", 1, 1, pb, caps));
-  l.kernels.push_back(coop_kernel(s, caps, c, emulate));
-  if (c.splits > 1) {
-    const uint64_t outs = batch_count(s) * s.m * s.n;
-    l.scratch_words.push_back(c.splits * outs);
-    l.kernels.push_back(splitk_sum_kernel(c.splits, outs, 2, caps));
-  }
+  if (c.splits > 1) l.scratch_words.push_back(c.splits * outs);
+  const CoopScale sc = coop_scale(s, c, scaling, int(l.scratch_words.size()));
+  if (sc.on()) l.scratch_words.push_back(sc.words());
+  for (Kernel& k : coop_scale_kernels(s, c, sc, caps)) l.kernels.push_back(std::move(k));
+  l.kernels.push_back(coop_pack_kernel("a", 0, 0, pa, caps, sc.which.a ? sc.slot : -1, 0));
+  l.kernels.push_back(coop_pack_kernel("b", 1, 1, pb, caps, sc.which.b ? sc.slot : -1, 1));
+  l.kernels.push_back(coop_kernel(s, caps, c, emulate, sc));
+  if (c.splits > 1) l.kernels.push_back(splitk_sum_kernel(c.splits, outs, 2, caps));
   return l;
 }
 

@@ -52,7 +52,26 @@ bool coop_direct_store(const GemmShape& s, const CoopConfig& c);
 uint32_t coop_staging_bytes(const CoopConfig& c);
 bool coop_stage_in_a(const GemmShape& s, const CoopConfig& c);
 
-// The multiply kernel: scratch 0 x scratch 1 -> the output (or, split K, scratch 2).
-Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate);
+// Power-of-two operand scaling (matmul_coopmat_scale.cpp). The scale buffer (scratch `slot`) holds, as f32
+// bits: [0] s_a, [1] s_b (1 for an operand not scaled), [2] 1 / (s_a * s_b), [3] unused, then the absmax
+// pass's per-workgroup maxima of |A| (groups_a words) and of |B| (groups_b words) as f32 bits.
+constexpr uint64_t kScaleHeaderWords = 4;
+struct CoopScale {
+  F16Scaling which;
+  int slot = -1;            // scratch index of the scale buffer; -1: no scaling
+  uint64_t groups_a = 0, groups_b = 0;
+  bool on() const { return slot >= 0; }
+  uint64_t words() const { return kScaleHeaderWords + groups_a + groups_b; }
+};
+CoopScale coop_scale(const GemmShape& s, const CoopConfig& c, F16Scaling which, int slot);
+// The two passes before the packing kernels: per-workgroup max |x| of each scaled operand, then one
+// workgroup reducing them and writing the scales.
+std::vector<Kernel> coop_scale_kernels(const GemmShape& s, const CoopConfig& c, const CoopScale& sc,
+                                       const DeviceCaps& caps);
+
+// The multiply kernel: scratch 0 x scratch 1 -> the output (or, split K, scratch 2); with `sc` on, the
+// accumulators are multiplied by the scale buffer's 1 / (s_a * s_b) before they are stored.
+Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate,
+                   const CoopScale& sc);
 
 }  // namespace mgn::codegen

@@ -19,9 +19,10 @@ using gl::u;
 
 class CoopKernel {
  public:
-  CoopKernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate)
+  CoopKernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate, const CoopScale& sc)
       : s_(s),
         c_(c),
+        sc_(sc),
         mma_(c.mma),
         emulate_(emulate),
         unroll_(emulate ? "" : "[[unroll]] "),
@@ -76,6 +77,7 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
     k.bindings = {{BindingKind::Scratch, 0, false},
                   {BindingKind::Scratch, 1, false},
                   split_ ? Binding{BindingKind::Scratch, 2, true} : Binding{BindingKind::Output, 0, true}};
+    if (sc_.on()) k.bindings.push_back({BindingKind::Scratch, sc_.slot, false});
     k.groups = grid_.groups;
     return k;
   }
@@ -85,7 +87,7 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
     const CoopConfig& c = c_;
     return su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_w" + su(c.wm) + "x" + su(c.wn) + "_m" + su(mma_.m) +
            "x" + su(mma_.n) + "x" + su(mma_.k) + "_g" + su(c.group_m) + (split_ ? "_s" + su(c.splits) : "") + (direct_store_ ? "" : "_edge") + "_t" + su(s_.transpose_a) +
-           su(s_.transpose_b) + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
+           su(s_.transpose_b) + (sc_.on() ? "_scaled" : "") + (c.ablate.empty() ? "" : "_ABLATED_" + c.ablate);
   }
 
   std::string header() const {
@@ -118,7 +120,7 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
     return gl::render(
         R"(// A16, B16: the operands' f16 copies, 8 halves per uvec4, ${AL} ${AR}x${AC} and ${BL} ${BR}x${BC} halves per matrix (zero padding)
 ${BUFFERS}layout(std430, set = 0, binding = 2) buffer B2 { float C[]; };
-const uint M = ${MU}, N = ${NU};
+${SCALES}const uint M = ${MU}, N = ${NU};
 const uint BM = ${BM}, BN = ${BN}, BK = ${BK};
 const uint SA = ${SA}, SB = ${SB};  // shared row strides in halves
 const uint GA = ${GA}, GB = ${GB};  // the f16 copies' row strides in halves
@@ -133,6 +135,9 @@ ${SHARED}${REGISTERS}uint tid, warp, lane, wm0, wn0, m0, n0, a_off, b_off;  // a
          {"BC", su(pb_.cols)},
          {"BUFFERS", gl::buffer_as(0, "uvec4", "A16", "readonly restrict ") +
                          gl::buffer_as(1, "uvec4", "B16", "readonly restrict ")},
+         {"SCALES", sc_.on() ? "// the operand scales; word 2 is 1 / (s_a * s_b), a power of two\n" +
+                                   gl::buffer_as(3, "uint", "S", "readonly restrict ")
+                             : ""},
          {"MU", u(s_.m)},
          {"NU", u(s_.n)},
          {"BM", u(c.bm)},
@@ -396,7 +401,19 @@ ${ZERO}${K_RANGE}  const bool LOADS = ${LOADS}
 
   // The stores of this subgroup's accumulators; split K: this split's partial product, [split][batch][m][n]
   // in scratch 2.
-  std::string epilogue() const {
+  std::string epilogue() const { return unscale() + stores(); }
+
+  // Scaled operands: the accumulators times 1 / (s_a * s_b) (exact, a power of two), before any store
+  // (split K: each partial product, so the sum kernel adds unscaled values).
+  std::string unscale() const {
+    if (!sc_.on()) return "";
+    return "  const float unscale = uintBitsToFloat(S[2]);\n  " + unroll_ + "for (uint i = 0u; i < " +
+           u(fi_ * fj_) + "; ++i)" +
+           (emulate_ ? "\n    " + unroll_ + "for (uint e = 0u; e < " + u(per_lane_) + "; ++e) acc[i][e] *= unscale;\n"
+                     : " acc[i] = acc[i] * unscale;\n");
+  }
+
+  std::string stores() const {
     const std::string coff =
         "  uint coff = " + (split_ ? "(split * " + u(nb_) + " + batch)" : std::string("batch")) + " * " +
         u(s_.m * s_.n) + ";\n";
@@ -452,6 +469,7 @@ ${STAGE}      barrier();
 
   const GemmShape& s_;
   const CoopConfig& c_;
+  const CoopScale& sc_;
   const CoopMatShape& mma_;
   const bool emulate_;
   const std::string
@@ -468,8 +486,9 @@ ${STAGE}      barrier();
 
 }  // namespace
 
-Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate) {
-  return CoopKernel(s, caps, c, emulate).kernel();
+Kernel coop_kernel(const GemmShape& s, const DeviceCaps& caps, const CoopConfig& c, bool emulate,
+                   const CoopScale& sc) {
+  return CoopKernel(s, caps, c, emulate, sc).kernel();
 }
 
 }  // namespace mgn::codegen

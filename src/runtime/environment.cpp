@@ -99,6 +99,11 @@ const std::vector<Row>& rows() {
       {{"MGN_GEMM_F16", "compiler", "`1` / `0` (`1`: where the device self-test passes)",
         "`0`: Accelerated matmuls stay f32. Option: `KernelOptions::f16_gemm`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_gemm = parse_flag(v, n); }},
+      {{"MGN_GEMM_F16_SCALING", "compiler", "`1` / `0` (`1`)",
+        "`0`: the f16 GEMM rounds its operands to f16 as they are, without the power-of-two scaling of "
+        "non-parameter operands (values below 6e-8 then flush to zero, above 65504 overflow). Option: "
+        "`KernelOptions::f16_operand_scaling`"},
+       [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_operand_scaling = parse_flag(v, n); }},
       {{"MGN_GEMM_F16_TILE", "compiler", "`BMxBNxBK[,wWMxWN][,gG][,sS]` (chosen per shape)",
         "the f16 cooperative-matrix GEMM tile. Option: `KernelOptions::f16_tile`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_tile = parse_gemm_tile(v, true, n); }},
