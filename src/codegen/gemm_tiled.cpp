@@ -118,13 +118,18 @@ ScheduleText single_buffered_scalar(const TiledGemm& g) {
       stage_slice();
       barrier();
       if (k0 + BK < k_end) load_slice(k0 + BK);  // in flight while this slice is multiplied
+      float part[TM][TN];  // this slice's products, summed apart and then added: two-level summation
+      for (uint i = 0u; i < TM; ++i)
+        for (uint j = 0u; j < TN; ++j) part[i][j] = 0.0;
       for (uint kk = 0u; kk < BK; ++kk) {
         float av[TM], bv[TN];
         for (uint i = 0u; i < TM; ++i) av[i] = As[kk][tx + i * TX];
         for (uint j = 0u; j < TN; ++j) bv[j] = Bs[kk][ty + j * TY];
         for (uint i = 0u; i < TM; ++i)
-          for (uint j = 0u; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+          for (uint j = 0u; j < TN; ++j) part[i][j] = fma(av[i], bv[j], part[i][j]);
       }
+      for (uint i = 0u; i < TM; ++i)
+        for (uint j = 0u; j < TN; ++j) acc[i][j] += part[i][j];
       barrier();
     }
   }

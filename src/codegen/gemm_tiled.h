@@ -36,6 +36,9 @@ enum class GemmSchedule : uint8_t {
   // registers while this one is multiplied, two barriers per slice. A 2-D workgroup of TX x TY threads owns
   // TM x TN accumulators strided across the block: rows tx + i*TX, columns ty + j*TY, which keeps the
   // shared reads conflict-free. The K loop runs [k_begin, k_end) (0 and K unless the set-up narrows them).
+  // Each slice's BK products are summed into a zeroed partial that is then added to the accumulator (two-level
+  // summation: error ~ (BK + K/BK) ulps, not K; the conv kernels' long K of smooth, cancelling products made
+  // the U-Net's attention-block gradients 4x further from f64 than PyTorch's, docs/unet.md "Gates").
   // The epilogue sees `uint m` (< M), `uint n` (< N) and `float v`.
   SingleBufferedScalar,
 };
