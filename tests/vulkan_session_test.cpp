@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 
 #include "mgn/data.h"
@@ -255,4 +256,40 @@ TEST(VulkanSession, LongAttentionAsMatmulTrainsLikeCpu) {
       }
     }
   }
+}
+
+// CompileOptions::on_progress: (0, total) first, then one call per kernel compiled to SPIR-V with done counting
+// up to total; total is the number of kernels the compile report says went to the SPIR-V compiler or its caches.
+// A second compile of the same graph in the same cache folder (a compiled-session cache hit) reports nothing.
+TEST(VulkanSession, CompileProgressCountsTheKernels) {
+  const std::string dir = testing::TempDir() + "mgn_compile_progress";
+  std::filesystem::remove_all(dir);
+  auto make_graph = [](Graph& g) {
+    Tensor x = g.input("x", {3, 37});
+    Tensor w = g.parameter("w", {37, 11}, Init::uniform(-0.5, 0.5, 1));
+    g.output("loss", mean(square(tanh(matmul(x, w)) * 1.75 + 0.25)));
+  };
+  std::vector<CompileProgress> calls;
+  CompileOptions opt{.mode = Mode::Train, .backend = Backend::Vulkan, .device = test::device_options()};
+  opt.cache_dir = dir;
+  opt.on_progress = [&](const CompileProgress& p) { calls.push_back(p); };
+  Graph g1;
+  make_graph(g1);
+  Session s1 = compile(g1, opt);
+  ASSERT_STRNE(s1.backend(), "cpu");
+  const CompileReport r = s1.compile_report();
+  const size_t total = r.compiled + r.spirv_memory_hits + r.spirv_disk_hits;
+  ASSERT_GT(total, 0u);
+  ASSERT_EQ(calls.size(), total + 1);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].done, i);
+    EXPECT_EQ(calls[i].total, total);
+  }
+  calls.clear();
+  Graph g2;
+  make_graph(g2);
+  Session s2 = compile(g2, opt);
+  EXPECT_EQ(s2.compile_report().emitted, 0u) << "the second compile is a compiled-session cache hit";
+  EXPECT_TRUE(calls.empty());
+  std::filesystem::remove_all(dir);
 }

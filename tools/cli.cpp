@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "progress.h"
+
 namespace mgn::tool {
 
 namespace {
@@ -136,6 +138,7 @@ CompileOptions compile_options(const Context& c, const CompileFlags& f, Mode mod
   o.backend = backend_from_name(f.backend);
   if (!f.device.empty()) o.device.device = f.device;
   if (!f.precision.empty()) o.default_precision = precision_from_name(f.precision);
+  o.on_progress = compile_progress(mode == Mode::Train ? "the training session" : "the inference session");
   return o;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 namespace mgn::tool {
 
@@ -67,6 +68,31 @@ void Progress::print(int64_t done, const std::string& extra, bool final) {
                bar.c_str(), (long long)done, (long long)total_, rate, unit_.c_str(), when.c_str(),
                extra.empty() ? "" : "  ", extra.c_str(), tty_ ? (final ? "\033[K\n" : "\033[K") : "\n");
   std::fflush(stderr);
+}
+
+std::function<void(const CompileProgress&)> compile_progress(std::string what, double after_seconds) {
+  struct State {
+    std::string what;
+    double after = 0;
+    std::unique_ptr<Progress> line;  // from the first call, so that its rate counts the whole compile
+    bool shown = false;
+  };
+  auto st = std::make_shared<State>();
+  st->what = std::move(what);
+  st->after = after_seconds;
+  return [st](const CompileProgress& p) {
+    if (p.done == 0 || !st->line) {
+      st->line = std::make_unique<Progress>("compiling " + st->what, int64_t(p.total), "kernels");
+      st->shown = false;
+    }
+    st->shown = st->shown || st->line->seconds() > st->after;
+    if (!st->shown) return;
+    st->line->update(int64_t(p.done));
+    if (p.done >= p.total) {
+      st->line->finish();
+      st->line.reset();
+    }
+  };
 }
 
 }  // namespace mgn::tool

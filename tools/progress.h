@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "mgn/session.h"
 
 namespace mgn::tool {
 
@@ -33,6 +36,10 @@ class Progress {
   int64_t last_tenth_ = -1;
   int64_t done_ = 0;
 };
+
+// A CompileOptions::on_progress that draws a "compiling <what>" line (kernels done of total, rate, time left)
+// once compiling to SPIR-V has taken longer than `after_seconds`: short and warm compiles print nothing.
+std::function<void(const CompileProgress&)> compile_progress(std::string what, double after_seconds = 1.0);
 
 // "12s", "3m05s", "1h02m".
 std::string format_duration(double seconds);

@@ -11,6 +11,7 @@
 //   infer.load_checkpoint("cnn.safetensors");  // parameters by name; optimizer state is ignored
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,6 +37,12 @@ Backend backend_from_name(const std::string& s);  // "auto", "cpu", "vulkan"
 // options and the device (its features and limits, and the verdict of the f16 GEMM self-test on it);
 // nothing is read from the process environment (mgn/environment.h maps MGN_* variables onto these fields
 // for programs that want that).
+// What CompileOptions::on_progress reports: `done` of `total` kernels compiled from GLSL to SPIR-V (including
+// the ones the per-kernel SPIR-V cache answered).
+struct CompileProgress {
+  size_t done = 0, total = 0;
+};
+
 struct CompileOptions {
   Mode mode = Mode::Infer;
   Optimizer optimizer = AdamW{};
@@ -67,6 +74,10 @@ struct CompileOptions {
   // Vulkan: called on the host after submission i of a step is queued and before submission i + 1 is
   // (never after the last), e.g. to queue a frame's rendering between the pieces of a training step.
   std::function<void(int submission)> between_submissions;
+  // Vulkan: called while the session's kernels are turned into SPIR-V (the slow part of a cold compile):
+  // once with done = 0 when there is any to compile, then after each one, done = total last. Calls come one at
+  // a time, from the compile's worker threads. Nothing is called when every kernel came from a cache entry.
+  std::function<void(const CompileProgress&)> on_progress;
 };
 
 // Memory one session holds, measured (not planned) where the device can say.

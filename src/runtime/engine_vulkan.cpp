@@ -92,6 +92,8 @@ vk::GraphExecutorOptions executor_options(const CompileOptions& co, vk::Context&
   limit_to_device(o.plan, ctx);
   o.plan.submissions = co.submissions;
   o.between_submissions = co.between_submissions;
+  if (co.on_progress)
+    o.on_compile_progress = [f = co.on_progress](size_t done, size_t total) { f({.done = done, .total = total}); };
   o.timestamps = co.profile;
   o.lazy_parameters = true;  // load_checkpoint right after compile skips the random initial weights
   return o;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <set>
 #include <unordered_map>
 
@@ -102,12 +103,19 @@ void GraphExecutor::compile_kernels() {
     }
   }
   const codegen::ShaderCompiler::Stats before = compiler_->stats();
+  std::mutex progress_mutex;
+  size_t done = 0;
+  if (opt_.on_compile_progress && !to_compile.empty()) opt_.on_compile_progress(0, to_compile.size());
   support::parallel_for(to_compile.size(), opt_.compile_threads, [&](size_t i) {
     const codegen::Kernel& kern = kernels_[first_of[to_compile[i]]];
     codegen::ShaderOptions so;
     so.name = kern.name;
     so.scalar_block_layout = kern.scalar_block_layout;
     spirv[to_compile[i]] = compiler_->compile(kern.glsl, so).words;
+    if (opt_.on_compile_progress) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      opt_.on_compile_progress(++done, to_compile.size());
+    }
   });
   const codegen::ShaderCompiler::Stats after = compiler_->stats();
   stats_.compiled = after.compiled - before.compiled;

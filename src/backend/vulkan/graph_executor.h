@@ -56,6 +56,9 @@ struct GraphExecutorOptions {
   plan::PlanOptions plan;  // tuning (in_place, reuse, submissions...); sizes, alignment and limits from the device
   // Called after submission i of a step is queued, before submission i + 1 (plan.submissions > 1).
   std::function<void(int)> between_submissions;
+  // Called with (done, total) while kernels are compiled to SPIR-V: (0, total) first, then after each one;
+  // serialized, from the worker threads. Not called when nothing needs compiling.
+  std::function<void(size_t, size_t)> on_compile_progress;
 };
 
 // What one executor holds (VkDeviceMemory its allocator reserved) and how it submits.
