@@ -28,31 +28,12 @@ namespace mgn {
 using test::error_of;
 namespace {
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using test::read_bytes;
 
 // Runs the generator once per test process (cached under the temp dir, keyed by the script's contents).
 const std::string& model_dir() {
-  static const std::string dir = [] {
-    const std::string script = std::string(MGN_SOURCE_DIR) + "/tests/ref/nnef_models.py";
-    const std::string text = read_bytes(script) + read_bytes(std::string(MGN_SOURCE_DIR) + "/tests/ref/st_io.py");
-    const std::string key = std::to_string(std::hash<std::string>{}(text + MGN_TORCH_PYTHON));
-    const std::filesystem::path cached = std::filesystem::temp_directory_path() / ("mgn-nnef-models-" + key);
-    if (std::filesystem::exists(cached / "done")) return cached.string();
-    std::string d = test::make_temp_dir("nnef_models");
-    std::string cmd = std::string(MGN_TORCH_PYTHON) + " " + script + " " + d + " > " + d + "/gen.log 2>&1";
-    if (std::system(cmd.c_str()) != 0) throw Error("nnef_models.py failed:\n" + read_bytes(d + "/gen.log"));
-    std::ofstream(d + "/done") << "ok\n";
-    std::error_code ec;
-    std::filesystem::rename(d, cached, ec);
-    if (std::filesystem::exists(cached / "done")) {
-      if (ec) std::filesystem::remove_all(d, ec);
-      return cached.string();
-    }
-    return d;
-  }();
+  static const std::string dir =
+      test::generated_dir("nnef-models", "tests/ref/nnef_models.py", {"tests/ref/st_io.py"});
   return dir;
 }
 

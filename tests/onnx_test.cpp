@@ -32,35 +32,11 @@ namespace mgn {
 using test::error_of;
 namespace {
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using test::read_bytes;
 
-// Runs the export script and returns its output directory. ctest runs every test in its own process, so
-// the result is cached under the temp dir keyed by the script's contents (renamed into place when
-// complete, so a concurrent or interrupted run never leaves a half-written cache).
+// The export script's output directory (made once, cached: test::generated_dir).
 const std::string& model_dir() {
-  static const std::string dir = [] {
-    const std::string script = std::string(MGN_SOURCE_DIR) + "/tests/ref/onnx_export.py";
-    const std::string text = read_bytes(script);
-    if (text.empty()) throw Error("cannot read " + script);
-    const std::string key = std::to_string(std::hash<std::string>{}(text + MGN_TORCH_PYTHON));
-    const std::filesystem::path cached = std::filesystem::temp_directory_path() / ("mgn-onnx-models-" + key);
-    if (std::filesystem::exists(cached / "done")) return cached.string();
-    std::string d = test::make_temp_dir("onnx_models");
-    std::string cmd = std::string(MGN_TORCH_PYTHON) + " " + script + " " + d + " > " + d + "/export.log 2>&1";
-    int rc = std::system(cmd.c_str());
-    if (rc != 0) throw Error("onnx_export.py failed:\n" + read_bytes(d + "/export.log"));
-    std::ofstream(d + "/done") << "ok\n";
-    std::error_code ec;
-    std::filesystem::rename(d, cached, ec);  // fails harmlessly when another process got there first
-    if (std::filesystem::exists(cached / "done")) {
-      if (ec) std::filesystem::remove_all(d, ec);
-      return cached.string();
-    }
-    return d;
-  }();
+  static const std::string dir = test::generated_dir("onnx-models", "tests/ref/onnx_export.py");
   return dir;
 }
 

@@ -16,6 +16,7 @@
 #include "mgn/checkpoint.h"
 #include "mgn/session.h"
 #include "mgn/smolvla.h"
+#include "support/gates.h"
 #include "support/test_util.h"
 
 using namespace mgn;
@@ -219,11 +220,7 @@ void check_against_torch(smolvla::Attention variant) {
     s->run();
     const std::string who = s->backend();
     EXPECT_LT(test::rel_l2(wide(s->read("velocity")), ref.at("velocity").to_f64()), 1e-4) << who;
-    const double loss = ref.at("loss").to_f64()[0];
-    EXPECT_NEAR(s->read_scalar("loss"), loss, 1e-4 * std::fabs(loss)) << who;
-    for (auto& [name, t] : gr.params)
-      EXPECT_LT(test::rel_l2(wide(s->read("grad." + name)), ref.at("grad." + name).to_f64()), 1e-3)
-          << who << " " << name;
+    test::expect_loss_and_gradients(*s, ref, gr.params);
   }
 }
 

@@ -36,10 +36,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using test::read_bytes;
 
 const std::string ref_script = std::string(MGN_SOURCE_DIR) + "/tests/ref/bpe_reference.py";
 const std::string hf_script = std::string(MGN_SOURCE_DIR) + "/tests/ref/hf_tokenizers_ids.js";

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "progress.h"
 
@@ -140,6 +142,18 @@ CompileOptions compile_options(const Context& c, const CompileFlags& f, Mode mod
   if (!f.precision.empty()) o.default_precision = precision_from_name(f.precision);
   o.on_progress = compile_progress(mode == Mode::Train ? "the training session" : "the inference session");
   return o;
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f) throw Error("cannot write '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error("cannot write '" + path + "': " + ec.message());
 }
 
 }  // namespace mgn::tool

@@ -65,6 +65,10 @@ void add_model_dir(CLI::App& app, std::string& dir);
 // The environment's options (mgn::Environment::apply), then the flags, then the mode.
 CompileOptions compile_options(const Context& c, const CompileFlags& flags, Mode mode);
 
+// Writes `text` to `path` through `path.tmp` and a rename, so a reader sees the old file or the new one whole
+// (run descriptions, metrics); throws mgn::Error naming the file.
+void write_text_atomic(const std::string& path, const std::string& text);
+
 // ---- the commands (one Declare each; the table in tools/mgn.cpp names them)
 Run declare_train_fashion_mnist(CLI::App& app);  // tools/train_cmd.cpp
 Run declare_dump_checkpoint(CLI::App& app);      // tools/train_cmd.cpp

@@ -319,18 +319,6 @@ std::vector<float> to_float(const std::vector<uint8_t>& v) {
   return f;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f) throw Error("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot write '" + path + "': " + ec.message());
-}
-
 int dinovision_train(const VisionArgs& a, const Context& c) {
   auto t0 = Clock::now();
   if (a.image_dirs.empty()) throw UsageError("train: --images DIR is required");

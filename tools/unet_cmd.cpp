@@ -111,18 +111,6 @@ void to_latent(const float* img, const unet::Config& c, float* out) {
     for (int64_t i = 0; i < s * s; ++i) out[ch * s * s + i] = 2.0f * a[size_t(i)] - 1.0f;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f) throw Error("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot write '" + path + "': " + ec.message());
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -162,7 +150,7 @@ int unet_train(const UnetArgs& a, const Context& ctx) {
                         {"schedule", "DDPM linear betas 1e-4..0.02, 1000 steps"},
                         {"seed", a.seed}};
   metrics.write("run", run);
-  write_text(a.run_dir + "/run.json", run.dump(2) + "\n");
+  write_text_atomic(a.run_dir + "/run.json", run.dump(2) + "\n");
   std::fprintf(
       stderr,
       "unet train: %s config, %lld parameters, %lld images, batch %lld, backend %s; ready in %.1f s\n",

@@ -106,6 +106,34 @@ std::string make_temp_dir(const std::string& tag) {
   return p.string();
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string generated_dir(const std::string& tag, const std::string& script,
+                          const std::vector<std::string>& also_hashed) {
+  namespace fs = std::filesystem;
+  const std::string path = std::string(MGN_SOURCE_DIR) + "/" + script;
+  std::string text = read_bytes(path);
+  if (text.empty()) throw Error("cannot read " + path);
+  for (const std::string& f : also_hashed) text += read_bytes(std::string(MGN_SOURCE_DIR) + "/" + f);
+  const std::string key = std::to_string(std::hash<std::string>{}(text + MGN_TORCH_PYTHON));
+  const fs::path cached = fs::temp_directory_path() / ("mgn-" + tag + "-" + key);
+  if (fs::exists(cached / "done")) return cached.string();
+  const std::string d = make_temp_dir(tag);
+  const std::string cmd = std::string(MGN_TORCH_PYTHON) + " " + path + " " + d + " > " + d + "/gen.log 2>&1";
+  if (std::system(cmd.c_str()) != 0) throw Error(script + " failed:\n" + read_bytes(d + "/gen.log"));
+  std::ofstream(d + "/done") << "ok\n";
+  std::error_code ec;
+  fs::rename(d, cached, ec);  // fails harmlessly when another process got there first
+  if (fs::exists(cached / "done")) {
+    if (ec) fs::remove_all(d, ec);
+    return cached.string();
+  }
+  return d;
+}
+
 std::map<std::string, StoredTensor> run_torch(const std::string& script,
                                               const std::vector<StoredTensor>& inputs) {
   std::string dir = make_temp_dir("torch");

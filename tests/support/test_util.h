@@ -53,4 +53,15 @@ std::string error_of(const std::function<void()>& f);
 // A fresh empty directory under the system temp dir (removed by the caller if it wants).
 std::string make_temp_dir(const std::string& tag);
 
+// The whole file as bytes; "" when it cannot be read.
+std::string read_bytes(const std::string& path);
+
+// The directory `/usr/bin/python3 <MGN_SOURCE_DIR>/<script> DIR` fills (models, reference tensors), made once
+// and cached under the temp dir, keyed by the contents of the script and of `also_hashed` (files it imports,
+// paths relative to MGN_SOURCE_DIR): ctest runs every test in its own process. The directory is filled under
+// another name and renamed into place when complete, so a concurrent or interrupted run never leaves half a
+// result. Throws mgn::Error with the script's output when it fails.
+std::string generated_dir(const std::string& tag, const std::string& script,
+                          const std::vector<std::string>& also_hashed = {});
+
 }  // namespace mgn::test
