@@ -119,14 +119,17 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
 
 // One operand to its f16 copy (scratch `slot`): invocation i writes 8 halves of row r, columns 8c..8c+7,
 // zero outside the src_rows x src_cols matrix.
-// `scale_slot` >= 0: the values are multiplied by the scale buffer's word `scale_word` (a power of two) first.
-Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOperand& p,
-                        const DeviceCaps& caps, int scale_slot, int scale_word) {
-  const bool v4 = p.src_cols % 4 == 0, scaled = scale_slot >= 0;
+// `sc` on and `scaled`: the values are multiplied by the operand's power-of-two scale first, which each
+// workgroup reduces from the max pass's maxima (coop_scale_prologue); `writes_header`: this kernel's workgroup
+// 0 also writes the multiply's unscaling factor.
+Kernel coop_pack_kernel(const char* which, int input, int slot, const PackedOperand& p, const DeviceCaps& caps,
+                        const CoopScale& sc, bool scaled, bool writes_header) {
+  const bool v4 = p.src_cols % 4 == 0;
   const uint64_t per_row = p.cols / 8, src_mat = p.src_rows * p.src_cols;
-  const std::string decls = gl::buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", "readonly restrict ") +
-                            gl::buffer_as(1, "uvec4", "P", "writeonly restrict ") +
-                            (scaled ? gl::buffer_as(2, "uint", "S", "readonly restrict ") : "");
+  const std::string decls =
+      gl::buffer_as(0, v4 ? "vec4" : "float", v4 ? "X4" : "X", "readonly restrict ") +
+      gl::buffer_as(1, "uvec4", "P", "writeonly restrict ") +
+      (scaled ? gl::buffer_as(2, "uint", "S", writes_header ? "restrict " : "readonly restrict ") : "");
   // v4: src_cols and c are multiples of 4, so each vec4 lies wholly inside the row or wholly past its end.
   const std::string load = v4 ? gl::render(R"(    if (c < ${SC}) lo = X4[src >> 2];
     if (c + 4u < ${SC}) hi = X4[(src >> 2) + 1u];
@@ -152,22 +155,45 @@ ${SCALE}  P[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi
                                        {"SRC_MAT", u(src_mat)},
                                        {"SC", u(p.src_cols)},
                                        {"LOAD", load},
-                                       {"SCALE", scaled ? "  float s = uintBitsToFloat(S[" + su(scale_word) +
-                                                              "]);  // exact: a power of two\n  lo *= s;\n  hi *= s;\n"
-                                                        : ""}});
+                                       {"SCALE", scaled ? "  lo *= s;\n  hi *= s;\n" : ""}});
   const std::string name = std::string("matmul_f16_pack_") + which + (scaled ? "_scaled_" : "_") + su(p.rows) +
                            "x" + su(p.cols);
+  const std::string comment =
+      "matmul f16 copy of " + std::string(which) + (scaled ? ", scaled by 2^k," : "") + " zero-padded to whole blocks";
   std::vector<Binding> bindings = {{BindingKind::Input, input, false}, {BindingKind::Scratch, slot, true}};
-  if (scaled) bindings.push_back({BindingKind::Scratch, scale_slot, false});
-  return gl::elementwise(name,
-                         "matmul f16 copy of " + std::string(which) + (scaled ? ", scaled by 2^k," : "") +
-                             " zero-padded to whole blocks",
-                         decls, body, p.count * p.vec8(), std::move(bindings), caps);
+  if (!scaled) return gl::elementwise(name, comment, decls, body, p.count * p.vec8(), std::move(bindings), caps);
+  bindings.push_back({BindingKind::Scratch, sc.slot, writes_header});
+  // The scale's reduction has barriers, so it runs before the invocations past the end return.
+  const uint64_t total = p.count * p.vec8();
+  gl::check_32bit(total, name);
+  const uint32_t wg = std::min<uint32_t>(256, caps.max_workgroup_invocations);
+  const gl::Grid grid = gl::flat_groups(div_up(total, uint64_t(wg)), caps, name);
+  Kernel k;
+  k.name = name;
+  k.glsl = gl::render(R"(#version 450
+// archetype: ${COMMENT}
+layout(local_size_x = ${WG}) in;
+${DECLS}${FUNCS}void main() {
+${GRID}${PROLOGUE}  uint i = gid * ${WG}u + gl_LocalInvocationID.x;
+  if (i >= ${TOTAL}) return;
+${BODY}}
+)",
+                      {{"COMMENT", comment},
+                       {"WG", su(wg)},
+                       {"DECLS", decls},
+                       {"FUNCS", coop_scale_functions(wg)},
+                       {"GRID", grid.glsl},
+                       {"PROLOGUE", coop_scale_prologue(sc, *which == 'a', writes_header)},
+                       {"TOTAL", u(total)},
+                       {"BODY", body}});
+  k.bindings = std::move(bindings);
+  k.groups = grid.groups;
+  return k;
 }
 
 }  // namespace
 
-// The whole f16 lowering: [scale passes,] pack A, pack B (scratch 0 and 1), multiply [, split-K sum]. The
+// The whole f16 lowering: [max pass,] pack A, pack B (scratch 0 and 1), multiply [, split-K sum]. The
 // scale buffer is the last scratch buffer (2, or 3 after split K's partial products).
 Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
                       const CoopMatShape& mma, GemmAblation ablation, bool emulate, F16Scaling scaling) {
@@ -180,8 +206,9 @@ Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile
   const CoopScale sc = coop_scale(s, c, scaling, int(l.scratch_words.size()));
   if (sc.on()) l.scratch_words.push_back(sc.words());
   for (Kernel& k : coop_scale_kernels(s, c, sc, caps)) l.kernels.push_back(std::move(k));
-  l.kernels.push_back(coop_pack_kernel("a", 0, 0, pa, caps, sc.which.a ? sc.slot : -1, 0));
-  l.kernels.push_back(coop_pack_kernel("b", 1, 1, pb, caps, sc.which.b ? sc.slot : -1, 1));
+  // The first scaled packing kernel writes the multiply's unscaling factor.
+  l.kernels.push_back(coop_pack_kernel("a", 0, 0, pa, caps, sc, sc.which.a, sc.which.a));
+  l.kernels.push_back(coop_pack_kernel("b", 1, 1, pb, caps, sc, sc.which.b, sc.which.b && !sc.which.a));
   l.kernels.push_back(coop_kernel(s, caps, c, emulate, sc));
   if (c.splits > 1) l.kernels.push_back(splitk_sum_kernel(c.splits, outs, 2, caps));
   return l;

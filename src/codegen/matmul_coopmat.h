@@ -54,7 +54,7 @@ bool coop_stage_in_a(const GemmShape& s, const CoopConfig& c);
 
 // Power-of-two operand scaling (matmul_coopmat_scale.cpp). The scale buffer (scratch `slot`) holds, as f32
 // bits: [0] s_a, [1] s_b (1 for an operand not scaled), [2] 1 / (s_a * s_b), [3] unused, then the absmax
-// pass's per-workgroup maxima of |A| (groups_a words) and of |B| (groups_b words) as f32 bits.
+// pass's per-workgroup maxima of |A| (groups_a words) and of |B| (groups_b words, each at most 256) as f32 bits.
 constexpr uint64_t kScaleHeaderWords = 4;
 struct CoopScale {
   F16Scaling which;
@@ -64,10 +64,15 @@ struct CoopScale {
   uint64_t words() const { return kScaleHeaderWords + groups_a + groups_b; }
 };
 CoopScale coop_scale(const GemmShape& s, const CoopConfig& c, F16Scaling which, int slot);
-// The two passes before the packing kernels: per-workgroup max |x| of each scaled operand, then one
-// workgroup reducing them and writing the scales.
+// The pass before the packing kernels: per-workgroup max |x| of each scaled operand.
 std::vector<Kernel> coop_scale_kernels(const GemmShape& s, const CoopConfig& c, const CoopScale& sc,
                                        const DeviceCaps& caps);
+// For a scaled packing kernel of `threads` invocations per workgroup (a power of two): the shared reduction
+// functions (they read the scale buffer `S`), and the prologue every invocation of a workgroup runs before any
+// returns (it has barriers): `float s` = the operand's scale (A if `a`, else B); with `writes_header`,
+// workgroup 0 also writes words 0..2 (s_a, s_b, 1 / (s_a * s_b)) for the multiply. The prologue uses `gid`.
+std::string coop_scale_functions(uint32_t threads);
+std::string coop_scale_prologue(const CoopScale& sc, bool a, bool writes_header);
 
 // The multiply kernel: scratch 0 x scratch 1 -> the output (or, split K, scratch 2); with `sc` on, the
 // accumulators are multiplied by the scale buffer's 1 / (s_a * s_b) before they are stored.

@@ -1,10 +1,12 @@
 // Exact power-of-two scaling of the f16 GEMM's operands (matmul_coopmat.h, KernelOptions::
 // f16_operand_scaling). f16 covers 6e-8 (subnormal; 6.1e-5 normal) to 65504: gradients of a loss averaged
 // over many values (~1e-6) lose most of their bits or flush to zero on the way into the GEMM, large
-// activations overflow. So before the packing kernels, two passes find max |x| of each scaled operand:
-//  1. `groups_a + groups_b` workgroups of 256, each a strided share of one operand, write their maximum;
-//  2. one workgroup reduces those and writes s = 2^(14 - e) for max |x| in [2^(e-1), 2^e) (the copy's largest
-//     value then lies in [2^13, 2^14), well inside f16), and 1 / (s_a * s_b) for the multiply's epilogue.
+// activations overflow. So one pass before the packing kernels finds max |x| of each scaled operand:
+// `groups_a + groups_b` workgroups of 256 (at most 256 per operand), each a strided share of one operand,
+// write their maximum to the scale buffer. Each workgroup of a scaled packing kernel then reduces its
+// operand's maxima itself (one word per invocation, coop_scale_prologue) to s = 2^(14 - e) for max |x| in
+// [2^(e-1), 2^e) (the copy's largest value then lies in [2^13, 2^14), well inside f16), and workgroup 0 of the
+// first scaled packing kernel writes 1 / (s_a * s_b) for the multiply's epilogue: no third dispatch.
 // Maxima are taken over the f32 bit patterns with the sign cleared: ordered like the magnitudes, with every
 // NaN above inf above every finite value, and order-independent (deterministic, no atomics). A max of 0 or
 // non-finite gives s = 1, so zeros, NaN and inf reach the result as they would unscaled. The exponent shift is
@@ -28,10 +30,11 @@ uint64_t source_values(const PackedOperand& p) {
   return p.count * p.src_rows * p.src_cols;
 }
 
-// Workgroups of the max pass over n values: at least 16 vec4s (or floats) per thread, at most 1024 groups.
+// Workgroups of the max pass over n values: at least 16 vec4s (or floats) per thread, at most kScaleThreads
+// groups (so that a packing workgroup reduces the maxima with one load per invocation).
 uint64_t max_groups(uint64_t n) {
   const uint64_t items = n % 4 == 0 ? n / 4 : n;
-  return std::clamp<uint64_t>(div_up(items, uint64_t(kScaleThreads) * 16), 1, 1024);
+  return std::clamp<uint64_t>(div_up(items, uint64_t(kScaleThreads) * 16), 1, kScaleThreads);
 }
 
 // Pass 1's loop over one operand: this workgroup's strided share, into `m`.
@@ -111,51 +114,6 @@ ${TREE}  if (t == 0u) S[${HEAD}u + gid] = red[0];
   return k;
 }
 
-Kernel scales_kernel(const CoopScale& sc) {
-  Kernel k;
-  k.name = "matmul_f16_scales_" + su(sc.groups_a) + "x" + su(sc.groups_b);
-  k.glsl = gl::render(R"(#version 450
-// archetype: matmul f16 operand scaling, pass 2 of 2: max |A|, max |B| from the ${GA} + ${GB} per-workgroup
-// maxima; s = 2^(14 - e) for max in [2^(e-1), 2^e) (1 for a max of 0 or not finite, and for an operand not
-// scaled), shift clamped to [-63, 63]; S[0] = s_a, S[1] = s_b, S[2] = 1 / (s_a * s_b), as f32 bits
-layout(local_size_x = ${NT}) in;
-layout(std430, set = 0, binding = 0) restrict buffer B0 { uint S[]; };
-shared uint red[${NT}];
-// The exponent shift k (s = 2^k) for a max given as f32 bits: max in [2^(E-127), 2^(E-126)) for a biased
-// exponent E, so e = E - 126 and k = 14 - e.
-int shift_of(uint bits) {
-  if (bits == 0u || bits >= 0x7f800000u) return 0;
-  return clamp(140 - int(bits >> 23u), -63, 63);
-}
-uint max_of(uint first, uint count, uint t) {
-  uint m = 0u;
-  for (uint i = t; i < count; i += ${NT}u) m = max(m, S[first + i]);
-  red[t] = m;
-${TREE}  uint r = red[0];
-  barrier();
-  return r;
-}
-void main() {
-  uint t = gl_LocalInvocationID.x;
-  int ka = shift_of(max_of(${HEAD}u, ${GA}u, t));
-  int kb = shift_of(max_of(${HEAD}u + ${GA}u, ${GB}u, t));
-  if (t == 0u) {
-    S[0] = uint(127 + ka) << 23u;
-    S[1] = uint(127 + kb) << 23u;
-    S[2] = uint(127 - ka - kb) << 23u;
-  }
-}
-)",
-                      {{"GA", su(sc.groups_a)},
-                       {"GB", su(sc.groups_b)},
-                       {"NT", su(kScaleThreads)},
-                       {"HEAD", su(kScaleHeaderWords)},
-                       {"TREE", kTreeMax}});
-  k.bindings = {{BindingKind::Scratch, sc.slot, true}};
-  k.groups = {1, 1, 1};
-  return k;
-}
-
 }  // namespace
 
 CoopScale coop_scale(const GemmShape& s, const CoopConfig& c, F16Scaling which, int slot) {
@@ -171,7 +129,51 @@ CoopScale coop_scale(const GemmShape& s, const CoopConfig& c, F16Scaling which, 
 std::vector<Kernel> coop_scale_kernels(const GemmShape& s, const CoopConfig& c, const CoopScale& sc,
                                        const DeviceCaps& caps) {
   if (!sc.on()) return {};
-  return {absmax_kernel(s, c, sc, caps), scales_kernel(sc)};
+  return {absmax_kernel(s, c, sc, caps)};
+}
+
+std::string coop_scale_functions(uint32_t threads) {
+  return gl::render(R"(shared uint scale_red[${NT}];
+// The exponent shift k (s = 2^k) for a max given as f32 bits: max in [2^(E-127), 2^(E-126)) for a biased
+// exponent E, so e = E - 126 and k = 14 - e; 0 for a max of 0 or not finite; clamped to [-63, 63].
+int scale_shift(uint bits) {
+  if (bits == 0u || bits >= 0x7f800000u) return 0;
+  return clamp(140 - int(bits >> 23u), -63, 63);
+}
+// The workgroup's max of S[first .. first + count) (every invocation of the workgroup calls it).
+uint scale_max(uint first, uint count) {
+  uint t = gl_LocalInvocationID.x, m = 0u;
+  for (uint j = t; j < count; j += ${NT}u) m = max(m, S[first + j]);
+  barrier();
+  scale_red[t] = m;
+  barrier();
+  for (uint w = ${HALF}u; w > 0u; w >>= 1u) {
+    if (t < w) scale_red[t] = max(scale_red[t], scale_red[t + w]);
+    barrier();
+  }
+  return scale_red[0];
+}
+)",
+                    {{"NT", su(threads)}, {"HALF", su(threads / 2)}});
+}
+
+std::string coop_scale_prologue(const CoopScale& sc, bool a, bool writes_header) {
+  std::string p;
+  const std::string ma = "scale_max(" + su(kScaleHeaderWords) + "u, " + su(sc.groups_a) + "u)";
+  const std::string mb = "scale_max(" + su(kScaleHeaderWords + sc.groups_a) + "u, " + su(sc.groups_b) + "u)";
+  // A packing kernel that does not write the header needs its own operand's shift only.
+  const bool need_a = sc.which.a && (a || writes_header), need_b = sc.which.b && (!a || writes_header);
+  p += "  int ka = " + (need_a ? "scale_shift(" + ma + ")" : std::string("0")) + ";\n";
+  p += "  int kb = " + (need_b ? "scale_shift(" + mb + ")" : std::string("0")) + ";\n";
+  p += std::string("  float s = uintBitsToFloat(uint(127 + ") + (a ? "ka" : "kb") + ") << 23u);  // exact: 2^k\n";
+  if (writes_header)
+    p += R"(  if (gid == 0u && gl_LocalInvocationID.x == 0u) {  // for the multiply's epilogue
+    S[0] = uint(127 + ka) << 23u;
+    S[1] = uint(127 + kb) << 23u;
+    S[2] = uint(127 - ka - kb) << 23u;
+  }
+)";
+  return p;
 }
 
 }  // namespace mgn::codegen
