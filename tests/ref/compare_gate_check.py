@@ -14,6 +14,9 @@ closed forms. The files are written with tests/ref/st_io.py (not the harness's r
   fallback  the 'pass' file against a reference without acc.* (as on a CPU): the per-tensor limits decide,
             grad.ln_bias at 6e-2 > 5e-2 fails, exit 1; with ours 3e-2 off there, exit 0
   strict    our strict file 1e-5 off PyTorch f32 (along U3) against the same reference: the strict gate, no accelerated rows, exit 0
+
+and bench/pytorch/gates.py's write() with a stand-in compute(): on a "cuda" device it computes f32 strict, f64 strict,
+then f32 with TF32 on for matmul and cuDNN (acc.*), and restores strict; on the CPU it writes no acc.* and says why.
 """
 import math
 import os
@@ -114,6 +117,52 @@ def row(text, name):
 
 def close(a, b, rtol=1e-3):
     return abs(a - b) <= rtol * abs(b)
+
+
+def check_gates_write(out):
+    """gates.write: which settings compute() runs under, what lands in the file."""
+    import argparse
+    import types
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "bench", "pytorch"))
+    import gates
+    import timing
+    calls = []
+
+    def compute(dev, dtype):
+        calls.append((dev.type, dtype, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+        return {"logits": np.full(3, 1.5 if dtype == torch.float64 else 2.5, dtype=np.float64 if dtype == torch.float64
+                                  else np.float32)}
+
+    args = argparse.Namespace(f64_reference=True, accelerated_reference=True)
+    saved = gates._release, timing.device_name
+    gates._release, timing.device_name = (lambda d: None), (lambda d: "stand-in GPU")
+    try:
+        path = os.path.join(out, "gates_cuda.safetensors")
+        gates.write(path, {"input.x": np.zeros(2, np.float32)}, compute, types.SimpleNamespace(type="cuda"), args,
+                    {"side": "torch"}, "compare_gate_check.py")
+    finally:
+        gates._release, timing.device_name = saved
+    f32, f64 = torch.float32, torch.float64
+    expect(calls == [("cuda", f32, False, False), ("cuda", f64, False, False), ("cuda", f32, True, True)],
+           f"gates.write on CUDA: f32 strict, f64 strict, f32 with TF32 (matmul, cuDNN): {calls}")
+    expect(not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32,
+           "gates.write: strict mode restored after the TF32 reference")
+    t = st_io.read(path)
+    with open(path, "rb") as f:
+        blob = f.read()
+    expect(sorted(t) == ["acc.logits", "f64.logits", "input.x", "logits"] and t["f64.logits"].dtype == np.float64
+           and b'"acc_reference":"tf32"' in blob.replace(b" ", b""),
+           f"gates.write on CUDA: logits, f64.logits (float64), acc.logits, acc_reference tf32: {sorted(t)}")
+    calls.clear()
+    path = os.path.join(out, "gates_cpu.safetensors")
+    gates.write(path, {"input.x": np.zeros(2, np.float32)}, compute, torch.device("cpu"), args, {"side": "torch"},
+                "compare_gate_check.py")
+    t = st_io.read(path)
+    with open(path, "rb") as f:
+        blob = f.read()
+    expect(calls == [("cpu", f32, False, False), ("cpu", f64, False, False)] and "acc.logits" not in t
+           and b"none: cpu device" in blob, f"gates.write on the CPU: no TF32 run, no acc.*, the reason recorded: {calls}")
 
 
 def main():
@@ -217,6 +266,8 @@ def main():
            "strict: no accelerated rows, the gate vs exact (f64) as before")
     r = row(section(text, "Gates, toy batch 2 (ours strict"), "grad.ln_bias")
     expect(r is not None and r[2] == "pass", f"strict: plain verdicts: {r}")
+
+    check_gates_write(out)
 
     if failures:
         print(f"compare_gate_check: {len(failures)} check(s) failed")
