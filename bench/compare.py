@@ -4,8 +4,11 @@ correctness gates (PyTorch strict eager is the reference) and writes one markdow
 workload x batch x phase x mode: ours, PyTorch eager, eager + CUDA graph, compiled (median ms), ratios against eager
 and against the best PyTorch variant, gate verdict.
 Exits 1 when a gate fails (or, with --require-gates, when a workload has no pair of outputs to check).
-Where the reference file also holds the float64 tensors of the same model (`f64.*`, resnet_bench.py
---f64-reference), a second gate "vs exact (f64)" measures both sides against them (docs/benchmarks.md).
+Where the reference file also holds the float64 tensors of the same model (`f64.*`, --f64-reference of the model
+scripts), a second gate "vs exact (f64)" measures both sides against them. Our accelerated runs get issue 33's gate:
+the paper's gates against PyTorch strict f32 and, where the reference holds PyTorch's TF32 result (`acc.*`,
+--accelerated-reference) and f64, per tensor ours vs f64 <= max(limit, 2 x PyTorch TF32 vs f64); without them the
+per-tensor accelerated limits against PyTorch strict f32 (docs/benchmarks.md, "The accelerated gate").
 
   python3 bench/compare.py --out table.md mgn.jsonl torch.jsonl mgn_out.safetensors torch_out.safetensors
 """
