@@ -4,8 +4,11 @@ correctness gates (PyTorch strict eager is the reference) and writes one markdow
 workload x batch x phase x mode: ours, PyTorch eager, eager + CUDA graph, compiled (median ms), ratios against eager
 and against the best PyTorch variant, gate verdict.
 Exits 1 when a gate fails (or, with --require-gates, when a workload has no pair of outputs to check).
-Where the reference file also holds the float64 tensors of the same model (`f64.*`, resnet_bench.py
---f64-reference), a second gate "vs exact (f64)" measures both sides against them (docs/benchmarks.md).
+Where the reference file also holds the float64 tensors of the same model (`f64.*`, --f64-reference of the model
+scripts), a second gate "vs exact (f64)" measures both sides against them. Our accelerated runs get issue 33's gate:
+the paper's gates against PyTorch strict f32 and, where the reference holds PyTorch's TF32 result (`acc.*`,
+--accelerated-reference) and f64, per tensor ours vs f64 <= max(limit, 2 x PyTorch TF32 vs f64); without them the
+per-tensor accelerated limits against PyTorch strict f32 (docs/benchmarks.md, "The accelerated gate").
 
   python3 bench/compare.py --out table.md mgn.jsonl torch.jsonl mgn_out.safetensors torch_out.safetensors
 """
@@ -51,40 +54,88 @@ def grad_norm(tensors, names, prefix="grad."):
     return math.sqrt(sum(float(np.sum(np.square(tensors[prefix + p], dtype=np.float64))) for p in names))
 
 
+# The paper's gates (../shared/reference/workloads.md, "Correctness gates"), the first half of the accelerated gate
+# (issue 33): against PyTorch strict f32, each value must stay below its limit.
+PAPER = {"forward": 1e-2, "loss": 1e-2, "grad_norm": 5e-2, "grad_norms": 5e-2}
+
+
+def sym_rel(a, b):
+    """The symmetric relative error 2|a - b| / (|a| + |b|) of two one-value tensors (the paper's loss gate); inf
+    unless both hold one value."""
+    a, b = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)
+    if a.size != 1 or b.size != 1:
+        return math.inf
+    d, s = abs(float(a[0]) - float(b[0])), abs(float(a[0])) + abs(float(b[0]))
+    return 0.0 if d == 0 else 2 * d / max(s, 1e-30)
+
+
+# How a check row of a gate table decides (the verdict column says which): "gate" (the strict gate, the inputs,
+# the parameter names), "paper" (the paper's gates, accelerated), "tensor" (the per-tensor limits of the accelerated
+# mode against PyTorch strict f32, where no TF32 reference exists), "info" (those same per-tensor rows where the
+# accelerated gate vs f64 decides instead: shown, not counted).
+ROLE_LABEL = {"gate": "", "paper": " (paper gate)", "tensor": " (per-tensor gate)"}
+
+
+def role_verdict(ok, role):
+    if role == "info":
+        return "within (info)" if ok else "over (info)"
+    return ("pass" if ok else "**FAIL**") + ROLE_LABEL[role]
+
+
 class Gate:
-    """Every check of one (workload, batch, our mode) pair of output files."""
+    """Every check of one (workload, batch, our mode) pair of output files.
+
+    Strict: every tensor against PyTorch strict f32 with the strict limits (and, where the reference holds f64.*,
+    the gate vs exact). Accelerated (issue 33): (a) the paper's gates against PyTorch strict f32 and (b) per tensor,
+    ours vs f64 <= max(the accelerated limit, 2 x PyTorch TF32 vs f64) where the reference holds acc.* and f64.*;
+    without them (b) is the per-tensor accelerated limits against PyTorch strict f32, as before."""
 
     def __init__(self, ours_path, ref_path):
         self.ours, self.ours_meta = safetensors_lite.read(ours_path)
         self.ref, self.ref_meta = safetensors_lite.read(ref_path)
         self.mode = self.ours_meta.get("mode", "strict")
         tol = TOLERANCES[self.mode]
-        self.checks = []  # (group, name, value, tolerance, passed, note)
+        self.checks = []  # (group, name, value, tolerance, passed, note, role)
         o, r = self.ours, self.ref
+        accelerated = self.mode == "accelerated"
+        has_f64 = any(k.startswith("f64.") for k in r)
+        has_acc = any(k.startswith("acc.") for k in r)
+        # Accelerated, with PyTorch's TF32 and f64 results: the per-tensor rows against PyTorch f32 are shown only.
+        self.anchored = accelerated and has_f64 and has_acc
+        self.fallback = ""  # accelerated without the TF32 reference: why (b) is the per-tensor gate
+        if accelerated and not self.anchored:
+            why = [] if has_acc else [f"no acc.* tensors ({self.ref_meta.get('acc_reference') or 'the PyTorch script ran without --accelerated-reference'})"]
+            why += [] if has_f64 else ["no f64.* tensors (the PyTorch script ran without --f64-reference)"]
+            self.fallback = "; ".join(why)
+        value_role = "info" if self.anchored else "tensor" if accelerated else "gate"
 
-        def check(group, name, value, limit, note=""):
-            self.checks.append((group, name, value, limit, bool(value <= limit), note))
+        def check(group, name, value, limit, note="", role=None):
+            role = role or value_role
+            ok = value < limit if role == "paper" else value <= limit
+            self.checks.append((group, name, value, limit, bool(ok), note, role))
 
         # Same inputs: both sides must have read (or computed) the same images / token ids and labels.
         input_keys = sorted(k for k in set(o) | set(r) if k.startswith("input."))
         if not input_keys:
-            check("inputs", "inputs", math.inf, 0.0, "no input.* tensors on either side")
+            check("inputs", "inputs", math.inf, 0.0, "no input.* tensors on either side", "gate")
         for k in input_keys:
             same = k in o and k in r and o[k].shape == r[k].shape and np.array_equal(o[k], r[k])
             check("inputs", k, 0.0 if same else math.inf, 0.0,
-                  "identical" if same else "missing on one side" if (k not in o or k not in r) else "differ")
+                  "identical" if same else "missing on one side" if (k not in o or k not in r) else "differ", "gate")
         if self.ours_meta.get("lr") and self.ref_meta.get("lr"):
             same = float(self.ours_meta["lr"]) == float(self.ref_meta["lr"])
-            check("inputs", "lr", 0.0 if same else math.inf, 0.0, f"{self.ours_meta['lr']} vs {self.ref_meta['lr']}")
+            check("inputs", "lr", 0.0 if same else math.inf, 0.0, f"{self.ours_meta['lr']} vs {self.ref_meta['lr']}",
+                  "gate")
 
         same_shape = o["logits"].shape == r["logits"].shape
         check("logits", "logits", rel_l2(o["logits"], r["logits"]) if same_shape else math.inf, tol["logits"],
               f"shape {list(o['logits'].shape)}" + ("" if same_shape else f" vs {list(r['logits'].shape)}"))
         # The minimal phase (one decode token with the KV cache): against PyTorch's full forward, no cache.
-        if "minimal.logits" in o or "minimal.logits" in r:
-            ok = "minimal.logits" in o and "minimal.logits" in r and o["minimal.logits"].shape == r["minimal.logits"].shape
-            check("minimal", "minimal.logits", rel_l2(o["minimal.logits"], r["minimal.logits"]) if ok else math.inf,
-                  tol["logits"], f"shape {list(o['minimal.logits'].shape)}" if ok else "missing or shapes differ")
+        has_minimal = "minimal.logits" in o or "minimal.logits" in r
+        min_ok = "minimal.logits" in o and "minimal.logits" in r and o["minimal.logits"].shape == r["minimal.logits"].shape
+        if has_minimal:
+            check("minimal", "minimal.logits", rel_l2(o["minimal.logits"], r["minimal.logits"]) if min_ok else math.inf,
+                  tol["logits"], f"shape {list(o['minimal.logits'].shape)}" if min_ok else "missing or shapes differ")
         lo, lr_ = np.asarray(o["loss"]).reshape(-1), np.asarray(r["loss"]).reshape(-1)
         if lo.size == 1 and lr_.size == 1:
             check("loss", "loss", abs(float(lo[0]) - float(lr_[0])) / max(abs(float(lr_[0])), 1e-30),
@@ -96,7 +147,7 @@ class Gate:
         ref_params = sorted(k[5:] for k in r if k.startswith("grad."))
         same_names = ours_params == ref_params
         check("grad", "parameter names", 0.0 if same_names else math.inf, 0.0,
-              f"{len(ours_params)} parameters" if same_names else f"{ours_params} vs {ref_params}")
+              f"{len(ours_params)} parameters" if same_names else f"{ours_params} vs {ref_params}", "gate")
         for p in ref_params:
             if p not in ours_params:
                 continue
@@ -123,44 +174,125 @@ class Gate:
             ok = k in o and o[k].shape == r[k].shape
             check("step", k, rel_l2(o[k], r[k]) if ok else math.inf, tol["step"], "" if k in o else "missing on our side")
 
-        # The exact reference: the same PyTorch model in float64 ("f64.<name>", resnet_bench.py --f64-reference).
+        if accelerated:
+            self.paper_checks(check, has_minimal and min_ok, ref_params)
+
+        # The exact reference: the same PyTorch model in float64 ("f64.<name>", --f64-reference). Strict, and
+        # accelerated without a TF32 reference: the gate vs exact with PyTorch f32's error as the allowance.
         self.exact = []  # (group, name, ours vs torch f32, torch f32 vs f64, ours vs f64, limit, passed)
-        if any(k.startswith("f64.") for k in r):
+        # Accelerated with a TF32 reference: (b), PyTorch TF32's error against f64 as the allowance.
+        self.acc = []  # (group, name, ours vs f64, torch TF32 vs f64, torch f32 vs f64, limit, passed, bound)
+        if self.anchored:
+            self.acc_checks(tol, ref_params)
+        elif has_f64:
             self.exact_checks(tol, ref_params)
+
+    def paper_checks(self, check, minimal, ref_params):
+        """(a): the paper's gates against PyTorch strict f32 (workloads.md): forward relative L2 < 1% (logits and
+        the minimal phase's), symmetric relative loss error < 1% (loss and the step's loss), total gradient norm
+        error < 5%, relative L2 < 5% of the vector of per-parameter gradient norms (over the common names; the
+        names themselves are the "parameter names" row). The paper has no gate on the parameters after a step:
+        their norms are the initial weights' to within lr, so a norm gate there could not fail; the step's tensors
+        are gated per tensor by (b)."""
+        o, r = self.ours, self.ref
+        same = o["logits"].shape == r["logits"].shape
+        check("logits", "paper: forward rel-L2 (logits)", rel_l2(o["logits"], r["logits"]) if same else math.inf,
+              PAPER["forward"], "" if same else "shapes differ", "paper")
+        if minimal:
+            check("minimal", "paper: forward rel-L2 (minimal.logits)", rel_l2(o["minimal.logits"], r["minimal.logits"]),
+                  PAPER["forward"], "", "paper")
+        check("loss", "paper: loss, symmetric relative error", sym_rel(o["loss"], r["loss"]), PAPER["loss"], "", "paper")
+        common = [p for p in ref_params if "grad." + p in o]
+        gn_o, gn_r = grad_norm(o, common), grad_norm(r, common)
+        check("grad", "paper: total gradient norm", abs(gn_o - gn_r) / max(gn_r, 1e-30), PAPER["grad_norm"],
+              f"{gn_o:.6g} vs {gn_r:.6g}", "paper")
+        norms_o = [grad_norm(o, [p]) for p in common]
+        norms_r = [grad_norm(r, [p]) for p in common]
+        check("grad", "paper: per-parameter gradient norms, rel-L2", rel_l2(norms_o, norms_r) if common else math.inf,
+              PAPER["grad_norms"], f"{len(common)} norms", "paper")
+        check("step", "paper: step.loss, symmetric relative error", sym_rel(o["step.loss"], r["step.loss"]),
+              PAPER["loss"], "", "paper")
+
+    def reference_rows(self, tol, ref_params, add):
+        """The rows of the gates vs f64, in order, with their groups and fixed limits: add(group, name, key, scalar,
+        limit) for each tensor the reference holds in f64 (key None: the total gradient norm)."""
+        r = self.ref
+        groups = {"logits": "logits", "minimal.logits": "minimal", "loss": "loss", "step.loss": "step"}
+
+        def one(k):
+            if k not in r or "f64." + k not in r:
+                return
+            group = groups.get(k, k.split(".", 1)[0])
+            scalar = k.endswith("loss")
+            add(group, k, k, scalar, tol["loss"] if scalar else tol["logits"] if group == "minimal" else tol[group])
+
+        for k in ["logits", "minimal.logits", "loss"] + ["grad." + p for p in ref_params]:
+            one(k)
+        if ref_params and all("f64.grad." + p in r for p in ref_params):
+            add("grad", "total gradient norm", None, True, tol["grad"])
+        for k in ["step.loss"] + sorted(k for k in r if k.startswith("step.") and k != "step.loss"):
+            one(k)
 
     def exact_checks(self, tol, ref_params):
         """Per tensor: ours vs PyTorch f32 (the gate above), PyTorch f32 vs f64 (PyTorch's own f32 error, the noise
         floor), ours vs f64; pass when ours vs f64 <= max(the limit, 2 x PyTorch f32 vs f64)."""
         o, r = self.ours, self.ref
-        groups = {"logits": "logits", "minimal.logits": "minimal", "loss": "loss", "step.loss": "step"}
 
-        def add(group, name, ours_ref, ref_exact, ours_exact, limit):
+        def add(group, name, k, scalar, limit):
+            if k is None:
+                if not all("grad." + p in o for p in ref_params):
+                    return
+                gn_o, gn_r = grad_norm(o, ref_params), grad_norm(r, ref_params)
+                gn_x = grad_norm(r, ref_params, "f64.grad.")
+                ours_ref, ref_exact, ours_exact = (abs(gn_o - gn_r) / max(gn_r, 1e-30), abs(gn_r - gn_x) / max(gn_x, 1e-30),
+                                                   abs(gn_o - gn_x) / max(gn_x, 1e-30))
+            else:
+                ours_ref, ref_exact, ours_exact = (err(o.get(k), r[k], scalar), err(r[k], r["f64." + k], scalar),
+                                                   err(o.get(k), r["f64." + k], scalar))
             limit = max(limit, 2 * ref_exact)
             self.exact.append((group, name, ours_ref, ref_exact, ours_exact, limit, bool(ours_exact <= limit)))
 
-        def tensor(k):
-            if k not in r or "f64." + k not in r:
-                return
-            group = groups.get(k, k.split(".", 1)[0])
-            scalar = k.endswith("loss")
+        self.reference_rows(tol, ref_params, add)
 
-            def err(a, b):
-                if a is None:
-                    return math.inf
-                return rel_scalar(a, b) if scalar else rel_l2(a, b) if np.shape(a) == np.shape(b) else math.inf
-            add(group, k, err(o.get(k), r[k]), err(r[k], r["f64." + k]), err(o.get(k), r["f64." + k]),
-                tol["loss"] if scalar else tol["logits"] if group == "minimal" else tol[group])
+    def acc_checks(self, tol, ref_params):
+        """(b): per tensor, ours (accelerated) vs f64, PyTorch TF32 vs f64 (acc.*), PyTorch f32 vs f64; pass when
+        ours vs f64 <= max(the accelerated limit, 2 x PyTorch TF32 vs f64). A tensor without its acc.* fails."""
+        o, r = self.ours, self.ref
 
-        for k in ["logits", "minimal.logits", "loss"] + ["grad." + p for p in ref_params]:
-            tensor(k)
-        if ref_params and all("f64.grad." + p in r and "grad." + p in o for p in ref_params):
-            gn_o, gn_r, gn_x = grad_norm(o, ref_params), grad_norm(r, ref_params), grad_norm(r, ref_params, "f64.grad.")
-            add("grad", "total gradient norm", abs(gn_o - gn_r) / max(gn_r, 1e-30), abs(gn_r - gn_x) / max(gn_x, 1e-30),
-                abs(gn_o - gn_x) / max(gn_x, 1e-30), tol["grad"])
-        for k in ["step.loss"] + sorted(k for k in r if k.startswith("step.") and k != "step.loss"):
-            tensor(k)
+        def add(group, name, k, scalar, base):
+            if k is None:
+                have = all("grad." + p in o for p in ref_params) and all("acc.grad." + p in r for p in ref_params)
+                gn_x = grad_norm(r, ref_params, "f64.grad.")
+
+                def norm_err(t, prefix):
+                    return abs(grad_norm(t, ref_params, prefix) - gn_x) / max(gn_x, 1e-30)
+                ours_exact = norm_err(o, "grad.") if have else math.inf
+                acc_exact = norm_err(r, "acc.grad.") if have else math.inf
+                ref_exact = norm_err(r, "grad.")
+            else:
+                x = r["f64." + k]
+                ours_exact, ref_exact = err(o.get(k), x, scalar), err(r[k], x, scalar)
+                acc_exact = err(r.get("acc." + k), x, scalar)
+            if math.isfinite(acc_exact):
+                limit = max(base, 2 * acc_exact)
+                bound = "2×TF32" if 2 * acc_exact > base else f"{base:.0e}"
+            else:
+                limit, bound = 0.0, "no acc.* tensor"
+            self.acc.append((group, name, ours_exact, acc_exact, ref_exact, limit,
+                             bool(math.isfinite(acc_exact) and ours_exact <= limit), bound))
+
+        self.reference_rows(tol, ref_params, add)
 
     def exact_verdict(self, groups):
+        """The main table's column vs exact (f64): the gate vs exact, or for an anchored accelerated run (b)."""
+        if self.acc:
+            rows = [c for c in self.acc if c[0] in groups]
+            bad = [c for c in rows if not c[6]]
+            if not rows:
+                return "—"
+            if bad:
+                return f"**FAIL** ({', '.join(c[1] for c in bad[:3])})"
+            return f"pass (≤ max(limit, 2×TF32); max {max(c[2] for c in rows):.1e})"
         rows = [c for c in self.exact if c[0] in groups]
         if not rows:
             return "—"
@@ -187,16 +319,63 @@ class Gate:
                 + (f"**{len(bad)} of {len(self.exact)} FAIL**." if bad else f"all {len(self.exact)} pass.")]
         return out
 
+    def acc_rows(self):
+        """The markdown of (b): every tensor's errors against f64, its limit and what bounds it, a summary line."""
+        out = ["| check | ours vs f64 | torch TF32 vs f64 | torch f32 vs f64 | limit | verdict |",
+               "|---|---|---|---|---|---|"]
+        for group, name, ours_x, acc_x, ref_x, limit, ok, bound in self.acc:
+            out.append(f"| {name} | {ours_x:.2e} | {acc_x:.2e} | {ref_x:.2e} | {limit:.1e} | "
+                       f"{'pass' if ok else '**FAIL**'} (bound: {bound}) |")
+        worst_o = max(self.acc, key=lambda c: c[2])
+        worst_a = max(self.acc, key=lambda c: c[3])
+        within = sum(1 for c in self.acc if c[6])
+        ratios = [(c[2] / c[3], c[1]) for c in self.acc if c[3] > 0 and math.isfinite(c[3]) and math.isfinite(c[2])]
+        ratio = ""
+        if ratios:
+            top = max(ratios)
+            ratio = (f"; ours vs f64 ÷ PyTorch TF32 vs f64 over {len(ratios)} tensors: median "
+                     f"{float(np.median([q for q, _ in ratios])):.2f}, worst {top[0]:.2f} ({top[1]})")
+        out += ["", f"Accelerated gate vs exact (f64): ours vs f64 worst {worst_o[2]:.2e} ({worst_o[1]}), PyTorch TF32 "
+                f"vs f64 worst {worst_a[3]:.2e} ({worst_a[1]}); {within} of {len(self.acc)} within their limit"
+                f"{ratio}; " + (f"**{len(self.acc) - within} FAIL**." if within < len(self.acc) else "all pass.")]
+        return out
+
     def verdict(self, groups):
-        rows = [c for c in self.checks if c[0] in groups or c[0] == "inputs"]
+        """The main table's gate column: strict, the worst value; accelerated, which gate decided."""
+        rows = [c for c in self.checks if (c[0] in groups or c[0] == "inputs") and c[6] != "info"]
         bad = [c for c in rows if not c[4]]
-        worst = max((c[2] for c in rows if c[0] != "inputs"), default=0.0)
-        if bad:
-            return f"**FAIL** ({', '.join(c[1] for c in bad[:3])})"
-        return f"pass (max {worst:.1e})"
+        if self.mode != "accelerated":
+            worst = max((c[2] for c in rows if c[0] != "inputs"), default=0.0)
+            if bad:
+                return f"**FAIL** ({', '.join(c[1] for c in bad[:3])})"
+            return f"pass (max {worst:.1e})"
+        paper = [c for c in rows if c[6] == "paper"]
+        tensor = [c for c in rows if c[6] == "tensor"]
+        acc = [c for c in self.acc if c[0] in groups]
+        fails = [c[1] for c in bad if c[6] == "gate"]
+        fails += [f"paper: {c[1][len('paper: '):]}" for c in bad if c[6] == "paper"]
+        fails += [f"per tensor: {c[1]}" for c in bad if c[6] == "tensor"]
+        fails += [f"vs f64: {c[1]}" for c in acc if not c[6]]
+        if fails:
+            return f"**FAIL** ({', '.join(fails[:3])}{', ...' if len(fails) > 3 else ''})"
+        parts = [f"paper max {max(c[2] for c in paper):.1e}"] if paper else []
+        if acc:
+            parts.append(f"per tensor vs f64 ≤ max(limit, 2×TF32), max {max(c[2] for c in acc):.1e}")
+        elif tensor:
+            parts.append(f"per tensor vs torch f32 max {max(c[2] for c in tensor):.1e}")
+        return f"pass ({'; '.join(parts)})" if parts else "pass"
 
     def passed(self):
-        return all(c[4] for c in self.checks) and all(c[6] for c in self.exact)
+        return (all(c[4] for c in self.checks if c[6] != "info") and all(c[6] for c in self.exact)
+                and all(c[6] for c in self.acc))
+
+
+def err(a, b, scalar):
+    """ours (or PyTorch's) a against the reference b: relative error of a loss, relative L2 of a tensor; inf when
+    a is missing or the shapes differ."""
+    if a is None:
+        return math.inf
+    return rel_scalar(a, b) if scalar else rel_l2(a, b) if np.shape(a) == np.shape(b) else math.inf
 
 
 class MicroGate:
@@ -238,19 +417,20 @@ class MicroGate:
 
 
 def gate_rows(checks, per_tensor_limit=16):
-    """Markdown rows of a gate's checks; a group with many per-tensor rows (a 30-layer model has 272 gradients)
-    shows one summary row, its worst tensor, and every failing tensor."""
-    def row(name, value, limit, ok, note):
-        return f"| {name} | {value:.2e} | {limit:.0e} | {'pass' if ok else '**FAIL**'} | {note} |"
+    """Markdown rows of a gate's checks, the verdict naming the gate that decided (role_verdict); a group with many
+    per-tensor rows (a 30-layer model has 272 gradients) shows one summary row, its worst tensor, and every
+    tensor over its limit."""
+    def row(name, value, limit, ok, note, role):
+        return f"| {name} | {value:.2e} | {limit:.0e} | {role_verdict(ok, role)} | {note} |"
 
     out = []
     tensors = {}
-    for group, name, value, limit, ok, note in checks:
+    for group, name, value, limit, ok, note, role in checks:
         if name.startswith(("grad.", "step.")) and name != "step.loss":
-            tensors.setdefault(name.split(".", 1)[0], []).append((name, value, limit, ok, note))
+            tensors.setdefault(name.split(".", 1)[0], []).append((name, value, limit, ok, note, role))
     summarized = {k for k, v in tensors.items() if len(v) > per_tensor_limit}
     done = set()
-    for group, name, value, limit, ok, note in checks:
+    for group, name, value, limit, ok, note, role in checks:
         prefix = name.split(".", 1)[0]
         if prefix in summarized and name.startswith(("grad.", "step.")) and name != "step.loss":
             if prefix not in done:
@@ -259,10 +439,10 @@ def gate_rows(checks, per_tensor_limit=16):
                 worst = max(rows, key=lambda r: r[1])
                 bad = [r for r in rows if not r[3]]
                 out.append(row(f"{prefix}.* ({len(rows)} tensors, worst)", worst[1], worst[2], not bad,
-                               worst[0] + (f"; {len(bad)} over the limit" if bad else "; every tensor within")))
+                               worst[0] + (f"; {len(bad)} over the limit" if bad else "; every tensor within"), role))
                 out += [row(*r) for r in bad]
             continue
-        out.append(row(name, value, limit, ok, note))
+        out.append(row(name, value, limit, ok, note, role))
     return out
 
 
@@ -294,6 +474,15 @@ def gemm_records(r):
             for mode in modes]
 
 
+ACC_GATE_NOTE = ("Accelerated gate (issue 33): (a) the paper's gates against PyTorch strict f32 (rows 'paper: ...': "
+                 "forward relative L2 < 1e-2, symmetric relative loss error < 1e-2, the same parameter names, total "
+                 "gradient norm error < 5e-2, relative L2 of the per-parameter gradient norms < 5e-2) and (b) per "
+                 "tensor ")
+ACC_ANCHORED_NOTE = ("ours vs f64 <= max(the accelerated limit, 2 × PyTorch TF32 vs f64) (the table 'Accelerated gate "
+                     "vs exact (f64)' below). The per-tensor rows against PyTorch strict f32 with the accelerated limits "
+                     "are informational here ('info'): they do not decide.")
+ACC_FALLBACK_NOTE = ("the accelerated limits against PyTorch strict f32 (rows '(per-tensor gate)'), as before: the "
+                     "reference has {why}, so the TF32 allowance cannot be measured.")
 FALLBACK_NOTE = ("† our strict run: our accelerated mode was not run for this row (its matmuls would use f16 "
                  "where the device passes the self-test).")
 
@@ -434,7 +623,7 @@ def main():
     keys = sorted({(r["workload"], r["batch"]) for r in records} | set(outputs))
     modes = [m for m in ("strict", "accelerated") if any(r["mode"] == m for r in records)]
 
-    exact = any(g.exact for g in gates.values())  # a float64 reference exists: one more verdict column
+    exact = any(g.exact or g.acc for g in gates.values())  # a float64 reference exists: one more verdict column
     lines = []
     envs = sorted({f"{r['side']}: {r.get('backend', '?')}" + (f" / {r['device']}" if r.get("device") else "") +
                    (f", torch {r['torch']}" if r.get("torch") else "") for r in records + micro})
@@ -499,10 +688,22 @@ def main():
 
     failed = False
     for ((w, b), mode), g in gates.items():
-        lines += [f"Gates, {w} batch {b} (ours {g.mode} vs PyTorch strict eager on {g.ref_meta.get('device', '?')}):",
-                  "", "| check | value | limit | verdict | note |", "|---|---|---|---|---|"]
+        lines += [f"Gates, {w} batch {b} (ours {g.mode} vs PyTorch strict eager on {g.ref_meta.get('device', '?')}):", ""]
+        if g.mode == "accelerated":
+            lines += [ACC_GATE_NOTE + (ACC_ANCHORED_NOTE if g.anchored else ACC_FALLBACK_NOTE.format(why=g.fallback)),
+                      ""]
+        lines += ["| check | value | limit | verdict | note |", "|---|---|---|---|---|"]
         lines += gate_rows(g.checks)
         lines.append("")
+        if g.acc:
+            lines += [f"Accelerated gate vs exact (f64), {w} batch {b}: PyTorch's float64 result (on "
+                      f"{g.ref_meta.get('f64_device', '?')}) as the exact one, its TF32 result (accelerated mode, on "
+                      f"{g.ref_meta.get('acc_device', '?')}) as the allowance. Per tensor relative L2 (losses: relative "
+                      "error) against f64 of ours (accelerated), PyTorch TF32 and PyTorch f32 (strict); pass when ours "
+                      "vs f64 <= max(the accelerated limit, 2 × PyTorch TF32 vs f64); the verdict names the bound that "
+                      "applied.", ""]
+            lines += g.acc_rows()
+            lines.append("")
         if g.exact:
             lines += [f"Gate vs exact (f64), {w} batch {b}, ours {g.mode}: the same PyTorch model, weights and inputs in float64 "
                       f"(on {g.ref_meta.get('f64_device', '?')}) as the exact result. Per tensor relative L2 (losses: "

@@ -21,8 +21,11 @@
 #   bench-resnet the same harness for ResNet-50 (batch 4, 3x224x224, 1000 classes, real BatchNorm; phases compile,
 #                inference, flb, step): mgn bench resnet50 (strict and accelerated) next to resnet_bench.py (eager
 #                strict and accelerated;
-#                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150; PyTorch's
-#                float64 reference for the gate vs exact) -> bench_resnet_table.md (about 2-4 minutes)
+#                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150) -> bench_resnet_table.md
+#                (about 2-4 minutes)
+#                Every model job (bench, bench-llama, bench-resnet, bench-whisper, bench-dinov3, bench-dinovision,
+#                bench-smolvla, bench-unet): PyTorch's eager run also writes its float64 and TF32 gate references
+#                ($GATE_REFS), so that compare.py applies the accelerated gate of issue 33 (docs/benchmarks.md)
 #   gemm-warmup  the micro job's GEMM shapes with 5 and 100 warm-up calls, GPU timestamps and clocks logged
 #   f16-probe    the f16 cooperative-matrix GEMM: a sweep of its tiles and ablations (F16_PROBE_VARIANTS, on
 #                F16_PROBE_SHAPES) with the driver's register counts, and what the driver exposes of the default
@@ -77,11 +80,18 @@ ldconfig
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } > "$OUT/env.txt" 2>&1
 export LD_LIBRARY_PATH="$(realpath "$B")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export MGN_VALIDATION=0 MGN_CACHE_DIR=/tmp/mgn-cache MGN_FASHION_MNIST_DIR="$(realpath "$DATA")"
-# The harness of one model workload (jobs bench-llama, bench-resnet), files in T=/tmp/bench_TAG with the prefix
+# The gate references every model job's PyTorch eager run writes next to its strict f32 gate tensors
+# (bench/pytorch/gates.py): the same model, weights and inputs in float64 (f64.*: compare.py's gate vs exact) and
+# the same f32 code once more with TF32 on for matmul and cuDNN (acc.*: PyTorch's accelerated error against f64,
+# the allowance of the accelerated gate, issue 33: ours accelerated vs f64 <= max(limit, 2 x TF32 vs f64)). Both
+# are untimed; their times go to the job's log.
+GATE_REFS="--f64-reference --accelerated-reference"
+# The harness of one model workload (jobs bench-llama, bench-resnet, bench-whisper, bench-dinov3,
+# bench-dinovision, bench-smolvla), files in T=/tmp/bench_TAG with the prefix
 # P=$T/WORKLOAD_bBATCH: our cold compile in an empty cache (ours and the driver's), an untimed compile that fills
 # the caches, the timed run that writes the weights (and inputs) the PyTorch side loads; the PyTorch script eager
-# (strict and accelerated; the gate tensors, with EAGER_FLAGS) and torch.compile strict, capped at LIMIT seconds;
-# then compare.py -> $OUT/bench_TAG_{mgn,torch}.jsonl, bench_TAG_table.md, bench_TAG_log.txt.
+# (strict and accelerated; the gate tensors with $GATE_REFS, and EAGER_FLAGS) and torch.compile strict, capped at
+# LIMIT seconds; then compare.py -> $OUT/bench_TAG_{mgn,torch}.jsonl, bench_TAG_table.md, bench_TAG_log.txt.
 # Our accelerated mode (f16 matmuls where the device's coopmat self-test passes) of a model workload, with the
 # weights the strict run wrote: an untimed compile for the f16 kernels, then the timed run -> PREFIX.acc.*
 # (compare.py gates it against the same PyTorch strict eager reference as our strict run).
@@ -111,8 +121,8 @@ model_bench() {
     --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
   echo "mgn bench $w rc=$?" >> "$L"
   ours_accelerated "$w" "$P" "$L" --batch "$batch"
-  # shellcheck disable=SC2086 # EAGER_FLAGS: words
-  python3 "$@" --device cuda --impls eager $eager_flags --weights "$P.weights.safetensors" \
+  # shellcheck disable=SC2086 # GATE_REFS, EAGER_FLAGS: words
+  python3 "$@" --device cuda --impls eager $GATE_REFS $eager_flags --weights "$P.weights.safetensors" \
     --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
   echo "$label eager rc=$?" >> "$L"
   timeout "$limit" python3 "$@" --device cuda --impls compiled --modes strict --weights "$P.weights.safetensors" \
@@ -198,8 +208,9 @@ for job in "$@"; do
       ;;
     bench)
       # Four files come back: bench_mgn.jsonl, bench_torch.jsonl, bench_table.md, bench_log.txt (the gate
-      # tensors stay in /tmp; the table holds their verdicts). Compile once with empty caches (ours and the
-      # driver's), then per batch: one untimed compile fills the caches, so the timed run's compile is warm.
+      # tensors, with PyTorch's float64 and TF32 references ($GATE_REFS), stay in /tmp; the table holds their
+      # verdicts). Compile once with empty caches (ours and the driver's), then per batch: one untimed compile fills
+      # the caches, so the timed run's compile is warm.
       L="$OUT/bench_log.txt" T=/tmp/bench
       rm -rf "$T" && mkdir -p "$T"
       export MGN_CACHE_DIR="$T/mgn-cache" __GL_SHADER_DISK_CACHE_PATH="$T/nv-cache"
@@ -215,7 +226,8 @@ for job in "$@"; do
           --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
         echo "mgn bench b$BATCH rc=$?" >> "$L"
         ours_accelerated fashion-cnn "$P" "$L" --batch "$BATCH"
-        python3 bench/pytorch/fashion_cnn.py --batch "$BATCH" --weights "$P.weights.safetensors" \
+        # shellcheck disable=SC2086 # GATE_REFS: words
+        python3 bench/pytorch/fashion_cnn.py --batch "$BATCH" --weights "$P.weights.safetensors" $GATE_REFS \
           --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
         echo "fashion_cnn.py b$BATCH rc=$?" >> "$L"
         FILES="$FILES $P.mgn.jsonl $P.acc.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.acc.mgn_out.safetensors"
@@ -243,8 +255,9 @@ for job in "$@"; do
       ;;
     bench-resnet)
       # Back: bench_resnet_{mgn,torch}.jsonl, bench_resnet_table.md, bench_resnet_log.txt (the gate tensors, with
-      # PyTorch's float64 reference, and the weights stay in /tmp). The PyTorch side reads our inputs.
-      model_bench resnet resnet50 4 "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" "resnet_bench.py" "--f64-reference" \
+      # PyTorch's float64 and TF32 references ($GATE_REFS), and the weights stay in /tmp). The PyTorch side reads our
+      # inputs.
+      model_bench resnet resnet50 4 "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" "resnet_bench.py" "" \
         bench/pytorch/resnet_bench.py --inputs /tmp/bench_resnet/resnet50_b4.mgn_out.safetensors
       ;;
     bench-whisper)
@@ -338,7 +351,8 @@ for job in "$@"; do
       # first update lr·sign(g) of the few conv weights with a near-zero gradient flips with f32 summation order
       # (docs/unet.md). PyTorch's float64 reference (--f64-reference) gives the gate vs exact: at full config with the
       # paper's init the middle block's attention gradients are ill-conditioned (PyTorch CPU f32 is 2.5e-3 from f64
-      # there). Back: bench_unet_bN_{mgn,torch}.jsonl, _table.md, _log.txt.
+      # there); its TF32 reference (--accelerated-reference, both in $GATE_REFS) the allowance of the accelerated gate
+      # (the cross-attention k/q projections). Back: bench_unet_bN_{mgn,torch}.jsonl, _table.md, _log.txt.
       for UB in ${UNET_BATCHES:-1}; do
         TAG="unet_b$UB" L="$OUT/bench_unet_b${UB}_log.txt" T="/tmp/bench_unet_b$UB"
         P="$T/sd-unet-small_b$UB" LR="${UNET_LR:-1e-4}"
@@ -352,9 +366,10 @@ for job in "$@"; do
           --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl" > /dev/null 2>> "$L"
         echo "mgn bench sd-unet-small rc=$?" >> "$L"
         ours_accelerated sd-unet-small "$P" "$L" --batch "$UB" --lr "$LR"
+        # shellcheck disable=SC2086 # GATE_REFS: words
         timeout 300 python3 bench/pytorch/sd_unet_bench.py --device cuda --impls eager,cudagraph --lr "$LR" \
           --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
-          --json "$P.torch.jsonl" --f64-reference > /dev/null 2>> "$L"
+          --json "$P.torch.jsonl" $GATE_REFS > /dev/null 2>> "$L"
         echo "sd_unet_bench.py eager rc=$?" >> "$L"
         timeout "${BENCH_UNET_COMPILE_TIMEOUT:-200}" python3 bench/pytorch/sd_unet_bench.py --device cuda --impls compiled \
           --modes strict --lr "$LR" --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" \

@@ -17,8 +17,11 @@ shift 3
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
 RUNS="--warmup 1 --warmup-ms 0 --samples 2"
+# Every model script also writes PyTorch's float64 result (f64.*, compare.py's gate vs exact) and is asked for its
+# TF32 result (acc.*, the allowance of the accelerated gate): on the CPU it records that it made none (checked below).
+REFS="--f64-reference --accelerated-reference"
 BACKEND="--backend ${BENCH_BACKEND:-auto}"
-FILES=""
+FILES="" MODELS=""
 # Our accelerated mode too, for one model and one microbenchmark workload, so that compare.py gates each of our
 # modes against the one PyTorch strict reference (without coopmat, e.g. on lavapipe, it computes in f32).
 accelerated() {  # accelerated WORKLOAD PREFIX [ARG...]
@@ -36,7 +39,7 @@ for W in "$@"; do
         --json "$P.mgn.jsonl"
       # Eager only: torch.compile on a CPU compiles C++ for minutes, and Debian's torch 1.13 has none.
       "$PY" "$HERE/pytorch/fashion_cnn.py" --workload "$W" $RUNS --batch 8 --impls eager \
-        --weights "$P.weights.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+        --weights "$P.weights.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" $REFS
       if [ "$W" = fashion-mlp ]; then accelerated "$W" "$P" --batch 8 --weights "$P.weights.safetensors"; fi
       ;;
     llama-tiny)
@@ -44,7 +47,7 @@ for W in "$@"; do
       "$MGN" bench llama-tiny $BACKEND $RUNS --batch 2 --seq 16 --weights "$P.weights.safetensors" \
         --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/llama_ref.py" --bench $RUNS --batch 2 --seq 16 --impls eager --device cpu \
-        --weights "$P.weights.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+        --weights "$P.weights.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" $REFS
       # Every timed phase carries the session's planned and measured memory.
       [ "$(grep -c '"plan_physical_bytes"' "$P.mgn.jsonl")" -eq 4 ] || { echo "tiny.sh: memory fields missing"; exit 1; }
       ;;
@@ -54,7 +57,7 @@ for W in "$@"; do
       "$MGN" bench resnet-tiny $BACKEND $RUNS --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
         --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/resnet_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
-        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" --f64-reference
+        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" $REFS
       ;;
     whisper-encoder-test)
       # The Whisper encoder at 2 layers, d_model 64, 300 frames, batch 2 (the paper's objective); PyTorch runs the
@@ -63,7 +66,7 @@ for W in "$@"; do
         --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/whisper_bench.py" $RUNS --impls eager --device cpu --model plain \
         --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
-        --json "$P.torch.jsonl"
+        --json "$P.torch.jsonl" $REFS
       ;;
     dinov3-test|dinovision-test)
       # The DINOv3 ViT at 2 layers, hidden 64, 64x64 images, batch 2 (4 x 4 patches + 5 prefix tokens, the paper's
@@ -73,7 +76,7 @@ for W in "$@"; do
         --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/dinov3_bench.py" $RUNS --impls eager --device cpu --model plain \
         --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
-        --json "$P.torch.jsonl"
+        --json "$P.torch.jsonl" $REFS
       ;;
     smolvla-expert-test)
       # The SmolVLA action expert at 4 layers, hidden 48, 6 actions, 5 VLM tokens, batch 1 (the spec's inputs and
@@ -81,7 +84,7 @@ for W in "$@"; do
       "$MGN" bench "$W" $BACKEND $RUNS --weights "$P.weights.safetensors" --outputs "$P.mgn_out.safetensors" \
         --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/smolvla_bench.py" $RUNS --impls eager --device cpu --weights "$P.weights.safetensors" \
-        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl"
+        --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" $REFS
       ;;
     sd-unet-test)
       # The conditioned U-Net: the spec's tiny() cut to 2 levels, 16x16 latent, 8-token context, batch 2 (the
@@ -92,7 +95,7 @@ for W in "$@"; do
         --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
       "$PY" "$HERE/pytorch/sd_unet_bench.py" $RUNS --impls eager --device cpu --lr 1e-4 \
         --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
-        --json "$P.torch.jsonl" --f64-reference
+        --json "$P.torch.jsonl" $REFS
       ;;
     attention|conv)
       "$MGN" bench "$W" --tiny $BACKEND $RUNS --outputs "$P.mgn_out.safetensors" --json "$P.mgn.jsonl"
@@ -111,13 +114,39 @@ for W in "$@"; do
     *) echo "tiny.sh: unknown workload $W"; exit 2 ;;
   esac
   FILES="$FILES $P.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.torch_out.safetensors"
+  case "$W" in attention|conv) ;; *) MODELS="$MODELS $P.torch_out.safetensors" ;; esac
 done
+# Every model script wrote the float64 reference and, on the CPU, no TF32 one, saying why in its metadata.
+if [ -n "$MODELS" ]; then
+  # shellcheck disable=SC2086 # MODELS: words
+  "$PY" - "$HERE/pytorch" $MODELS <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_lite
+for path in sys.argv[2:]:
+    t, meta = safetensors_lite.read(path)
+    grads = [k for k in t if k.startswith("grad.")]
+    f64 = [k for k in t if k.startswith("f64.")]
+    want = {"f64.logits", "f64.loss", "f64.step.loss"} | {"f64." + k for k in grads}
+    if not want <= set(f64) or any(t[k].dtype.name != "float64" for k in f64):
+        sys.exit(f"tiny.sh: {path}: float64 reference incomplete: missing {sorted(want - set(f64))[:3]}")
+    if any(k.startswith("acc.") for k in t) or not meta.get("acc_reference", "").startswith("none: cpu"):
+        sys.exit(f"tiny.sh: {path}: on the CPU, no acc.* and acc_reference 'none: cpu ...', got {meta.get('acc_reference')}")
+PY
+fi
 "$PY" "$HERE/compare.py" --require-gates --out "$OUT/table.md" $FILES
 # Our accelerated runs have their own rows (no † fallback to the strict figure) and their own gate.
 need() { grep -q -- "$1" "$OUT/table.md" || { echo "tiny.sh: the table lacks: $1"; exit 1; }; }
 case " $* " in *" fashion-mlp "*)
   need "^| fashion-mlp | 8 | flb | accelerated | [0-9.]* |"
   need "^Gates, fashion-mlp batch 8 (ours accelerated"
+  # The accelerated gate: the paper's gates decide, and without PyTorch's TF32 result (the CPU) the per-tensor
+  # accelerated limits against PyTorch f32, the table saying why (tests/ref/compare_gate_check.py: with one).
+  need "^| paper: total gradient norm | .* | pass (paper gate) |"
+  need "^| paper: per-parameter gradient norms, rel-L2 | .* | pass (paper gate) |"
+  need "^| grad.fc1.weight | .* | pass (per-tensor gate) |"
+  need "the reference has no acc.\* tensors (none: cpu device"
+  need "^| fashion-mlp | 8 | flb | accelerated | .* | pass (paper max"
   # The accelerated gate can fail: one gradient of our accelerated file scaled by 1.2 (relative L2 0.2, over
   # the 5e-2 limit) must make compare.py exit 1 and name that tensor.
   P="$OUT/fashion-mlp"

@@ -5,10 +5,13 @@ decoder, docs/dinovision.md's layer list; objective MSE against the target). The
 the weights file's metadata, the inputs from our gate file (input.pixel_values, or input.features and
 input.target). AdamW as mgn::AdamW. Phases inference, flb (forward + loss + backward) and step; implementations
 eager, eager + CUDA-graph replay (CUDA only: forward, backward and a capturable AdamW step captured whole) and
-torch.compile; strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors.
+torch.compile; strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors;
+--f64-reference adds them in float64 (f64.*), --accelerated-reference with TF32 (acc.*, CUDA only):
+bench/pytorch/gates.py.
 
   python3 bench/pytorch/dinov3_bench.py --weights w.safetensors --inputs mgn_out.safetensors \\
-      --json torch.jsonl --outputs torch_out.safetensors [--model transformers|plain]
+      --json torch.jsonl --outputs torch_out.safetensors [--model transformers|plain] [--f64-reference] \\
+      [--accelerated-reference]
 """
 import argparse
 import json
@@ -22,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
 from timing import set_mode  # noqa: E402
@@ -29,10 +33,11 @@ from timing import set_mode  # noqa: E402
 
 # ---- the ViT in plain torch (DINOv3ViTModel's forward and names)
 
-def rope_tables(hd, theta, gh, gw, device):
-    inv_freq = 1 / theta ** torch.arange(0, 1, 4 / hd, dtype=torch.float32, device=device)
-    ch = torch.arange(0.5, gh, dtype=torch.float32, device=device) / gh
-    cw = torch.arange(0.5, gw, dtype=torch.float32, device=device) / gw
+def rope_tables(hd, theta, gh, gw, device, dtype=torch.float32):
+    """cos, sin of the axial RoPE, computed in dtype (float32 as transformers does; float64 for the f64 reference)."""
+    inv_freq = 1 / theta ** torch.arange(0, 1, 4 / hd, dtype=dtype, device=device)
+    ch = torch.arange(0.5, gh, dtype=dtype, device=device) / gh
+    cw = torch.arange(0.5, gw, dtype=dtype, device=device) / gw
     coords = 2.0 * torch.stack(torch.meshgrid(ch, cw, indexing="ij"), dim=-1).flatten(0, 1) - 1.0
     angles = (2 * math.pi * coords[:, :, None] * inv_freq[None, None, :]).flatten(1, 2).tile(2)
     return torch.cos(angles), torch.sin(angles)
@@ -127,7 +132,8 @@ class PlainViT(nn.Module):
     def forward(self, px):
         p = self.cfg["patch_size"]
         cos, sin = rope_tables(self.cfg["hidden_size"] // self.cfg["num_attention_heads"], self.cfg["rope_theta"],
-                               px.shape[2] // p, px.shape[3] // p, px.device)
+                               px.shape[2] // p, px.shape[3] // p, px.device,
+                               torch.float64 if px.dtype == torch.float64 else torch.float32)
         x = self.embeddings(px)
         for layer in self.layer:
             x = layer(x, cos.to(x.dtype), sin.to(x.dtype))
@@ -209,31 +215,24 @@ def Phases(model, lr, x, target, workload, impl):
 
 def gate_outputs(args, cfg, weights, x, target, device, meta):
     """Strict eager: the output (as "logits", the harness's name for the inference output), loss, every
-    gradient, and every parameter after one AdamW step."""
-    set_mode("strict")
-    out = {}
+    gradient, and every parameter after one AdamW step; with --f64-reference / --accelerated-reference the same
+    in float64 (f64.*) / with TF32 (acc.*): gates.py."""
+    def compute(dev, dtype):
+        xd, td = x.to(dev, dtype), None if target is None else target.to(dev, dtype)
+
+        def make():
+            model, tgt = build_model(cfg, weights, args.model, args.workload)
+            ph = Phases(model.to(dev, dtype), args.lr, xd, td, args.workload, "eager")
+            return ph, lambda ph: [(tgt.ours_of.get(n, n), p) for n, p in tgt.named_parameters()], None
+        return gates.model_tensors(make)
+
     if is_vit(args.workload):
-        out["input.pixel_values"] = x.cpu().numpy()
+        inputs = {"input.pixel_values": x.cpu().numpy()}
     else:
-        out["input.features"], out["input.target"] = x.cpu().numpy(), target.cpu().numpy()
-    model, tgt = build_model(cfg, weights, args.model, args.workload)
-    ph = Phases(model.to(device), args.lr, x, target, args.workload, "eager")
-    ph.inference()
-    out["logits"] = ph.out.cpu().numpy()
-    ph.flb()
-    out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in tgt.named_parameters():
-        if p.grad is not None:
-            out["grad." + tgt.ours_of.get(name, name)] = p.grad.detach().cpu().numpy()
-    model, tgt = build_model(cfg, weights, args.model, args.workload)
-    ph = Phases(model.to(device), args.lr, x, target, args.workload, "eager")
-    ph.step()
-    out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in tgt.named_parameters():
-        out["step." + tgt.ours_of.get(name, name)] = p.detach().cpu().numpy()
-    safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
-                                                   workload=args.workload, batch=str(x.shape[0]), lr=str(args.lr),
-                                                   model=args.model))
+        inputs = {"input.features": x.cpu().numpy(), "input.target": target.cpu().numpy()}
+    gates.write(args.outputs, inputs, compute, device, args,
+                dict(meta, side="torch", impl="eager", mode="strict", workload=args.workload, batch=str(x.shape[0]),
+                     lr=str(args.lr), model=args.model), "dinov3_bench.py")
 
 
 def main():
@@ -245,7 +244,9 @@ def main():
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--model", default="auto", choices=["auto", "transformers", "plain"],
                     help="the ViT: auto takes transformers' DINOv3ViTModel where transformers has it")
+    gates.add_args(ap)
     args = ap.parse_args()
+    gates.check_args(ap, args)
     weights, wmeta = safetensors_lite.read(args.weights)
     cfg = json.loads(wmeta["config"])
     args.workload = wmeta["workload"]

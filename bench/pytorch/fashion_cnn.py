@@ -5,7 +5,9 @@ Times the phases inference (no-grad forward), flb (forward + loss + backward) an
 for eager and torch.compile, strict (TF32 off, matmul precision "highest") and accelerated (TF32 on), each
 sample synchronized; compile is the wall time of the first call of each compiled phase. Writes one JSON line
 per (impl, mode, phase) in the schema of `mgn bench`, and with --outputs the gate tensors of the strict eager
-model (logits, loss, every gradient, every parameter after one step). Falls back to the CPU without CUDA.
+model (logits, loss, every gradient, every parameter after one step), with --f64-reference also in float64
+(f64.*) and with --accelerated-reference also with TF32 (acc.*, CUDA only): bench/pytorch/gates.py. Falls back to
+the CPU without CUDA.
 
   python3 bench/pytorch/fashion_cnn.py --weights w.safetensors --batch 64 --json torch.jsonl \\
       --outputs torch_out.safetensors
@@ -21,9 +23,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
-from timing import ADAMW, set_mode  # noqa: E402
+from timing import ADAMW  # noqa: E402
 
 
 class FashionCnn(nn.Module):
@@ -113,7 +116,7 @@ class Phases:
 
     def inference(self):
         with torch.no_grad():
-            self.logits = self.fwd(self.x)
+            self.out = self.fwd(self.x)
 
     def flb(self):
         self.opt.zero_grad(set_to_none=True)
@@ -126,27 +129,24 @@ class Phases:
 
     def value(self, phase):
         """A scalar of the phase's last result (checked finite after the samples)."""
-        return self.logits[0, 0].item() if phase == "inference" else self.loss.item()
+        return self.out[0, 0].item() if phase == "inference" else self.loss.item()
 
 
 def gate_outputs(args, weights, x, y, device, meta):
-    """Strict eager: logits, loss, every gradient, and every parameter after one AdamW step."""
-    set_mode("strict")
-    out = {"input.x": x.cpu().numpy(), "input.labels": y.cpu().numpy().astype(np.int32)}
-    ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled=False)
-    ph.inference()
-    out["logits"] = ph.logits.cpu().numpy()
-    ph.flb()
-    out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in ph.model.named_parameters():
-        out["grad." + name] = p.grad.detach().cpu().numpy()
-    ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled=False)
-    ph.step()
-    out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in ph.model.named_parameters():
-        out["step." + name] = p.detach().cpu().numpy()
-    safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
-                                                   workload=args.workload, batch=args.batch, lr=args.lr))
+    """Strict eager: logits, loss, every gradient, and every parameter after one AdamW step; with
+    --f64-reference / --accelerated-reference the same in float64 (f64.*) / with TF32 (acc.*): gates.py."""
+    def compute(dev, dtype):
+        xd, yd = x.to(dev, dtype), y.to(dev)
+
+        def make():
+            ph = Phases(build_model(args.workload, weights).to(dev, dtype), args.lr, xd, yd, compiled=False)
+            return ph, lambda ph: ph.model.named_parameters(), None
+        return gates.model_tensors(make)
+
+    inputs = {"input.x": x.cpu().numpy(), "input.labels": y.cpu().numpy().astype(np.int32)}
+    gates.write(args.outputs, inputs, compute, device, args,
+                dict(meta, side="torch", impl="eager", mode="strict", workload=args.workload, batch=args.batch,
+                     lr=args.lr), "fashion_cnn.py")
 
 
 def main():
@@ -155,9 +155,11 @@ def main():
     ap.add_argument("--weights", required=True, help="safetensors file written by `mgn bench --weights`")
     ap.add_argument("--batch", type=int, default=64)
     timing.add_run_args(ap)
+    gates.add_args(ap)
     ap.add_argument("--data", default=os.environ.get("MGN_FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     args = ap.parse_args()
+    gates.check_args(ap, args)
 
     device = timing.pick_device(args.device)
     weights, _ = safetensors_lite.read(args.weights)

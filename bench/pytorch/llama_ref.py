@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
 
@@ -85,9 +86,9 @@ def random_weights(c, seed):
 # ---- plain PyTorch (no transformers): LlamaForCausalLM's function, written from the HF modeling code
 
 class PlainLlama:
-    def __init__(self, c, weights, device):
+    def __init__(self, c, weights, device, dtype=torch.float32):
         self.c = c
-        self.W = {k: v.to(device).clone().requires_grad_(True) for k, v in weights.items()}
+        self.W = {k: v.to(device, dtype).clone().requires_grad_(True) for k, v in weights.items()}
         self.device = device
 
     def named_parameters(self):
@@ -114,11 +115,12 @@ class PlainLlama:
         p0 = 0 if past is None else past[0][0].shape[2]
         nh, kvh, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
         x = W["model.embed_tokens.weight"][ids.long()]
-        inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64, device=self.device).float() / d))
-        freqs = torch.arange(p0, p0 + s, device=self.device).float()[:, None] * inv_freq[None, :]
+        ft = x.dtype  # the rotary angles and the mask in the weights' dtype (float32, or float64 for the reference)
+        inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64, device=self.device).to(ft) / d))
+        freqs = torch.arange(p0, p0 + s, device=self.device).to(ft)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
-        causal = torch.full((s, p0 + s), float("-inf"), device=self.device).triu(p0 + 1)
+        causal = torch.full((s, p0 + s), float("-inf"), device=self.device, dtype=ft).triu(p0 + 1)
         cache = []
         for i in range(c["num_hidden_layers"]):
             p = f"model.layers.{i}."
@@ -180,7 +182,7 @@ class PlainLlama:
 # ---- transformers
 
 class HfLlama:
-    def __init__(self, c, directory, weights, device, attn="eager"):
+    def __init__(self, c, directory, weights, device, attn="eager", dtype=torch.float32):
         import transformers
         from transformers import LlamaForCausalLM
         self.c, self.device = c, device
@@ -207,6 +209,8 @@ class HfLlama:
         got = self.model.model.rotary_emb.inv_freq.detach().double().cpu()
         if not torch.allclose(got, want, rtol=1e-6, atol=0):
             raise SystemExit(f"llama_ref.py: transformers' rotary inv_freq is not theta {c['rope_theta']}")
+        if dtype != torch.float32:  # the float64 reference: the checked float32 weights, widened exactly
+            self.model.to(dtype)
         self.call = self.model
 
     def compile(self):
@@ -378,8 +382,10 @@ def bench_main(a):
                 json.dump(hf_config(c), f, indent=2)
             os.symlink(os.path.abspath(a.weights), os.path.join(tmp, "model.safetensors"))
 
-        def build():
-            return HfLlama(c, tmp, weights, device, a.attn) if impl == "hf" else PlainLlama(c, weights, device)
+        def build(dtype=torch.float32, dev=device):
+            if impl == "hf":
+                return HfLlama(c, tmp, weights, dev, a.attn, dtype)
+            return PlainLlama(c, weights, dev, dtype)
 
         probe = build()
         meta = {"backend": device.type, "device": timing.device_name(device), "torch": torch.__version__,
@@ -403,30 +409,49 @@ def bench_main(a):
     out_lines.close()
 
 
+class GatePhases:
+    """gates.model_tensors' view of a Llama: inference (logits), minimal (the last row of a full forward of ids +
+    the next token, no cache: the reference for our KV-cache step), flb and step (LlamaRun's)."""
+
+    def __init__(self, model, lr, ids, nxt):
+        self.run, self.model, self.ids, self.nxt = LlamaRun(model, lr, ids, nxt), model, ids, nxt
+        self.out = self.out_min = self.loss = None
+
+    def inference(self):
+        with torch.no_grad():
+            self.out = self.model.logits(self.ids)
+
+    def minimal(self):
+        with torch.no_grad():
+            self.out_min = self.model.logits(torch.cat([self.ids, self.nxt], dim=1))[:, -1:]
+
+    def flb(self):
+        self.run.flb()
+        self.loss = self.run.loss
+
+    def step(self):
+        self.run.step()
+        self.loss = self.run.loss
+
+
 def bench_gate_outputs(a, build, ids, nxt, workload, meta):
-    """Strict eager: logits, the minimal phase's logits (full forward of ids + the next token, no cache: the
-    reference for our KV-cache step), loss, every gradient, every parameter after one AdamW step."""
-    timing.set_mode("strict")
+    """Strict eager: logits, the minimal phase's logits, loss, every gradient, every parameter after one AdamW
+    step; with --f64-reference / --accelerated-reference the same in float64 (f64.*) / with TF32 (acc.*):
+    gates.py. On transformers the float64 reference is float64 except where transformers itself computes in
+    float32 (its rotary angles, and its loss upcasts the logits to float32): about 1e-7 relative."""
     labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)  # HF's shift, as mgn feeds it
-    out = {"input.ids": ids.cpu().numpy().astype(np.int32), "input.labels": labels.cpu().numpy().astype(np.int32)}
-    model = build()
-    with torch.no_grad():
-        out["logits"] = model.logits(ids).float().cpu().numpy()
-        out["minimal.logits"] = model.logits(torch.cat([ids, nxt], dim=1))[:, -1:].float().cpu().numpy()
-    model.zero_grad()
-    loss = model.loss(ids)
-    loss.backward()
-    out["loss"] = np.array(loss.item(), dtype=np.float32)
-    for name, p in model.named_parameters():
-        out["grad." + name] = p.grad.detach().float().cpu().numpy()
-    del model
-    run = LlamaRun(build(), a.lr, ids, nxt)
-    run.step()
-    out["step.loss"] = np.array(run.loss.item(), dtype=np.float32)
-    for name, p in run.model.named_parameters():
-        out["step." + name] = p.detach().float().cpu().numpy()
-    safetensors_lite.write(a.outputs, out, dict(meta, side="torch", impl="eager", mode="strict", workload=workload,
-                                                batch=a.batch, seq=a.seq, lr=a.lr))
+
+    def compute(dev, dtype):
+        idd, nd = ids.to(dev), nxt.to(dev)
+
+        def make():
+            return GatePhases(build(dtype, dev), a.lr, idd, nd), lambda ph: ph.model.named_parameters(), None
+        return gates.model_tensors(make, minimal=True)
+
+    inputs = {"input.ids": ids.cpu().numpy().astype(np.int32), "input.labels": labels.cpu().numpy().astype(np.int32)}
+    gates.write(a.outputs, inputs, compute, ids.device, a,
+                dict(meta, side="torch", impl="eager", mode="strict", workload=workload, batch=a.batch, seq=a.seq,
+                     lr=a.lr), "llama_ref.py")
 
 
 def load_config(name):
@@ -472,7 +497,9 @@ def main():
     b.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="transformers' attention")
     b.add_argument("--json", help="write the JSON lines here too (they always go to stdout)")
     b.add_argument("--outputs", help="write the gate tensors of the strict eager model here")
+    gates.add_args(b)
     a = ap.parse_args()
+    gates.check_args(ap, a)
     if a.bench:
         if not a.weights or a.dir:
             raise SystemExit("llama_ref.py --bench: needs --weights FILE and no directory")

@@ -5,16 +5,16 @@ statistics), flb (train: batch statistics, forward + loss + backward) and step; 
 strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors (logits, loss, every
 gradient, every parameter and running statistic after one step); with --f64-reference also the same tensors of
 the same model, weights and inputs computed in float64 (names prefixed `f64.`, untimed): the exact reference
-against which compare.py measures both sides' f32 error.
+against which compare.py measures both sides' f32 error; with --accelerated-reference the same once more with
+TF32 (acc.*, CUDA only), the allowance of compare.py's accelerated gate (bench/pytorch/gates.py).
 
   python3 bench/pytorch/resnet_bench.py --weights w.safetensors --inputs mgn_out.safetensors \\
-      --json torch.jsonl --outputs torch_out.safetensors [--f64-reference]
+      --json torch.jsonl --outputs torch_out.safetensors [--f64-reference] [--accelerated-reference]
 """
 import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -22,10 +22,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fashion_cnn  # noqa: E402
+import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
-import fashion_cnn  # noqa: E402
-from timing import set_mode  # noqa: E402
 
 
 class Basic(nn.Module):
@@ -118,42 +118,23 @@ class Phases(fashion_cnn.Phases):
         super().flb()
 
 
-def gate_tensors(args, cfg, weights, x, y, device, dtype):
-    """Strict eager in dtype: logits, loss, every gradient, and after one AdamW step the loss and every parameter
-    and running statistic (from the same f32 weights and inputs, widened exactly)."""
-    set_mode("strict")
-    x = x.to(device, dtype)
-    y = y.to(device)
-    out = {}
-    ph = Phases(build_model(cfg, weights).to(device, dtype), args.lr, x, y, compiled=False)
-    ph.inference()
-    out["logits"] = ph.logits.cpu().numpy()
-    ph.flb()
-    out["loss"] = ph.loss.detach().cpu().numpy()
-    for name, p in ph.model.named_parameters():
-        out["grad." + name] = p.grad.detach().cpu().numpy()
-    ph = Phases(build_model(cfg, weights).to(device, dtype), args.lr, x, y, compiled=False)
-    ph.step()
-    out["step.loss"] = ph.loss.detach().cpu().numpy()
-    for name, t in ph.model.state_dict().items():
-        if not name.endswith("num_batches_tracked"):
-            out["step." + name] = t.detach().cpu().numpy()
-    return out
-
-
 def gate_outputs(args, cfg, weights, x, y, device, meta):
-    out = {"input.x": x.cpu().numpy(), "input.labels": y.cpu().numpy().astype(np.int32)}
-    out.update(gate_tensors(args, cfg, weights, x, y, device, torch.float32))
-    if args.f64_reference:
-        # The exact reference (noise floor): float64 where the device has it (CUDA, the CPU), else the CPU.
-        dev64 = device if device.type in ("cuda", "cpu") else torch.device("cpu")
-        t0 = time.perf_counter()
-        out.update({"f64." + k: v for k, v in gate_tensors(args, cfg, weights, x, y, dev64, torch.float64).items()})
-        meta = dict(meta, f64_device=dev64.type)
-        print(f"resnet_bench.py: float64 reference on {dev64.type} in {time.perf_counter() - t0:.2f} s",
-              file=sys.stderr)
-    safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
-                                                   workload=args.workload, batch=str(x.shape[0]), lr=str(args.lr)))
+    """Strict eager: logits, loss, every gradient, and after one AdamW step the loss and every parameter and
+    running statistic; with --f64-reference / --accelerated-reference the same from the same f32 weights and
+    inputs (widened exactly) in float64 (f64.*) / with TF32 (acc.*): gates.py."""
+    def compute(dev, dtype):
+        xd, yd = x.to(dev, dtype), y.to(dev)
+
+        def make():
+            ph = Phases(build_model(cfg, weights).to(dev, dtype), args.lr, xd, yd, compiled=False)
+            return ph, lambda ph: ph.model.named_parameters(), lambda ph: [
+                (n, t) for n, t in ph.model.state_dict().items() if not n.endswith("num_batches_tracked")]
+        return gates.model_tensors(make)
+
+    inputs = {"input.x": x.cpu().numpy(), "input.labels": y.cpu().numpy().astype(np.int32)}
+    gates.write(args.outputs, inputs, compute, device, args,
+                dict(meta, side="torch", impl="eager", mode="strict", workload=args.workload, batch=str(x.shape[0]),
+                     lr=str(args.lr)), "resnet_bench.py")
 
 
 def main():
@@ -161,12 +142,10 @@ def main():
     ap.add_argument("--weights", required=True, help="safetensors file written by `mgn bench --weights`")
     ap.add_argument("--inputs", required=True, help="our gate file (`mgn bench --outputs`): input.x, input.labels")
     timing.add_run_args(ap)
-    ap.add_argument("--f64-reference", action="store_true",
-                    help="with --outputs: also the gate tensors in float64 (f64.*), the exact reference")
+    gates.add_args(ap)
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     args = ap.parse_args()
-    if args.f64_reference and not args.outputs:
-        ap.error("--f64-reference needs --outputs")
+    gates.check_args(ap, args)
 
     device = timing.pick_device(args.device)
     weights, wmeta = safetensors_lite.read(args.weights)

@@ -1,7 +1,8 @@
 """PyTorch side of `mgn bench sd-unet-small` / `sd-unet-test`: the conditioned U-Net in plain torch
 (bench/pytorch/sd_unet.py, written from the spec; no diffusers), the config from the weights file's metadata,
 our weights, the inputs (noisy_latent, timestep_embedding, text_context, noise_target) from our gate file.
---f64-reference adds the gate tensors in float64 (f64.*) for compare.py's gate vs exact.
+--f64-reference adds the gate tensors in float64 (f64.*) for compare.py's gate vs exact, --accelerated-reference
+the same with TF32 (acc.*, CUDA only) for its accelerated gate (bench/pytorch/gates.py).
 Objective mean((noise_pred - noise_target)²), AdamW as mgn::AdamW. Phases inference, flb (forward + loss +
 backward) and step; implementations eager, eager + CUDA-graph replay (CUDA only) and torch.compile; strict and
 accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors.
@@ -19,10 +20,10 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import sd_unet  # noqa: E402
 import timing  # noqa: E402
-from timing import set_mode  # noqa: E402
 
 INPUTS = ("noisy_latent", "timestep_embedding", "text_context")
 
@@ -52,40 +53,23 @@ def Phases(model, lr, xs, target, impl):
     return timing.Phases(model, lr, xs, impl, lambda out: ((out - target) ** 2).mean())
 
 
-def gate_tensors(args, cfg, weights, xs, target, device, dtype):
-    """Strict eager in `dtype`: noise_pred (as "logits"), loss, every gradient, every parameter after one AdamW
-    step."""
-    set_mode("strict")
-    xs, target = tuple(x.to(device, dtype) for x in xs), target.to(device, dtype)
-    out = {}
-    ph = Phases(build_model(cfg, weights).to(device, dtype), args.lr, xs, target, "eager")
-    ph.inference()
-    out["logits"] = ph.out.cpu().numpy()
-    ph.flb()
-    out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in ph.model.net.named_parameters():
-        out["grad." + name] = p.grad.detach().cpu().numpy()
-    ph = Phases(build_model(cfg, weights).to(device, dtype), args.lr, xs, target, "eager")
-    ph.step()
-    out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in ph.model.net.named_parameters():
-        out["step." + name] = p.detach().cpu().numpy()
-    return out
-
-
 def gate_outputs(args, cfg, weights, xs, target, device, meta):
-    """The gate tensors in float32 and, with --f64-reference, the same in float64 ("f64.*": the exact reference
-    of compare.py's gate vs exact), with the inputs."""
-    out = {"input." + n: x.cpu().numpy() for n, x in zip(INPUTS, xs)}
-    out["input.noise_target"] = target.cpu().numpy()
-    out.update(gate_tensors(args, cfg, weights, xs, target, device, torch.float32))
-    if args.f64_reference:
-        out.update({"f64." + k: v for k, v in
-                    gate_tensors(args, cfg, weights, xs, target, device, torch.float64).items()})
-        meta = dict(meta, f64_device=device.type)
-    safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
-                                                   workload=args.workload, batch=str(xs[0].shape[0]),
-                                                   lr=str(args.lr)))
+    """Strict eager: noise_pred (as "logits"), loss, every gradient, every parameter after one AdamW step, with
+    the inputs; with --f64-reference / --accelerated-reference the same in float64 (f64.*, the exact reference
+    of compare.py) / with TF32 (acc.*): gates.py."""
+    def compute(dev, dtype):
+        xd, td = tuple(x.to(dev, dtype) for x in xs), target.to(dev, dtype)
+
+        def make():
+            ph = Phases(build_model(cfg, weights).to(dev, dtype), args.lr, xd, td, "eager")
+            return ph, lambda ph: ph.model.net.named_parameters(), None
+        return gates.model_tensors(make)
+
+    inputs = {"input." + n: x.cpu().numpy() for n, x in zip(INPUTS, xs)}
+    inputs["input.noise_target"] = target.cpu().numpy()
+    gates.write(args.outputs, inputs, compute, device, args,
+                dict(meta, side="torch", impl="eager", mode="strict", workload=args.workload,
+                     batch=str(xs[0].shape[0]), lr=str(args.lr)), "sd_unet_bench.py")
 
 
 def main():
@@ -94,11 +78,9 @@ def main():
     ap.add_argument("--inputs", required=True, help="our gate file (`mgn bench --outputs`): input.*")
     timing.add_run_args(ap)
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    ap.add_argument("--f64-reference", action="store_true",
-                    help="with --outputs: also the gate tensors in float64 (f64.*), the exact reference")
+    gates.add_args(ap)
     args = ap.parse_args()
-    if args.f64_reference and not args.outputs:
-        ap.error("--f64-reference needs --outputs")
+    gates.check_args(ap, args)
 
     device = timing.pick_device(args.device)
     if device.type == "cpu":

@@ -4,7 +4,9 @@ file's metadata, our weights, the inputs from our gate file (input.noisy_actions
 input.vlm_kv_layer_{i}, input.target: the spec's benchmark values). Loss mean((velocity - target)²), AdamW as
 mgn::AdamW. Phases inference, minimal (the spec's latency shape: 1 action token, still 16 VLM tokens), flb
 (forward + loss + backward) and step; implementations eager, eager + CUDA-graph replay (CUDA only) and
-torch.compile; strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors.
+torch.compile; strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors;
+--f64-reference adds them in float64 (f64.*), --accelerated-reference with TF32 (acc.*, CUDA only):
+bench/pytorch/gates.py.
 
   python3 bench/pytorch/smolvla_bench.py --weights w.safetensors --inputs mgn_out.safetensors \\
       --json torch.jsonl --outputs torch_out.safetensors
@@ -18,10 +20,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import smolvla_expert as se  # noqa: E402
 import timing  # noqa: E402
-from timing import set_mode  # noqa: E402
 
 
 class Phases(timing.Phases):
@@ -64,25 +66,21 @@ def minimal_inputs(cfg, x):
 
 
 def gate_outputs(args, cfg, weights, x, x_min, device, meta):
-    set_mode("strict")
-    out = {"input." + k: v.cpu().numpy() for k, v in x.items()}  # the inputs both sides used, compared too
-    ph = Phases(build_model(cfg, weights, device), args.lr, x, x_min, "eager")
-    ph.inference()
-    out["logits"] = ph.out.cpu().numpy()
-    ph.minimal()
-    out["minimal.logits"] = ph.out_min.cpu().numpy()
-    ph.flb()
-    out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in ph.model.named_parameters():
-        out["grad." + name] = p.grad.detach().cpu().numpy()
-    ph = Phases(build_model(cfg, weights, device), args.lr, x, x_min, "eager")
-    ph.step()
-    out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    for name, p in ph.model.named_parameters():
-        out["step." + name] = p.detach().cpu().numpy()
-    safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
-                                                   workload=args.workload, batch=str(x["noisy_actions"].shape[0]),
-                                                   lr=str(args.lr)))
+    """Strict eager: the velocity (as "logits"), the latency shape's (minimal.logits), loss, every gradient, every
+    parameter after one AdamW step, with the inputs both sides used; with --f64-reference /
+    --accelerated-reference the same in float64 (f64.*) / with TF32 (acc.*): gates.py."""
+    def compute(dev, dtype):
+        xd = {k: v.to(dev, dtype) for k, v in x.items()}
+        md = {k: v.to(dev, dtype) for k, v in x_min.items()}
+
+        def make():
+            ph = Phases(build_model(cfg, weights, dev).to(dtype), args.lr, xd, md, "eager")
+            return ph, lambda ph: ph.model.named_parameters(), None
+        return gates.model_tensors(make, minimal=True)
+
+    gates.write(args.outputs, {"input." + k: v.cpu().numpy() for k, v in x.items()}, compute, device, args,
+                dict(meta, side="torch", impl="eager", mode="strict", workload=args.workload,
+                     batch=str(x["noisy_actions"].shape[0]), lr=str(args.lr)), "smolvla_bench.py")
 
 
 def main():
@@ -91,7 +89,9 @@ def main():
     ap.add_argument("--inputs", required=True, help="our gate file (`mgn bench --outputs`): input.*")
     timing.add_run_args(ap, phases="compile,inference,minimal,flb,step")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    gates.add_args(ap)
     args = ap.parse_args()
+    gates.check_args(ap, args)
 
     device = timing.pick_device(args.device)
     weights, wmeta = safetensors_lite.read(args.weights)

@@ -4,10 +4,12 @@ the same state_dict names (CI) — the config from the weights file's metadata, 
 our gate file (input.mel). Objective mean(last_hidden_state²) (the paper's), AdamW as mgn::AdamW. Phases
 inference, flb (forward + loss + backward) and step; implementations eager, eager + CUDA-graph replay (CUDA
 only: forward, backward and a capturable AdamW step captured whole) and torch.compile; strict and
-accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors.
+accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors; --f64-reference adds them in float64
+(f64.*), --accelerated-reference with TF32 (acc.*, CUDA only): bench/pytorch/gates.py.
 
   python3 bench/pytorch/whisper_bench.py --weights w.safetensors --inputs mgn_out.safetensors \\
-      --json torch.jsonl --outputs torch_out.safetensors [--model transformers|plain]
+      --json torch.jsonl --outputs torch_out.safetensors [--model transformers|plain] [--f64-reference] \\
+      [--accelerated-reference]
 """
 import argparse
 import json
@@ -20,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
 from timing import set_mode  # noqa: E402
@@ -114,28 +117,22 @@ def Phases(model, lr, x, impl):
 
 def gate_outputs(args, cfg, weights, x, device, meta):
     """Strict eager: last hidden state (as "logits", the harness's name for the inference output), loss, every
-    gradient, and every parameter after one AdamW step."""
-    set_mode("strict")
-    out = {"input.mel": x.cpu().numpy()}
-    ph = Phases(build_model(cfg, weights, args.model).to(device), args.lr, x, "eager")
-    ph.inference()
-    out["logits"] = ph.out.cpu().numpy()
-    ph.flb()
-    out["loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    named = (ph.model.enc if args.model == "transformers" else ph.model).named_parameters()
-    for name, p in named:
-        if p.requires_grad:
-            out["grad." + name] = p.grad.detach().cpu().numpy()
-    ph = Phases(build_model(cfg, weights, args.model).to(device), args.lr, x, "eager")
-    ph.step()
-    out["step.loss"] = np.array(ph.loss.item(), dtype=np.float32)
-    named = (ph.model.enc if args.model == "transformers" else ph.model).named_parameters()
-    for name, p in named:
-        if p.requires_grad:
-            out["step." + name] = p.detach().cpu().numpy()
-    safetensors_lite.write(args.outputs, out, dict(meta, side="torch", impl="eager", mode="strict",
-                                                   workload=args.workload, batch=str(x.shape[0]), lr=str(args.lr),
-                                                   model=args.model))
+    gradient, and every parameter after one AdamW step; with --f64-reference / --accelerated-reference the same
+    in float64 (f64.*) / with TF32 (acc.*): gates.py."""
+    def compute(dev, dtype):
+        xd = x.to(dev, dtype)
+
+        def params(ph):
+            named = (ph.model.enc if args.model == "transformers" else ph.model).named_parameters()
+            return [(n, p) for n, p in named if p.requires_grad]
+
+        def make():
+            return Phases(build_model(cfg, weights, args.model).to(dev, dtype), args.lr, xd, "eager"), params, None
+        return gates.model_tensors(make)
+
+    gates.write(args.outputs, {"input.mel": x.cpu().numpy()}, compute, device, args,
+                dict(meta, side="torch", impl="eager", mode="strict", workload=args.workload, batch=str(x.shape[0]),
+                     lr=str(args.lr), model=args.model), "whisper_bench.py")
 
 
 def main():
@@ -146,7 +143,9 @@ def main():
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--model", default="auto", choices=["auto", "transformers", "plain"],
                     help="auto: transformers' WhisperEncoder when transformers is installed")
+    gates.add_args(ap)
     args = ap.parse_args()
+    gates.check_args(ap, args)
     if args.model == "auto":
         try:
             import transformers  # noqa: F401
