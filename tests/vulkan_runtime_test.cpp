@@ -194,6 +194,42 @@ TEST_F(VulkanTest, VectorAddThroughStaging) {
   vector_add(ctx(), true);
 }
 
+// Transfer's staging on the staging path (force_staging): nothing host-visible until the first copy, then a
+// buffer as large as the copy needs (1 MiB at least, a power of two, at most the chunk), grown (the smaller
+// block released) when a larger copy comes; the bytes round-trip exactly through every size.
+TEST_F(VulkanTest, TransferStagingIsAllocatedOnFirstUseAndGrows) {
+  AllocatorOptions ao;
+  ao.force_staging = true;
+  Allocator alloc(ctx(), ao);
+  Transfer transfer(ctx(), alloc, VkDeviceSize(4) << 20);  // chunks of 4 MiB
+  auto reserved = [&](MemoryKind k) { return alloc.stats().reserved[size_t(k)]; };
+  auto blocks = [&](MemoryKind k) { return alloc.stats().blocks[size_t(k)]; };
+  EXPECT_EQ(reserved(MemoryKind::Upload), 0u);
+  EXPECT_EQ(reserved(MemoryKind::Readback), 0u);
+
+  auto round_trip = [&](size_t words) {
+    std::vector<uint32_t> in(words), out(words, 0xdeadbeefu);
+    for (size_t i = 0; i < words; ++i) in[i] = uint32_t(i * 2654435761u);
+    Buffer g = alloc.allocate(words * 4, MemoryKind::Device, "round trip");
+    transfer.upload(g, in.data(), words * 4);
+    transfer.download(g, out.data(), words * 4);
+    alloc.free(g);
+    EXPECT_EQ(in, out) << words << " words";
+  };
+  round_trip(25);  // 100 bytes: 1 MiB of staging each way
+  EXPECT_EQ(reserved(MemoryKind::Upload), VkDeviceSize(1) << 20);
+  EXPECT_EQ(reserved(MemoryKind::Readback), VkDeviceSize(1) << 20);
+  round_trip(600000);  // 2.4 MB: grows to 4 MiB (the next power of two), the 1 MiB blocks released
+  EXPECT_EQ(reserved(MemoryKind::Upload), VkDeviceSize(4) << 20);
+  EXPECT_EQ(blocks(MemoryKind::Upload), 1u);
+  EXPECT_EQ(blocks(MemoryKind::Readback), 1u);
+  round_trip(2500000);  // 10 MB: at most the 4 MiB chunk, three copies each way
+  EXPECT_EQ(reserved(MemoryKind::Upload), VkDeviceSize(4) << 20);
+  EXPECT_EQ(reserved(MemoryKind::Readback), VkDeviceSize(4) << 20);
+  round_trip(7);  // a small copy keeps the larger buffer
+  EXPECT_EQ(reserved(MemoryKind::Readback), VkDeviceSize(4) << 20);
+}
+
 // The dependent chain of the stream tests, its buffers and pipelines: y = affine(x) = 2x + 1 into y,
 // z = mirror(y) into z (reads what other workgroups of the affine wrote), acc += z (each submission of the
 // chain adds z once more). x is uploaded and acc zeroed; the tests record the three steps with their own

@@ -103,6 +103,7 @@ struct CompileReport {
   double optimizer_ms = 0;     // Train: the optimizer update appended to the graph
   double verify_ms = 0;        // checking and copying the graph
   double device_ms = 0;        // opening the device (the first session of a process with these DeviceOptions)
+  double setup_ms = 0;         // the session's allocator, command pools and transfer objects
   double hash_ms = 0;          // canonical hash of graph, options and device (the session cache's key)
   double cache_ms = 0;         // compiled-session cache lookup: read, verify, parse
   double fusion_ms = 0;        // rewrites: the fusion choice

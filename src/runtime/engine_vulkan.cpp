@@ -141,6 +141,7 @@ class VulkanEngine final : public Engine {
     const vk::CompileStats& c = exec_.compile_stats();
     CompileReport r;
     r.device_ms = device_ms_;
+    r.setup_ms = c.setup_ms;
     r.hash_ms = c.hash_ms;
     r.cache_ms = c.cache_ms;
     r.fusion_ms = c.fusion_ms;

@@ -3,6 +3,7 @@
 #include "backend/vulkan/command.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
 #include <exception>
@@ -364,10 +365,19 @@ Transfer::Transfer(Context& ctx, Allocator& allocator, VkDeviceSize staging_byte
   pool_ = make_pool(ctx);
   cmd_ = make_command_buffer(ctx.device(), pool_);
   fence_ = make_fence(ctx.device());
-  if (!allocator.unified()) {
-    upload_ = allocator.allocate(chunk_, MemoryKind::Upload, "upload staging");
-    readback_ = allocator.allocate(chunk_, MemoryKind::Readback, "readback staging");
+}
+
+const Buffer& Transfer::staging(Buffer& b, MemoryKind kind, VkDeviceSize bytes) {
+  const VkDeviceSize need = std::min(bytes, chunk_);
+  if (b && b.size >= need) return b;
+  constexpr VkDeviceSize kMinStaging = VkDeviceSize(1) << 20;
+  const VkDeviceSize size = std::min(chunk_, std::bit_ceil(std::max(need, kMinStaging)));
+  if (b) {
+    allocator_.free(b);
+    allocator_.trim();  // the smaller staging block, now empty
   }
+  b = allocator_.allocate(size, kind, kind == MemoryKind::Upload ? "upload staging" : "readback staging");
+  return b;
 }
 
 Transfer::~Transfer() {
@@ -404,12 +414,13 @@ void Transfer::upload(const Buffer& dst, const void* src, VkDeviceSize bytes, Vk
     return;
   }
   const auto* p = static_cast<const std::byte*>(src);
+  const Buffer& up = staging(upload_, MemoryKind::Upload, bytes);
   for (VkDeviceSize done = 0; done < bytes;) {
-    const VkDeviceSize n = std::min(chunk_, bytes - done);
-    std::memcpy(upload_.mapped, p + done, n);
+    const VkDeviceSize n = std::min(up.size, bytes - done);
+    std::memcpy(up.mapped, p + done, n);
     run([&](VkCommandBuffer cmd) {
-      VkBufferCopy region{upload_.offset, dst.offset + dst_offset + done, n};
-      vkCmdCopyBuffer(cmd, upload_.buffer, dst.buffer, 1, &region);
+      VkBufferCopy region{up.offset, dst.offset + dst_offset + done, n};
+      vkCmdCopyBuffer(cmd, up.buffer, dst.buffer, 1, &region);
     });
     done += n;
   }
@@ -425,13 +436,14 @@ void Transfer::download(const Buffer& src, void* dst, VkDeviceSize bytes, VkDevi
     return;
   }
   auto* p = static_cast<std::byte*>(dst);
+  const Buffer& rb = staging(readback_, MemoryKind::Readback, bytes);
   for (VkDeviceSize done = 0; done < bytes;) {
-    const VkDeviceSize n = std::min(chunk_, bytes - done);
+    const VkDeviceSize n = std::min(rb.size, bytes - done);
     run([&](VkCommandBuffer cmd) {
-      VkBufferCopy region{src.offset + src_offset + done, readback_.offset, n};
-      vkCmdCopyBuffer(cmd, src.buffer, readback_.buffer, 1, &region);
+      VkBufferCopy region{src.offset + src_offset + done, rb.offset, n};
+      vkCmdCopyBuffer(cmd, src.buffer, rb.buffer, 1, &region);
     });
-    std::memcpy(p + done, readback_.mapped, n);
+    std::memcpy(p + done, rb.mapped, n);
     done += n;
   }
   trace::record("vk.download", dst, bytes);

@@ -103,7 +103,9 @@ class CommandStream {
 };
 
 // Synchronous uploads/downloads for setup and tests (parameters, checkpoints). Direct memcpy on unified
-// memory; elsewhere chunked through one persistent staging buffer per direction.
+// memory; elsewhere chunked through one staging buffer per direction, allocated on first use as large as
+// the copy needs (at least 1 MiB, a power of two, at most `staging_bytes`) and grown when a larger copy
+// comes.
 class Transfer {
  public:
   Transfer(Context& ctx, Allocator& allocator, VkDeviceSize staging_bytes = VkDeviceSize(64) << 20);
@@ -119,6 +121,8 @@ class Transfer {
  private:
   // Records `body` between full barriers into a one-time command buffer, submits it and waits.
   void run(const std::function<void(VkCommandBuffer)>& body);
+  // `b` (upload_ or readback_) holding at least min(bytes, chunk_) bytes.
+  const Buffer& staging(Buffer& b, MemoryKind kind, VkDeviceSize bytes);
   Context& ctx_;
   Allocator& allocator_;
   VkDeviceSize chunk_ = 0;

@@ -27,6 +27,7 @@ constexpr uint32_t kNanBits = 0x7fc00000u;
 
 GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOptions options)
     : g_(g), ctx_(ctx), opt_(std::move(options)) {
+  const auto t0 = std::chrono::steady_clock::now();
   ir::verify(g_);
   alloc_ = std::make_unique<Allocator>(ctx_, opt_.allocator);
   transfer_ = std::make_unique<Transfer>(ctx_, *alloc_);
@@ -34,6 +35,7 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
   pipelines_ = opt_.pipelines ? opt_.pipelines : std::make_shared<PipelineCache>(ctx_, opt_.cache_dir);
   stream_ = std::make_unique<CommandStream>(ctx_, opt_.timestamps);
   stream_->set_between_submissions(opt_.between_submissions);
+  stats_.setup_ms = ms_since(t0);
   build();
 }
 

@@ -70,6 +70,7 @@ struct SessionMemory {
 };
 
 struct CompileStats {
+  double setup_ms = 0;     // the executor's allocator, transfer and command objects (before lowering)
   double hash_ms = 0;      // the canonical hash of graph, options and device (the session cache's key)
   double cache_ms = 0;     // compiled-session cache lookup (read, verify, parse)
   double fusion_ms = 0;    // rewrites: choosing the fusions (codegen::find_fusions)

@@ -224,8 +224,7 @@ Buffer Allocator::allocate(VkDeviceSize size, MemoryKind kind, const std::string
   if (best_block < 0) {
     const VkDeviceSize limit_block =
         std::min(ctx_.limits().max_memory_allocation_size, ctx_.limits().max_buffer_size);
-    VkDeviceSize block_size =
-        kind == MemoryKind::Device ? options_.device_block_size : options_.staging_block_size;
+    VkDeviceSize block_size = kind == MemoryKind::Device ? options_.device_block_size : rounded;
     block_size = align_up(std::max(std::min(block_size, limit_block), rounded), alignment_);
     if (block_size > limit_block) block_size = rounded;
     if (kind == MemoryKind::Device && options_.device_limit) {
