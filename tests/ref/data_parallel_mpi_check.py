@@ -11,7 +11,7 @@
 Also: a batch the ranks cannot split is an error naming the batch and the replica count, and a rank without a
 device (--devices with one entry for two ranks on this host) is an error naming the rank.
 
-usage: data_parallel_mpi_check.py MGN MPIEXEC WORKDIR   (MPIEXEC empty or missing: skipped, exit 77)
+usage: data_parallel_mpi_check.py MGN MPIEXEC WORKDIR   (MPIEXEC empty or not found: skipped, exit 77)
 """
 import json
 import os
@@ -52,8 +52,8 @@ def run(cmd, env, expect_ok=True):
 def main():
     mgn, mpiexec, work = sys.argv[1:4]
     if not mpiexec or not shutil.which(mpiexec):
-        print("SKIPPED: mpirun not found (scripts/setup-debian.sh installs openmpi-bin and libopenmpi-dev); "
-              "the MPI data-parallel path was not tested")
+        print("SKIPPED: mpirun not found (scripts/setup-debian.sh installs openmpi-bin and libopenmpi-dev), or the "
+              "build was configured with -DMGN_MPI=OFF; the MPI data-parallel path was not tested")
         sys.exit(77)
     data = os.environ.get("MGN_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
     if not os.path.exists(os.path.join(data, "train-images-idx3-ubyte.gz")):
