@@ -1,16 +1,20 @@
 // DataParallelTrainer: two replicas in one process (each on its own logical device) against single-device
-// references, on the CPU executor and on Vulkan (lavapipe here, validation on), and the reduction's closed form.
+// references, on the CPU executor and on Vulkan (lavapipe here, validation on), and the reduction's closed
+// form.
 //
 // References:
-//  * exact: one Session whose graph runs the model twice with shared parameters, once per half batch, with the
+//  * exact: one Session whose graph runs the model twice with shared parameters, once per half batch, with
+//  the
 //    loss 0.5 * (loss(half 0) + loss(half 1)). Its parameter gradients are g_0/2 + g_1/2 summed by autodiff,
 //    where g_r is the gradient of half r's own mean loss; halving is exact in floating point (no subnormals
-//    here) and a + b = b + a, so with two replicas the documented reduction float((double(g_0) + double(g_1)) / 2)
-//    is bit for bit that sum (the double sum of two floats rounds once to the float sum). So the weights and the
-//    optimizer's moments after k steps must be bitwise equal.
+//    here) and a + b = b + a, so with two replicas the documented reduction float((double(g_0) + double(g_1))
+//    / 2) is bit for bit that sum (the double sum of two floats rounds once to the float sum). So the weights
+//    and the optimizer's moments after k steps must be bitwise equal.
 //  * approximate: one Session on the whole batch (one matmul over all rows sums the per-sample products in
-//    another order): equal to the f32 rounding of the gradient sums. The tolerance below was measured (see the
-//    constant) and is a few ulps of the weights' scale.
+//    another order): equal to the f32 rounding of the gradient sums. The tolerance below was measured (see
+//    the constant) and is a few ulps of the weights' scale.
+#include "mgn/data_parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <barrier>
@@ -20,9 +24,8 @@
 #include <random>
 #include <thread>
 
-#include "mgn/checkpoint.h"
-#include "mgn/data_parallel.h"
 #include "backend/vulkan/context.h"
+#include "mgn/checkpoint.h"
 #include "mgn/session.h"
 #include "runtime/engine.h"
 #include "support/test_util.h"
@@ -136,18 +139,20 @@ void exact_against_two_branch(Backend backend) {
     dp.set_input("labels", d.labels);
     float loss = dp.step();
     float ref_loss = ref.read_scalar("loss");
-    EXPECT_EQ(std::memcmp(&loss, &ref_loss, sizeof loss), 0) << "step " << s << ": loss " << loss << " vs " << ref_loss;
+    EXPECT_EQ(std::memcmp(&loss, &ref_loss, sizeof loss), 0)
+        << "step " << s << ": loss " << loss << " vs " << ref_loss;
   }
   EXPECT_EQ(dp.step_count(), kSteps);
   expect_bitwise_equal_states(dp, ref, "against the two-branch reference");
   // The gradient sessions run on the weights the update sessions hold.
   for (int r = 0; r < kReplicas; ++r)
     for (const std::string& p : kParams)
-      EXPECT_TRUE(bitwise_equal(dp.gradient_session(r).read(p), dp.update_session(r).read(p))) << p << " replica " << r;
+      EXPECT_TRUE(bitwise_equal(dp.gradient_session(r).read(p), dp.update_session(r).read(p)))
+          << p << " replica " << r;
 }
 
-// Max |a - b| over every parameter after kSteps of SGD with momentum, data-parallel against one device with the
-// whole batch.
+// Max |a - b| over every parameter after kSteps of SGD with momentum, data-parallel against one device with
+// the whole batch.
 double max_diff_against_full_batch(Backend backend) {
   const Optimizer opt = SGD{.lr = 0.2, .momentum = 0.9};
   Graph full_g = plain_graph(kBatch);
@@ -175,9 +180,10 @@ double max_diff_against_full_batch(Backend backend) {
   return worst;
 }
 
-// Measured (printed by the tests): 1.5e-8 on the CPU executor, 3.0e-8 on lavapipe, i.e. under one f32 ulp at the
-// weights' magnitude (~0.5: 6e-8); the bound is 5 such ulps, room for another summation order of the full-batch
-// GEMM on other devices. (A 1e-7 relative error in the reduction stays under it: the bitwise tests catch that.)
+// Measured (printed by the tests): 1.5e-8 on the CPU executor, 3.0e-8 on lavapipe, i.e. under one f32 ulp at
+// the weights' magnitude (~0.5: 6e-8); the bound is 5 such ulps, room for another summation order of the
+// full-batch GEMM on other devices. (A 1e-7 relative error in the reduction stays under it: the bitwise tests
+// catch that.)
 constexpr double kFullBatchTolerance = 3e-7;
 
 // "Ranks" on threads of this process: an independent ProcessGroup (a barrier and shared slots), so that the
@@ -288,7 +294,8 @@ TEST(DataParallel, ThreadRanksEqualLocalReplicas) {
     ASSERT_EQ(errors[size_t(rank)], "") << "rank " << rank;
     EXPECT_EQ(losses[size_t(rank)], local_losses) << "rank " << rank;
     ASSERT_EQ(got[size_t(rank)].size(), local.update_session(0).state_names().size());
-    for (auto& [n, v] : got[size_t(rank)]) EXPECT_TRUE(bitwise_equal(v, local.read(n))) << n << " on rank " << rank;
+    for (auto& [n, v] : got[size_t(rank)])
+      EXPECT_TRUE(bitwise_equal(v, local.read(n))) << n << " on rank " << rank;
   }
 }
 
@@ -300,12 +307,17 @@ TEST(DataParallel, ReductionIsTheDocumentedOrderedSum) {
   std::vector<float> sum = reduce_replica_gradients(buffers, 3, 2, GradientScale::Sum);
   EXPECT_EQ(mean, (std::vector<float>{float(1.0 / 3.0), float(2.75 / 3.0)}));
   EXPECT_EQ(sum, (std::vector<float>{1.0f, 2.75f}));
-  EXPECT_NE(test::error_of([&] { reduce_replica_gradients(buffers, 4, 2, GradientScale::Mean); }).find("6 values"),
-            std::string::npos);
+  EXPECT_NE(
+      test::error_of([&] { reduce_replica_gradients(buffers, 4, 2, GradientScale::Mean); }).find("6 values"),
+      std::string::npos);
 }
 
-TEST(DataParallel, TwoReplicasEqualTwoBranchReferenceBitwiseCpu) { exact_against_two_branch(Backend::Cpu); }
-TEST(DataParallel, TwoReplicasEqualTwoBranchReferenceBitwiseVulkan) { exact_against_two_branch(Backend::Vulkan); }
+TEST(DataParallel, TwoReplicasEqualTwoBranchReferenceBitwiseCpu) {
+  exact_against_two_branch(Backend::Cpu);
+}
+TEST(DataParallel, TwoReplicasEqualTwoBranchReferenceBitwiseVulkan) {
+  exact_against_two_branch(Backend::Vulkan);
+}
 
 TEST(DataParallel, TwoReplicasMatchFullBatchCpu) {
   double d = max_diff_against_full_batch(Backend::Cpu);
@@ -328,7 +340,8 @@ TEST(DataParallel, ReplicasHaveTheirOwnLogicalDevice) {
   vk::Context& c1 = detail::shared_context(d1);
   EXPECT_NE(&c0, &c1);
   EXPECT_NE(c0.device(), c1.device());
-  EXPECT_EQ(c0.info().index, c1.info().index);  // the same physical device (each Context has its own VkInstance)
+  EXPECT_EQ(c0.info().index,
+            c1.info().index);  // the same physical device (each Context has its own VkInstance)
   EXPECT_EQ(c0.info().name, c1.info().name);
   EXPECT_EQ(&detail::shared_context(d0), &c0);
 

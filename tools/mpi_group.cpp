@@ -1,7 +1,7 @@
-// MpiGroup: MPI_Gather to rank 0 and MPI_Bcast from it, the fixed-order collectives of the data-parallel trainer.
-// MPI_Allreduce is not used: the order in which it adds the ranks' values is the implementation's to choose, so
-// its sum could change with the rank count, the algorithm or the message size; the trainer reduces on rank 0 in
-// rank order instead (mgn/data_parallel.h).
+// MpiGroup: MPI_Gather to rank 0 and MPI_Bcast from it, the fixed-order collectives of the data-parallel
+// trainer. MPI_Allreduce is not used: the order in which it adds the ranks' values is the implementation's to
+// choose, so its sum could change with the rank count, the algorithm or the message size; the trainer reduces
+// on rank 0 in rank order instead (mgn/data_parallel.h).
 #include "mpi_group.h"
 
 #include <mpi.h>
@@ -38,7 +38,8 @@ MpiGroup::MpiGroup() {
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
   MPI_Comm node;
-  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type");
   check(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank (host)");
   MPI_Comm_free(&node);
   char name[MPI_MAX_PROCESSOR_NAME];
@@ -57,8 +58,8 @@ std::vector<float> MpiGroup::gather_to_root(std::span<const float> send) {
   std::vector<float> chunk_all(rank_ == 0 ? std::min(n, kChunk) * size_t(size_) : 0);
   for (size_t off = 0; off < n; off += kChunk) {
     const size_t len = std::min(kChunk, n - off);
-    check(MPI_Gather(send.data() + off, int(len), MPI_FLOAT, rank_ == 0 ? chunk_all.data() : nullptr, int(len),
-                     MPI_FLOAT, 0, MPI_COMM_WORLD),
+    check(MPI_Gather(send.data() + off, int(len), MPI_FLOAT, rank_ == 0 ? chunk_all.data() : nullptr,
+                     int(len), MPI_FLOAT, 0, MPI_COMM_WORLD),
           "MPI_Gather");
     if (rank_ == 0)
       for (int r = 0; r < size_; ++r)
@@ -69,7 +70,8 @@ std::vector<float> MpiGroup::gather_to_root(std::span<const float> send) {
 
 void MpiGroup::broadcast_from_root(std::span<float> values) {
   for (size_t off = 0; off < values.size(); off += kChunk)
-    check(MPI_Bcast(values.data() + off, int(std::min(kChunk, values.size() - off)), MPI_FLOAT, 0, MPI_COMM_WORLD),
+    check(MPI_Bcast(values.data() + off, int(std::min(kChunk, values.size() - off)), MPI_FLOAT, 0,
+                    MPI_COMM_WORLD),
           "MPI_Bcast");
 }
 
@@ -79,7 +81,9 @@ std::vector<int64_t> MpiGroup::all_gather(int64_t value) {
   return all;
 }
 
-void MpiGroup::barrier() { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+void MpiGroup::barrier() {
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
 
 void MpiGroup::abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);

@@ -1,7 +1,7 @@
 // Data-parallel training: one compiled replica of a training graph per device, each batch split into
-// contiguous shards in replica order, the gradients reduced on the host in a fixed order, and the same optimizer
-// step applied on every replica, so that the replicas' weights stay bitwise identical and the result does not
-// depend on timing (docs/multi-device.md).
+// contiguous shards in replica order, the gradients reduced on the host in a fixed order, and the same
+// optimizer step applied on every replica, so that the replicas' weights stay bitwise identical and the
+// result does not depend on timing (docs/multi-device.md).
 //
 //   mgn::Graph g = build_model(/*batch=*/32);   // the graph at the per-replica batch, with a scalar "loss"
 //   mgn::DataParallelTrainer dp(g, {.compile = {.optimizer = mgn::AdamW{.lr = 1e-3}},
@@ -11,18 +11,19 @@
 //   float loss = dp.step();                  // the full-batch loss; every replica has the same new weights
 //   dp.save_checkpoint("model.safetensors"); // the format Session::save_checkpoint writes
 //
-// Each replica is two sessions on its device: the gradient session (the graph, its backward pass and an output
-// "grad.<parameter>" per trained parameter; Mode::Infer, so running it changes no state) and the update session
-// (the parameters, an input "grad.<parameter>" each, and the optimizer compile() appends: the same update code a
-// single Session runs). A step runs every gradient session, reduces their gradients (below), feeds the result to
-// every update session, steps them, and copies the new parameters back into the gradient sessions.
+// Each replica is two sessions on its device: the gradient session (the graph, its backward pass and an
+// output "grad.<parameter>" per trained parameter; Mode::Infer, so running it changes no state) and the
+// update session (the parameters, an input "grad.<parameter>" each, and the optimizer compile() appends: the
+// same update code a single Session runs). A step runs every gradient session, reduces their gradients
+// (below), feeds the result to every update session, steps them, and copies the new parameters back into the
+// gradient sessions.
 //
-// Reduction, exactly: with R replicas over all processes, each holding a shard of b = B / R samples, replica r
-// gives g_r (f32, the gradient of its shard's loss). Element by element, s = 0 (double); for r = 0, 1, ..., R-1
-// in that order: s += double(g_r); the result is float(s / R) (GradientScale::Mean) or float(s) (Sum). For a loss
-// that is a mean over the batch (cross-entropy), the mean over equal shards of the shard means is the full-batch
-// mean, so Mean gives the full-batch mean gradient; a loss that sums over the batch takes Sum. The reported loss
-// is reduced the same way. Shards are equal: a batch that R does not divide is an error.
+// Reduction, exactly: with R replicas over all processes, each holding a shard of b = B / R samples, replica
+// r gives g_r (f32, the gradient of its shard's loss). Element by element, s = 0 (double); for r = 0, 1, ...,
+// R-1 in that order: s += double(g_r); the result is float(s / R) (GradientScale::Mean) or float(s) (Sum).
+// For a loss that is a mean over the batch (cross-entropy), the mean over equal shards of the shard means is
+// the full-batch mean, so Mean gives the full-batch mean gradient; a loss that sums over the batch takes Sum.
+// The reported loss is reduced the same way. Shards are equal: a batch that R does not divide is an error.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,8 @@
 
 namespace mgn {
 
-// Processes that train together (one implementation over MPI is in the mgn tool, tools/mpi_group.h). Rank 0 is
-// the root. Every call is collective: all ranks make the same calls in the same order.
+// Processes that train together (one implementation over MPI is in the mgn tool, tools/mpi_group.h). Rank 0
+// is the root. Every call is collective: all ranks make the same calls in the same order.
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -68,8 +69,8 @@ struct DataParallelOptions {
   std::vector<std::string> split_inputs;
   std::vector<std::string> replicated_inputs;
   GradientScale scale = GradientScale::Mean;
-  // Other processes (MPI): replicas are numbered rank by rank, those of rank 0 first, and every rank must have
-  // the same number of replicas. Null: this process alone.
+  // Other processes (MPI): replicas are numbered rank by rank, those of rank 0 first, and every rank must
+  // have the same number of replicas. Null: this process alone.
   ProcessGroup* group = nullptr;
   // Across processes the gradients travel in buckets of at most this many values (rank 0 holds ranks x bucket
   // values at a time).
@@ -82,17 +83,17 @@ struct DataParallelOptions {
 class DataParallelTrainer {
  public:
   // `g` is the training graph at the per-replica batch with a scalar output `compile.loss`; its backward pass
-  // is appended to `g` (compile it once). Throws mgn::Error for an empty device list, a graph whose forward pass
-  // assigns state (batch-norm running statistics: each replica would keep its own), inputs whose first axis
-  // cannot be split, ranks that disagree on the model or the replica count.
+  // is appended to `g` (compile it once). Throws mgn::Error for an empty device list, a graph whose forward
+  // pass assigns state (batch-norm running statistics: each replica would keep its own), inputs whose first
+  // axis cannot be split, ranks that disagree on the model or the replica count.
   DataParallelTrainer(Graph& g, DataParallelOptions opt);
   ~DataParallelTrainer();
   DataParallelTrainer(const DataParallelTrainer&) = delete;
   DataParallelTrainer& operator=(const DataParallelTrainer&) = delete;
 
-  int replicas() const;        // over all processes
-  int local_replicas() const;  // in this process
-  int first_replica() const;   // the global index of this process's first replica
+  int replicas() const;          // over all processes
+  int local_replicas() const;    // in this process
+  int first_replica() const;     // the global index of this process's first replica
   int64_t shard_batch() const;   // per replica (the graph's)
   int64_t global_batch() const;  // shard_batch() * replicas(): what set_input takes for a split input
 
@@ -100,18 +101,21 @@ class DataParallelTrainer {
   // process's replicas take their shards now. Throws naming the input and the counts expected.
   void set_input(const std::string& name, std::span<const float> values);
   void set_input(const std::string& name, std::span<const int32_t> values);
-  void set_input(const std::string& name, const std::vector<float>& v) { set_input(name, std::span<const float>(v)); }
+  void set_input(const std::string& name, const std::vector<float>& v) {
+    set_input(name, std::span<const float>(v));
+  }
   void set_input(const std::string& name, const std::vector<int32_t>& v) {
     set_input(name, std::span<const int32_t>(v));
   }
 
-  // One optimizer step over the whole batch; returns its loss (the replicas' losses reduced as the gradients).
+  // One optimizer step over the whole batch; returns its loss (the replicas' losses reduced as the
+  // gradients).
   float step();
 
-  // Wall time of this process's steps so far, by phase (seconds): the replicas' forward + backward passes with
-  // the gradients' readback; the reduction (across processes: the gathers, the sum on rank 0, the broadcasts,
-  // and the wait for the slowest rank); the update sessions' steps with the uploads of the reduced gradients and
-  // the copies of the new weights into the gradient sessions.
+  // Wall time of this process's steps so far, by phase (seconds): the replicas' forward + backward passes
+  // with the gradients' readback; the reduction (across processes: the gathers, the sum on rank 0, the
+  // broadcasts, and the wait for the slowest rank); the update sessions' steps with the uploads of the
+  // reduced gradients and the copies of the new weights into the gradient sessions.
   struct Timing {
     double gradients_s = 0, reduce_s = 0, update_s = 0;
     int64_t steps = 0;
@@ -128,8 +132,8 @@ class DataParallelTrainer {
   void set_lr(double base);
   int64_t step_count() const;
 
-  // The parameters, optimizer state and step, as Session::save_checkpoint writes them (a training Session of the
-  // same graph loads the file). Written atomically by rank 0 only; other ranks write nothing.
+  // The parameters, optimizer state and step, as Session::save_checkpoint writes them (a training Session of
+  // the same graph loads the file). Written atomically by rank 0 only; other ranks write nothing.
   void save_checkpoint(const std::string& path);
   // Every replica of this process loads the file.
   void load_checkpoint(const std::string& path);
@@ -144,8 +148,9 @@ class DataParallelTrainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The reduction the trainer applies (above): `buffers` holds R buffers of `count` values one after the other, in
-// replica order; returns the `count` reduced values. Public so that a test can check it against a closed form.
+// The reduction the trainer applies (above): `buffers` holds R buffers of `count` values one after the other,
+// in replica order; returns the `count` reduced values. Public so that a test can check it against a closed
+// form.
 std::vector<float> reduce_replica_gradients(std::span<const float> buffers, int replicas, size_t count,
                                             GradientScale scale);
 

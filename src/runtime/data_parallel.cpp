@@ -18,7 +18,8 @@ namespace mgn {
 
 std::vector<float> reduce_replica_gradients(std::span<const float> buffers, int replicas, size_t count,
                                             GradientScale scale) {
-  if (replicas < 1) throw Error("reduce_replica_gradients: replicas must be >= 1, got " + std::to_string(replicas));
+  if (replicas < 1)
+    throw Error("reduce_replica_gradients: replicas must be >= 1, got " + std::to_string(replicas));
   if (buffers.size() != size_t(replicas) * count)
     throw Error("reduce_replica_gradients: " + std::to_string(buffers.size()) + " values for " +
                 std::to_string(replicas) + " replicas of " + std::to_string(count));
@@ -35,7 +36,8 @@ std::vector<float> reduce_replica_gradients(std::span<const float> buffers, int 
 
 namespace {
 
-// Runs f(0..n-1), on one thread each when asked; the first failure in replica order is rethrown after all ended.
+// Runs f(0..n-1), on one thread each when asked; the first failure in replica order is rethrown after all
+// ended.
 void for_each_replica(int n, bool threads, const std::function<void(int)>& f) {
   if (!threads || n == 1) {
     for (int r = 0; r < n; ++r) f(r);
@@ -63,7 +65,9 @@ struct TensorInfo {
   DType dtype = DType::F32;
 };
 
-std::string grad_name(const std::string& param) { return "grad." + param; }
+std::string grad_name(const std::string& param) {
+  return "grad." + param;
+}
 
 }  // namespace
 
@@ -71,17 +75,18 @@ struct DataParallelTrainer::Impl {
   DataParallelOptions opt;
   int rank = 0, ranks = 1, local = 0, global = 0;
   int64_t shard = 0;
-  std::vector<TensorInfo> trained;       // parameters the optimizer updates, graph order
-  std::vector<TensorInfo> checkpointed;  // every tensor a checkpoint holds, in Session::save_checkpoint's order
-  size_t grad_values = 0;                // sum of the trained parameters' sizes
+  std::vector<TensorInfo> trained;  // parameters the optimizer updates, graph order
+  std::vector<TensorInfo>
+      checkpointed;        // every tensor a checkpoint holds, in Session::save_checkpoint's order
+  size_t grad_values = 0;  // sum of the trained parameters' sizes
   std::set<std::string> split, replicated, fed;
   std::vector<Session> grad, update;
   Timing timing;
 
   int first() const { return rank * local; }
 
-  // The reduction over every replica of every process, in buckets across processes. `mine` holds this process's
-  // replicas' buffers of n values each, one after the other.
+  // The reduction over every replica of every process, in buckets across processes. `mine` holds this
+  // process's replicas' buffers of n values each, one after the other.
   std::vector<float> reduce(const std::vector<float>& mine, size_t n) {
     if (!opt.group) return reduce_replica_gradients(mine, global, n, opt.scale);
     std::vector<float> out(n);
@@ -131,35 +136,41 @@ struct DataParallelTrainer::Impl {
     std::vector<int64_t> all = opt.group->all_gather(value);
     for (size_t i = 0; i < all.size(); ++i)
       if (all[i] != all[0])
-        throw Error("data-parallel: the processes disagree on " + what + ": rank 0 has " + std::to_string(all[0]) +
-                    ", rank " + std::to_string(i) + " has " + std::to_string(all[i]));
+        throw Error("data-parallel: the processes disagree on " + what + ": rank 0 has " +
+                    std::to_string(all[0]) + ", rank " + std::to_string(i) + " has " +
+                    std::to_string(all[i]));
   }
 
-  void set_input(const std::string& name, size_t count, const std::function<void(Session&, size_t, size_t)>& feed) {
+  void set_input(const std::string& name, size_t count,
+                 const std::function<void(Session&, size_t, size_t)>& feed) {
     const bool is_split = split.count(name) > 0;
     if (!is_split && !replicated.count(name)) {
       for (const std::string& in : grad[0].input_names())
-        if (in == name) throw Error("DataParallelTrainer::set_input: '" + name + "' is neither split nor replicated");
+        if (in == name)
+          throw Error("DataParallelTrainer::set_input: '" + name + "' is neither split nor replicated");
       throw Error("DataParallelTrainer::set_input: the graph has no input named '" + name + "'");
     }
     const Shape s = grad[0].shape_of(name);
     const size_t per = size_t(numel(s));
     const size_t want = is_split ? per * size_t(global) : per;
     if (count != want)
-      throw Error("DataParallelTrainer::set_input '" + name + "': got " + std::to_string(count) + " values, " +
-                  (is_split ? "the whole batch of " + std::to_string(global) + " replicas x shape " + shape_str(s)
-                            : "shape " + shape_str(s) + " (replicated)") +
-                  " needs " + std::to_string(want));
+      throw Error(
+          "DataParallelTrainer::set_input '" + name + "': got " + std::to_string(count) + " values, " +
+          (is_split ? "the whole batch of " + std::to_string(global) + " replicas x shape " + shape_str(s)
+                    : "shape " + shape_str(s) + " (replicated)") +
+          " needs " + std::to_string(want));
     for (int r = 0; r < local; ++r) feed(grad[size_t(r)], is_split ? size_t(first() + r) * per : 0, per);
     fed.insert(name);
   }
 };
 
-DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt) : impl_(std::make_unique<Impl>()) {
+DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt)
+    : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.opt = std::move(opt);
   const DataParallelOptions& o = s.opt;
-  if (o.devices.empty()) throw Error("DataParallelTrainer: no devices (DataParallelOptions::devices needs one per replica)");
+  if (o.devices.empty())
+    throw Error("DataParallelTrainer: no devices (DataParallelOptions::devices needs one per replica)");
   if (o.bucket_values < 1) throw Error("DataParallelTrainer: bucket_values must be >= 1");
   s.local = int(o.devices.size());
   if (o.group) {
@@ -181,18 +192,23 @@ DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt) : im
                   "training does not take such graphs yet");
   const std::string& loss = o.compile.loss;
   std::optional<Tensor> loss_t = g.find_output(loss);
-  if (!loss_t) throw Error("DataParallelTrainer: the graph has no output named '" + loss + "' to differentiate");
+  if (!loss_t)
+    throw Error("DataParallelTrainer: the graph has no output named '" + loss + "' to differentiate");
 
   // Inputs: split along axis 0 unless replicated; all split ones share the per-replica batch.
   std::vector<std::string> inputs;
   for (int id : ir.inputs()) inputs.push_back(ir.node(id).name);
-  auto is_input = [&](const std::string& n) { return std::find(inputs.begin(), inputs.end(), n) != inputs.end(); };
+  auto is_input = [&](const std::string& n) {
+    return std::find(inputs.begin(), inputs.end(), n) != inputs.end();
+  };
   for (const std::string& n : o.replicated_inputs) {
-    if (!is_input(n)) throw Error("DataParallelTrainer: replicated input '" + n + "' is not an input of the graph");
+    if (!is_input(n))
+      throw Error("DataParallelTrainer: replicated input '" + n + "' is not an input of the graph");
     s.replicated.insert(n);
   }
   for (const std::string& n : o.split_inputs.empty() ? inputs : o.split_inputs) {
-    if (!is_input(n)) throw Error("DataParallelTrainer: split input '" + n + "' is not an input of the graph");
+    if (!is_input(n))
+      throw Error("DataParallelTrainer: split input '" + n + "' is not an input of the graph");
     if (s.replicated.count(n)) {
       if (o.split_inputs.empty()) continue;
       throw Error("DataParallelTrainer: input '" + n + "' is both split and replicated");
@@ -205,18 +221,20 @@ DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt) : im
   if (s.split.empty()) throw Error("DataParallelTrainer: no input is split along the batch");
   for (const std::string& n : s.split) {
     const Shape& sh = ir.node(*ir.find_named(n)).shape;
-    if (sh.empty()) throw Error("DataParallelTrainer: split input '" + n + "' is a scalar; expected [batch, ...]");
+    if (sh.empty())
+      throw Error("DataParallelTrainer: split input '" + n + "' is a scalar; expected [batch, ...]");
     if (s.shard == 0) s.shard = sh[0];
     if (sh[0] != s.shard)
-      throw Error("DataParallelTrainer: split inputs disagree on the per-replica batch: '" + n + "' has shape " +
-                  shape_str(sh) + ", another has batch " + std::to_string(s.shard));
+      throw Error("DataParallelTrainer: split inputs disagree on the per-replica batch: '" + n +
+                  "' has shape " + shape_str(sh) + ", another has batch " + std::to_string(s.shard));
   }
   s.check_agree(s.shard, "the per-replica batch");
 
   // The backward pass, and the gradients as outputs of the gradient graph.
   std::map<std::string, Tensor> grads = o.compile.gradients;
   if (grads.empty()) grads = backward(g, *loss_t).params;
-  if (grads.empty()) throw Error("DataParallelTrainer: the loss '" + loss + "' depends on no trainable parameter");
+  if (grads.empty())
+    throw Error("DataParallelTrainer: the loss '" + loss + "' depends on no trainable parameter");
   for (int id : ir.parameters()) {
     const ir::Node& n = ir.node(id);
     s.checkpointed.push_back({n.name, n.shape, n.dtype});
@@ -229,7 +247,8 @@ DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt) : im
   }
   for (auto& [name, t] : grads)
     if (std::none_of(s.trained.begin(), s.trained.end(), [&](const TensorInfo& p) { return p.name == name; }))
-      throw Error("DataParallelTrainer: a gradient is given for '" + name + "', which is not a parameter of the graph");
+      throw Error("DataParallelTrainer: a gradient is given for '" + name +
+                  "', which is not a parameter of the graph");
   s.check_agree(int64_t(s.grad_values), "the number of trained values (is the model the same?)");
 
   // Replica r: its gradient session and its update session, on its own logical device.
@@ -266,18 +285,30 @@ DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt) : im
 
 DataParallelTrainer::~DataParallelTrainer() = default;
 
-int DataParallelTrainer::replicas() const { return impl_->global; }
-int DataParallelTrainer::local_replicas() const { return impl_->local; }
-int DataParallelTrainer::first_replica() const { return impl_->first(); }
-int64_t DataParallelTrainer::shard_batch() const { return impl_->shard; }
-int64_t DataParallelTrainer::global_batch() const { return impl_->shard * impl_->global; }
+int DataParallelTrainer::replicas() const {
+  return impl_->global;
+}
+int DataParallelTrainer::local_replicas() const {
+  return impl_->local;
+}
+int DataParallelTrainer::first_replica() const {
+  return impl_->first();
+}
+int64_t DataParallelTrainer::shard_batch() const {
+  return impl_->shard;
+}
+int64_t DataParallelTrainer::global_batch() const {
+  return impl_->shard * impl_->global;
+}
 
 void DataParallelTrainer::set_input(const std::string& name, std::span<const float> values) {
-  impl_->set_input(name, values.size(), [&](Session& s, size_t off, size_t n) { s.set_input(name, values.subspan(off, n)); });
+  impl_->set_input(name, values.size(),
+                   [&](Session& s, size_t off, size_t n) { s.set_input(name, values.subspan(off, n)); });
 }
 
 void DataParallelTrainer::set_input(const std::string& name, std::span<const int32_t> values) {
-  impl_->set_input(name, values.size(), [&](Session& s, size_t off, size_t n) { s.set_input(name, values.subspan(off, n)); });
+  impl_->set_input(name, values.size(),
+                   [&](Session& s, size_t off, size_t n) { s.set_input(name, values.subspan(off, n)); });
 }
 
 float DataParallelTrainer::step() {
@@ -289,7 +320,9 @@ float DataParallelTrainer::step() {
   std::vector<float> mine(size_t(s.local) * n);
   const std::string& loss = s.opt.compile.loss;
   using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   const auto t0 = Clock::now();
   for_each_replica(s.local, s.opt.threads, [&](int r) {
     Session& gs = s.grad[size_t(r)];
@@ -322,7 +355,9 @@ float DataParallelTrainer::step() {
   return reduced[n - 1];
 }
 
-const DataParallelTrainer::Timing& DataParallelTrainer::timing() const { return impl_->timing; }
+const DataParallelTrainer::Timing& DataParallelTrainer::timing() const {
+  return impl_->timing;
+}
 
 std::vector<float> DataParallelTrainer::read(const std::string& name, int r) {
   Session& us = update_session(r);
@@ -341,11 +376,15 @@ std::vector<std::string> DataParallelTrainer::parameter_names() const {
   return out;
 }
 
-double DataParallelTrainer::lr() const { return impl_->update[0].lr(); }
+double DataParallelTrainer::lr() const {
+  return impl_->update[0].lr();
+}
 void DataParallelTrainer::set_lr(double base) {
   for (Session& u : impl_->update) u.set_lr(base);
 }
-int64_t DataParallelTrainer::step_count() const { return impl_->update[0].step_count(); }
+int64_t DataParallelTrainer::step_count() const {
+  return impl_->update[0].step_count();
+}
 
 void DataParallelTrainer::save_checkpoint(const std::string& path) {
   Impl& s = *impl_;
