@@ -331,6 +331,74 @@ TEST(DataParallel, TwoReplicasMatchFullBatchVulkan) {
   EXPECT_LE(d, kFullBatchTolerance);
 }
 
+TEST(DataParallel, ThreadsOrNotTheSameBits) {
+  // The replicas' passes on one thread each, or one after the other: the reduction order is fixed, so the
+  // weights and moments are bitwise the same (Vulkan, validation on, two logical devices working at once).
+  const Optimizer opt = Adam{.lr = 0.05};
+  std::map<std::string, std::vector<float>> results[2];
+  for (int threads = 0; threads < 2; ++threads) {
+    Graph g = plain_graph(kShard);
+    DataParallelOptions o = dp_options(Backend::Vulkan, opt);
+    o.threads = threads == 1;
+    DataParallelTrainer dp(g, o);
+    for (int s = 0; s < 2; ++s) {
+      Data d = batch_of(s);
+      dp.set_input("x", d.x);
+      dp.set_input("labels", d.labels);
+      dp.step();
+    }
+    for (const std::string& n : dp.update_session(0).state_names()) results[threads][n] = dp.read(n, 1);
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (auto& [n, v] : results[0]) EXPECT_TRUE(bitwise_equal(v, results[1][n])) << n;
+}
+
+TEST(DataParallel, ReplicatedInputGoesWholeToEveryReplica) {
+  // A per-class weight vector fed whole to every replica (not split), against the two-branch reference whose
+  // branches share it: bitwise, as in the test above.
+  auto weighted_loss = [](const Params& p, Tensor x, Tensor labels, Tensor w) {
+    Tensor logits = linear(relu(linear(x, p.w1, p.b1)), p.w2, p.b2) * w;
+    return cross_entropy(logits, labels);
+  };
+  const Optimizer opt = SGD{.lr = 0.3, .momentum = 0.5};
+  Graph ref_g;
+  {
+    Params p = make_params(ref_g);
+    Tensor w = ref_g.input("w", {kClasses});
+    Tensor l0 = weighted_loss(p, ref_g.input("x0", {kShard, kIn}), ref_g.input("labels0", {kShard}, DType::I32), w);
+    Tensor l1 = weighted_loss(p, ref_g.input("x1", {kShard, kIn}), ref_g.input("labels1", {kShard}, DType::I32), w);
+    ref_g.output("loss", (l0 + l1) * 0.5);
+  }
+  Session ref = compile(ref_g, options(Backend::Cpu, opt));
+  Graph g;
+  {
+    Params p = make_params(g);
+    Tensor w = g.input("w", {kClasses});
+    g.output("loss", weighted_loss(p, g.input("x", {kShard, kIn}), g.input("labels", {kShard}, DType::I32), w));
+  }
+  DataParallelOptions o = dp_options(Backend::Cpu, opt);
+  o.replicated_inputs = {"w"};
+  DataParallelTrainer dp(g, o);
+  const std::vector<float> w = {0.5f, 2.0f, 1.5f};
+  EXPECT_NE(test::error_of([&] { dp.set_input("w", std::vector<float>(6)); }).find("(replicated)"),
+            std::string::npos);
+  for (int s = 0; s < kSteps; ++s) {
+    Data d = batch_of(s);
+    const size_t hx = size_t(kShard * kIn), hl = size_t(kShard);
+    ref.set_input("w", w);
+    ref.set_input("x0", std::span<const float>(d.x.data(), hx));
+    ref.set_input("x1", std::span<const float>(d.x.data() + hx, hx));
+    ref.set_input("labels0", std::span<const int32_t>(d.labels.data(), hl));
+    ref.set_input("labels1", std::span<const int32_t>(d.labels.data() + hl, hl));
+    ref.step();
+    dp.set_input("w", w);
+    dp.set_input("x", d.x);
+    dp.set_input("labels", d.labels);
+    dp.step();
+  }
+  expect_bitwise_equal_states(dp, ref, "with a replicated input");
+}
+
 TEST(DataParallel, ReplicasHaveTheirOwnLogicalDevice) {
   // DeviceOptions that differ only in `instance` open separate VkDevices on one physical device; equal ones
   // share one.
