@@ -23,7 +23,8 @@
 // R-1 in that order: s += double(g_r); the result is float(s / R) (GradientScale::Mean) or float(s) (Sum).
 // For a loss that is a mean over the batch (cross-entropy), the mean over equal shards of the shard means is
 // the full-batch mean, so Mean gives the full-batch mean gradient; a loss that sums over the batch takes Sum.
-// The reported loss is reduced the same way. Shards are equal: a batch that R does not divide is an error.
+// The reported loss is reduced the same way. Shards are equal: a batch that R does not divide is an error
+// (unequal shards b_r would need the weights b_r / B instead of 1 / R; not offered).
 #pragma once
 
 #include <cstdint>
