@@ -487,6 +487,14 @@ TEST(DataParallel, BadInputIsAClearError) {
   e = test::error_of([&] { DataParallelTrainer bad(g2, dp_options(Backend::Cpu, SGD{})); });
   EXPECT_NE(e.find("'running'"), std::string::npos) << e;
 
+  // Replicas on different kinds of device could round the update differently: refused.
+  Graph g4 = plain_graph(kShard);
+  // Auto: replica 1 names no device, so it falls back to the CPU executor while replica 0 runs on lavapipe.
+  DataParallelOptions mixed = dp_options(Backend::Auto, SGD{});
+  mixed.devices[1].device = "no such device";
+  e = test::error_of([&] { DataParallelTrainer bad(g4, mixed); });
+  EXPECT_NE(e.find("replica 1 on cpu; replicas must run on the same kind of device"), std::string::npos) << e;
+
   Graph g3 = plain_graph(kShard);
   DataParallelOptions o = dp_options(Backend::Cpu, SGD{});
   o.split_inputs = {"x"};

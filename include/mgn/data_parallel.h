@@ -86,7 +86,8 @@ class DataParallelTrainer {
   // `g` is the training graph at the per-replica batch with a scalar output `compile.loss`; its backward pass
   // is appended to `g` (compile it once). Throws mgn::Error for an empty device list, a graph whose forward
   // pass assigns state (batch-norm running statistics: each replica would keep its own), inputs whose first
-  // axis cannot be split, ranks that disagree on the model or the replica count.
+  // axis cannot be split, ranks that disagree on the model or the replica count, and replicas on different
+  // kinds of device (Session::backend() differs: they could round the update differently and part).
   DataParallelTrainer(Graph& g, DataParallelOptions opt);
   ~DataParallelTrainer();
   DataParallelTrainer(const DataParallelTrainer&) = delete;

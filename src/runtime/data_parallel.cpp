@@ -280,6 +280,18 @@ DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt)
           s.checkpointed.push_back({n.name, n.shape, n.dtype});
       }
   }
+  // Every replica must run the update the same way, or the replicas' weights could part in the last bits (a
+  // replica that fell back to the CPU executor, or another GPU model whose sqrt rounds otherwise).
+  const std::string engine = s.update[0].backend();
+  for (int r = 1; r < s.local; ++r)
+    if (engine != s.update[size_t(r)].backend())
+      throw Error("DataParallelTrainer: replica 0 runs on " + engine + " but replica " + std::to_string(r) +
+                  " on " + s.update[size_t(r)].backend() +
+                  "; replicas must run on the same kind of device to stay bitwise equal");
+  uint64_t engine_hash = 1469598103934665603ull;  // FNV-1a: the same on every rank of the same build
+  for (unsigned char ch : engine) engine_hash = (engine_hash ^ ch) * 1099511628211ull;
+  s.check_agree(int64_t(engine_hash & 0x7fffffffffffffffull),
+                "the device (a hash of rank 0's '" + engine + "'; replicas must run on the same kind of device)");
   s.sync_parameters();
 }
 
