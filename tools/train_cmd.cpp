@@ -276,6 +276,19 @@ int train_data_parallel(const TrainArgs& a, const Context& c, ProcessGroup* grou
   if (steps_per_epoch == 0)
     throw UsageError("--batch " + std::to_string(a.batch) + " is larger than the " +
                      std::to_string(train.count) + " training images");
+  // Every rank must draw the same batches for as many steps, or one would wait for the others forever.
+  if (group)
+    for (auto [value, what] : {std::pair<int64_t, const char*>{steps_per_epoch, "steps per epoch"},
+                               {epochs, "epochs"},
+                               {int64_t(a.seed), "--seed"},
+                               {train.count, "training images"}}) {
+      std::vector<int64_t> all = group->all_gather(value);
+      for (size_t r = 1; r < all.size(); ++r)
+        if (all[r] != all[0])
+          throw UsageError(std::string("the ranks disagree on ") + what + ": rank 0 has " +
+                           std::to_string(all[0]) + ", rank " + std::to_string(r) + " has " +
+                           std::to_string(all[r]) + " (give every rank the same arguments and data)");
+    }
   EvalResult ev;
   Batch b;
   for (int64_t e = 0; e < epochs; ++e) {

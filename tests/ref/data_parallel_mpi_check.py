@@ -3,13 +3,15 @@
   * `mgn train-fashion-mnist --replicas 2` (one process, two logical devices, the same batches split the same
     way): the checkpoint rank 0 wrote must hold bitwise the same tensors and step (the reduction order over
     replicas is the same: rank order = replica order);
+  * `mpirun -np 2 ... --replicas 2` against `--replicas 4` in one process: the same file, byte for byte;
   * `mgn train-fashion-mnist` (one device, the whole batch in one graph): equal within a tolerance, since one
     matmul over the whole batch sums the per-sample products in another order. AdamW divides each gradient by its
     running RMS, so after a few steps a weight moves by a few lr at most; the bound below is measured (the
     largest difference is printed) with room left for another device.
 
-Also: a batch the ranks cannot split is an error naming the batch and the replica count, and a rank without a
-device (--devices with one entry for two ranks on this host) is an error naming the rank.
+Also: a batch the ranks cannot split is an error naming the batch and the replica count, a rank without a
+device (--devices with one entry for two ranks on this host) is an error naming the rank, and ranks given
+different seeds are an error naming both values.
 
 usage: data_parallel_mpi_check.py MGN MPIEXEC WORKDIR   (MPIEXEC empty or not found: skipped, exit 77)
 """
@@ -73,6 +75,16 @@ def main():
     run([mgn, "train-fashion-mnist", *STEPS_ARGS, "--replicas", "2", "--out", ckpt["replicas"]], env)
     run([mgn, "train-fashion-mnist", *STEPS_ARGS, "--out", ckpt["single"]], env)
 
+    # Two ranks of two replicas each against four replicas in one process: the global replica order is rank by
+    # rank, so the same shards meet the same sum.
+    ckpt["mpi4"] = os.path.join(work, "mpi4.safetensors")
+    ckpt["replicas4"] = os.path.join(work, "replicas4.safetensors")
+    run(mpirun + [mgn, "train-fashion-mnist", *STEPS_ARGS, "--data-parallel", "mpi", "--replicas", "2",
+                  "--out", ckpt["mpi4"]], env)
+    run([mgn, "train-fashion-mnist", *STEPS_ARGS, "--replicas", "4", "--out", ckpt["replicas4"]], env)
+    with open(ckpt["mpi4"], "rb") as a, open(ckpt["replicas4"], "rb") as b:
+        assert a.read() == b.read(), "mpirun -np 2 --replicas 2 differs from --replicas 4"
+
     m_meta, mpi = read_safetensors(ckpt["mpi"])
     r_meta, rep = read_safetensors(ckpt["replicas"])
     s_meta, single = read_safetensors(ckpt["single"])
@@ -102,6 +114,16 @@ def main():
     r = run(mpirun + [mgn, "train-fashion-mnist", *STEPS_ARGS, "--data-parallel", "mpi", "--devices", "0",
                       "--out", os.path.join(work, "bad.safetensors")], env, expect_ok=False)
     assert r.returncode != 0 and "rank 1 (local rank 1" in r.stderr and "has no device" in r.stderr, r.stderr
+    # Ranks given different arguments (MPMD: one rank with --seed 1, the other with --seed 2) would draw different
+    # batches: refused before the first step.
+    bad = os.path.join(work, "bad.safetensors")
+    i = STEPS_ARGS.index("--seed")
+    no_seed = STEPS_ARGS[:i] + STEPS_ARGS[i + 2:]
+    rank_args = lambda seed: [mgn, "train-fashion-mnist", *no_seed, "--seed", str(seed), "--data-parallel", "mpi",
+                              "--out", bad]
+    r = run([mpiexec, "--oversubscribe", "-np", "1", *rank_args(1), ":", "-np", "1", *rank_args(2)], env,
+            expect_ok=False)
+    assert r.returncode != 0 and "the ranks disagree on --seed: rank 0 has 1, rank 1 has 2" in r.stderr, r.stderr
     print("mpirun -np 2: bitwise equal to --replicas 2, within tolerance of one device; bad input rejected")
 
 
