@@ -76,8 +76,8 @@ struct DataParallelTrainer::Impl {
   int rank = 0, ranks = 1, local = 0, global = 0;
   int64_t shard = 0;
   std::vector<TensorInfo> trained;  // parameters the optimizer updates, graph order
-  std::vector<TensorInfo>
-      checkpointed;        // every tensor a checkpoint holds, in Session::save_checkpoint's order
+  // Every tensor a checkpoint holds, in Session::save_checkpoint's order.
+  std::vector<TensorInfo> checkpointed;
   size_t grad_values = 0;  // sum of the trained parameters' sizes
   std::set<std::string> split, replicated, fed;
   std::vector<Session> grad, update;
