@@ -66,6 +66,9 @@ def main():
     # CI runs as root: Open MPI refuses that unless told (here, in the test's environment only).
     env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    # Containers often forbid the cross-process memory copy (process_vm_readv) Open MPI's shared-memory transport
+    # uses for large messages by default; copying through shared memory works everywhere.
+    env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
     mpirun = [mpiexec, "--oversubscribe", "-np", "2"]
 
     ckpt = {k: os.path.join(work, k + ".safetensors") for k in ("mpi", "replicas", "single")}
