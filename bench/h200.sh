@@ -69,6 +69,13 @@
 #                f16_scaling_gemm_{off,on}.jsonl, f16_scaling_log.txt. The gates come
 #                from running bench-whisper, bench-smolvla and bench-unet in the same call (scaling is on by default).
 #   unet-train   mgn unet train on Fashion-MNIST (small config, 4 channels, bounded time), DDIM samples PNG + loss
+#   data-parallel  issue 31 on ONE GPU (no multi-GPU kind lent, so no scaling): what the host-staged data-parallel
+#                path costs. The Fashion-MNIST CNN, 1 epoch over $DP_IMAGES (default 25600) images at batch $DP_BATCH
+#                (default 256): the plain path; the trainer with one replica (--devices 0: gradients and weights
+#                through the host every step); two replicas on the same GPU (--devices 0,0: two logical devices,
+#                half batches). Each prints rank 0's time by phase -> dp_{plain,r1,r2}.txt (about 1-3 minutes).
+#                On a machine with N > 1 GPUs it also runs N replicas on GPUs 0..N-1 at N times the batch (weak
+#                scaling; Vulkan device indices are assumed to follow nvidia-smi's order) -> dp_gpus$N.txt
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
@@ -383,6 +390,23 @@ for job in "$@"; do
         export MGN_CACHE_DIR=/tmp/mgn-cache
         unset __GL_SHADER_DISK_CACHE_PATH
       done
+      ;;
+    data-parallel)
+      for run in plain r1 r2; do
+        case $run in plain) extra="" ;; r1) extra="--devices 0" ;; r2) extra="--replicas 2 --devices 0,0" ;; esac
+        timeout 900 "$B/mgn" train-fashion-mnist --model cnn --epochs 1 --limit-train "${DP_IMAGES:-25600}" \
+          --batch "${DP_BATCH:-256}" $extra --no-progress --metrics none --data "$DATA" \
+          --out "/tmp/dp_$run.safetensors" > "$OUT/dp_$run.txt" 2>&1
+        echo "data-parallel $run rc=$?" >> "$OUT/dp_$run.txt"
+      done
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      if [ "$ngpu" -gt 1 ]; then
+        devs=$(seq -s, 0 $((ngpu - 1)))
+        timeout 900 "$B/mgn" train-fashion-mnist --model cnn --epochs 1 --limit-train $((${DP_IMAGES:-25600} * ngpu)) \
+          --batch $((${DP_BATCH:-256} * ngpu)) --replicas "$ngpu" --devices "$devs" --no-progress --metrics none \
+          --data "$DATA" --out /tmp/dp_gpus.safetensors > "$OUT/dp_gpus$ngpu.txt" 2>&1
+        echo "data-parallel $ngpu GPUs rc=$?" >> "$OUT/dp_gpus$ngpu.txt"
+      fi
       ;;
     unet-train)
       # DDPM on Fashion-MNIST with the paper's U-Net (small config, 4 input channels: the image padded to 32x32 and

@@ -17,10 +17,11 @@ for t in $TESTS; do
   [ -x "$B/tests/$t" ] && cp "$B/tests/$t" .h200/bin/tests/
 done
 strip .h200/bin/mgn .h200/bin/tests/* 2>/dev/null || true
-# Shared libraries the GPU machine's image lacks (ONNX's protobuf classes, the audio libraries and theirs);
-# h200.sh puts lib/ on the path.
+# Shared libraries the GPU machine's image lacks (ONNX's protobuf classes, the audio libraries and theirs, and
+# Open MPI's, which mgn loads when it was built with MPI even if --data-parallel mpi is not used: without them
+# mgn would not start there; a build with -DMGN_MPI=OFF needs none); h200.sh puts lib/ on the path.
 mkdir -p .h200/bin/lib
-for l in $(ldd .h200/bin/mgn | awk '/libonnx_proto|libprotobuf|libsndfile|libsamplerate|libfftw3|libFLAC|libvorbis|libopus|libogg|libmpg123|libmp3lame|libjpeg|libpng16|libwebp/ {print $3}'); do
+for l in $(ldd .h200/bin/mgn | awk '/libonnx_proto|libprotobuf|libsndfile|libsamplerate|libfftw3|libFLAC|libvorbis|libopus|libogg|libmpg123|libmp3lame|libjpeg|libpng16|libwebp|libmpi|libopen-rte|libopen-pal|libhwloc|libevent|libudev/ {print $3}'); do
   cp -L "$l" .h200/bin/lib/
 done
 # Real speech for the Whisper job: two ALSA recordings (48 kHz) and an espeak-ng sentence (22.05 kHz).

@@ -53,6 +53,7 @@ PUBLIC = {
     "image.h": "src/io",
     "session.h": "src/runtime",
     "train.h": "src/runtime",
+    "data_parallel.h": "src/runtime",
     "plan.h": "src/runtime",
     "environment.h": "src/runtime",
     "device.h": "src/runtime",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages meganeura needs (idempotent; needs root or sudo). Debian's archive only:
 #   scripts/setup-debian.sh           what the main job needs: build, install, train (mgn, the library, the
-#                                     Python module, the Fashion-MNIST data, Mesa's Vulkan drivers)
+#                                     Python module, the Fashion-MNIST data, Mesa's Vulkan drivers, Open MPI
+#                                     for data-parallel training across processes)
 #   scripts/setup-debian.sh --tests   that, and what the test suite needs: GoogleTest, the validation layer,
 #                                     PyTorch and ONNX (the oracles), pytest, clang (fuzzing), test audio
 #                                     (alsa-utils' recordings, espeak-ng), test images (opencv-doc's photos;
@@ -25,6 +26,7 @@ PKGS=(
   libsndfile1-dev libsamplerate0-dev libfftw3-dev
   libjpeg-dev libpng-dev libwebp-dev
   dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin
 )
 if [ "$TESTS" = 1 ]; then
   PKGS+=(

@@ -2,6 +2,7 @@
 // accuracy) and `mgn dump-checkpoint`.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,9 +14,13 @@
 #include "metrics.h"
 #include "mgn/checkpoint.h"
 #include "mgn/data.h"
+#include "mgn/data_parallel.h"
 #include "mgn/models.h"
 #include "mgn/train.h"
 #include "progress.h"
+#ifdef MGN_HAVE_MPI
+#include "mpi_group.h"
+#endif
 
 namespace mgn::tool {
 
@@ -30,6 +35,10 @@ struct TrainArgs {
   std::string out, data, metrics;
   bool no_progress = false, full = false;
   CompileFlags compile;
+  int64_t replicas = 1;                // data-parallel replicas in this process
+  std::string data_parallel = "none";  // none | mpi
+  std::string devices;  // comma-separated, one per replica (mpi: per replica of each rank on a host)
+  bool data_parallel_run() const { return replicas > 1 || data_parallel != "none" || !devices.empty(); }
 };
 
 // Keeps the first n samples.
@@ -172,6 +181,202 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   return 0;
 }
 
+// The data-parallel path: --replicas N in this process, and/or --data-parallel mpi across the processes of
+// mpirun. Every rank loads the same data and draws the same shuffled batches; replica r of R takes rows
+// [r B/R, (r+1) B/R) of each batch. Rank 0 alone prints, writes the metrics and the checkpoint, and
+// evaluates.
+int train_data_parallel(const TrainArgs& a, const Context& c, ProcessGroup* group, int local_rank,
+                        const std::string& host) {
+  const int rank = group ? group->rank() : 0, ranks = group ? group->size() : 1;
+  const bool root = rank == 0;
+  const int64_t replicas = a.replicas * ranks;
+  if (a.batch % replicas != 0)
+    throw UsageError("--batch " + std::to_string(a.batch) + " does not split into " +
+                     std::to_string(replicas) + " equal shards (" + std::to_string(ranks) +
+                     " process(es) x " + std::to_string(a.replicas) + " replica(s)): give a multiple of " +
+                     std::to_string(replicas));
+  CompileOptions copt = compile_options(c, a.compile, Mode::Train);
+  copt.optimizer = AdamW{.lr = a.lr};
+  std::vector<DeviceOptions> devices(size_t(a.replicas), copt.device);
+  if (!a.devices.empty()) {
+    std::vector<std::string> list;
+    for (size_t start = 0;;) {
+      size_t comma = a.devices.find(',', start);
+      list.push_back(a.devices.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    const size_t first = size_t(local_rank) * size_t(a.replicas);
+    if (list.size() < first + size_t(a.replicas))
+      throw UsageError("rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) +
+                       " on " + host + ") has no device: --devices names " + std::to_string(list.size()) +
+                       " device(s), and its " + std::to_string(a.replicas) + " replica(s) need entries " +
+                       std::to_string(first + 1) + ".." + std::to_string(first + size_t(a.replicas)) +
+                       " (one per replica of each rank on a host, by local rank)");
+    for (size_t r = 0; r < size_t(a.replicas); ++r) devices[r].device = list[first + r];
+  }
+
+  const models::FashionArch arch = models::fashion_arch_from_name(a.model);
+  const std::string out =
+      a.out.empty() ? std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors"
+                    : a.out;
+  const std::string dir = a.data.empty() ? c.env.fashion_mnist_dir : a.data;
+  if (!std::filesystem::is_directory(dir))
+    throw UsageError(
+        "the Fashion-MNIST folder " + dir +
+        " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
+  if (root) check_output_path(out);
+  auto t0 = std::chrono::steady_clock::now();
+  Dataset train = load_fashion_mnist(dir, Split::Train, a.limit_train.value_or(0));
+  Dataset test = root ? load_fashion_mnist(dir, Split::Test, a.limit_test) : Dataset{};
+
+  const int64_t shard = a.batch / replicas;
+  Graph g = models::fashion_mnist({.arch = arch, .batch = shard, .mode = Mode::Train, .seed = a.seed});
+  DataParallelTrainer dp(g, {.compile = copt, .devices = devices, .group = group});
+  Session& first = dp.gradient_session(0);
+  int64_t epochs = a.epochs.value_or(5);
+  const std::string dev = first.device_type();
+  if ((dev == "CPU" || dev == "host") && !a.full && !a.epochs && !a.limit_train) {
+    epochs = 1;
+    truncate(train, 6400);
+  }
+  if (root)
+    std::fprintf(
+        stderr,
+        "model %s, batch %lld = %lld replicas x %lld (%d process(es) x %lld), AdamW lr %g, backend %s (%s); "
+        "%lld training images, %lld epoch(s)\n",
+        models::fashion_arch_name(arch), (long long)a.batch, (long long)replicas, (long long)shard, ranks,
+        (long long)a.replicas, a.lr, first.backend(), dev.c_str(), (long long)train.count, (long long)epochs);
+  std::optional<Session> infer;
+  Graph gi;
+  if (root) {
+    gi =
+        models::fashion_mnist({.arch = arch, .batch = a.eval_batch, .mode = Mode::Infer, .seed = a.seed + 1});
+    infer.emplace(compile(gi, compile_options(c, a.compile, Mode::Infer)));
+  }
+  const std::string metrics_path =
+      !root || a.metrics == "none" ? std::string()
+      : a.metrics.empty()          ? std::filesystem::path(out).replace_extension(".metrics.jsonl").string()
+                                   : a.metrics;
+  MetricsLog metrics(metrics_path);
+  metrics.write("run", {{"command", "train-fashion-mnist"},
+                        {"model", models::fashion_arch_name(arch)},
+                        {"backend", first.backend()},
+                        {"device_type", dev},
+                        {"batch", a.batch},
+                        {"replicas", replicas},
+                        {"processes", ranks},
+                        {"optimizer", "AdamW"},
+                        {"lr", a.lr},
+                        {"epochs", epochs},
+                        {"train_images", train.count},
+                        {"checkpoint", out}});
+  BatchLoader loader(train, {.batch = a.batch, .shuffle = true, .seed = a.seed});
+  const int64_t steps_per_epoch = loader.batches_per_epoch();
+  if (steps_per_epoch == 0)
+    throw UsageError("--batch " + std::to_string(a.batch) + " is larger than the " +
+                     std::to_string(train.count) + " training images");
+  // Every rank must draw the same batches for as many steps, or one would wait for the others forever.
+  if (group)
+    for (auto [value, what] : {std::pair<int64_t, const char*>{steps_per_epoch, "steps per epoch"},
+                               {epochs, "epochs"},
+                               {int64_t(a.seed), "--seed"},
+                               {train.count, "training images"}}) {
+      std::vector<int64_t> all = group->all_gather(value);
+      for (size_t r = 1; r < all.size(); ++r)
+        if (all[r] != all[0])
+          throw UsageError(std::string("the ranks disagree on ") + what + ": rank 0 has " +
+                           std::to_string(all[0]) + ", rank " + std::to_string(r) + " has " +
+                           std::to_string(all[r]) + " (give every rank the same arguments and data)");
+    }
+  EvalResult ev;
+  Batch b;
+  for (int64_t e = 0; e < epochs; ++e) {
+    Progress bar("epoch " + std::to_string(e + 1) + "/" + std::to_string(epochs), steps_per_epoch, "steps",
+                 root && !a.no_progress);
+    loader.start_epoch(e);
+    double sum = 0;
+    int64_t steps = 0;
+    auto te = std::chrono::steady_clock::now();
+    while (loader.next(b)) {
+      const double lr = dp.lr();
+      dp.set_input("x", b.features);
+      dp.set_input("labels", b.labels);
+      const float loss = dp.step();  // the same value on every rank
+      if (!std::isfinite(loss))
+        throw Error("the loss became " + std::to_string(loss) + " at step " +
+                    std::to_string(dp.step_count()) + "; lower the learning rate?");
+      sum += loss;
+      ++steps;
+      char extra[64];
+      std::snprintf(extra, sizeof extra, "loss %.4f (mean %.4f)", loss, sum / double(steps));
+      if (steps == steps_per_epoch)
+        bar.finish(extra);
+      else
+        bar.update(steps, extra);
+      const double es = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
+      metrics.write(
+          "step", {{"step", dp.step_count()},
+                   {"epoch", e + 1},
+                   {"loss", loss},
+                   {"lr", lr},
+                   {"samples_per_s", double(steps * a.batch) / std::max(es, 1e-9)},
+                   {"time_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
+    }
+    dp.save_checkpoint(out);  // rank 0 only, atomically
+    if (root) {
+      infer->load_checkpoint(out);
+      ev = evaluate_classifier(*infer, test);
+      std::fprintf(stderr, "epoch %lld: mean loss %.4f, test accuracy %.2f%% (checkpoint reloaded)\n",
+                   (long long)e + 1, sum / double(std::max<int64_t>(steps, 1)), 100 * ev.accuracy);
+      metrics.write("epoch", {{"epoch", e + 1},
+                              {"steps", steps},
+                              {"mean_loss", sum / double(std::max<int64_t>(steps, 1))},
+                              {"test_accuracy", ev.accuracy}});
+    }
+  }
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics.write("end", {{"test_accuracy", ev.accuracy}, {"steps", dp.step_count()}, {"seconds", total_s}});
+  if (root) {
+    std::printf("checkpoint: %s (%lld steps, %lld replicas)\n", out.c_str(), (long long)dp.step_count(),
+                (long long)replicas);
+    std::printf("test accuracy: %.2f%% on %lld images (fresh inference graph, checkpoint reloaded)\n",
+                100 * ev.accuracy, (long long)test.count);
+    std::printf("time: %.1f s total (data loading, compiling, training, evaluating)\n", total_s);
+    const DataParallelTrainer::Timing& t = dp.timing();
+    const double step_s = t.gradients_s + t.reduce_s + t.update_s;
+    std::printf(
+        "data-parallel steps (rank 0): forward+backward %.2f s, gradient reduction %.2f s (%.1f%%), update "
+        "and weight copy %.2f s\n",
+        t.gradients_s, t.reduce_s, 100 * t.reduce_s / std::max(step_s, 1e-12), t.update_s);
+  }
+  return 0;
+}
+
+// --data-parallel mpi opens MPI here (MPI_Init on first use); a rank that fails ends all of them, so that
+// none waits for it in a collective.
+int train_fashion_mnist_parallel(const TrainArgs& a, const Context& c) {
+  if (a.data_parallel != "mpi") return train_data_parallel(a, c, nullptr, 0, "this host");
+#ifdef MGN_HAVE_MPI
+  MpiGroup mpi;
+  try {
+    int rc = train_data_parallel(a, c, &mpi, mpi.local_rank(), mpi.host());
+    mpi.barrier();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mgn train-fashion-mnist: rank %d of %d (%s): error: %s\n", mpi.rank(), mpi.size(),
+                 mpi.host().c_str(), e.what());
+    std::fflush(stderr);
+    mpi.abort(dynamic_cast<const UsageError*>(&e) ? 2 : 1);
+  }
+#else
+  (void)c;
+  throw UsageError(
+      "--data-parallel mpi: this mgn was built without MPI (install libopenmpi-dev, then configure and build "
+      "again)");
+#endif
+}
+
 }  // namespace
 
 Run declare_train_fashion_mnist(CLI::App& app) {
@@ -198,13 +403,30 @@ Run declare_train_fashion_mnist(CLI::App& app) {
   app.add_flag("--no-progress", a->no_progress, "no progress line");
   app.add_flag("--full", a->full, "the whole job even without a GPU");
   add_compile_flags(app, a->compile);
+  app.add_option(
+         "--replicas", a->replicas,
+         "data-parallel replicas in this process, each on a logical device of its own; --batch is split "
+         "evenly among all replicas (docs/multi-device.md)")
+      ->check(at_least(1));
+  app.add_option(
+         "--data-parallel", a->data_parallel,
+         "mpi: train across the processes of mpirun (one replica per rank unless --replicas), gradients "
+         "reduced in rank order; none: this process only")
+      ->check(CLI::IsMember({"none", "mpi"}));
+  app.add_option(
+         "--devices", a->devices,
+         "comma-separated devices (index or name), one per replica of this process; with mpi, one per "
+         "replica of each rank on a host, in local-rank order (default: --device for every replica)")
+      ->type_name("LIST");
   app.footer(
       "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, loads it\n"
       "into a fresh inference graph and reports the test accuracy; every step's loss, batch accuracy, lr\n"
       "and throughput go to the metrics file (scripts/plot-training.py draws them). Without a GPU\n"
       "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version\n"
       "(1 epoch over 6400 images) unless --full is given.");
-  return [a](const Context& c) { return train_fashion_mnist(*a, c); };
+  return [a](const Context& c) {
+    return a->data_parallel_run() ? train_fashion_mnist_parallel(*a, c) : train_fashion_mnist(*a, c);
+  };
 }
 
 Run declare_dump_checkpoint(CLI::App& app) {

@@ -93,7 +93,8 @@ struct PlanningOptions {
 };
 
 // Which Vulkan device, and the diagnostics that must be chosen when it is opened. Sessions with equal
-// DeviceOptions share one device per process.
+// DeviceOptions share one logical device (VkDevice) per process; `instance` tells apart logical devices opened
+// on one physical device (the replicas of a data-parallel trainer, mgn/data_parallel.h).
 struct DeviceOptions {
   // A device index (vkEnumeratePhysicalDevices order) or a case-insensitive part of its name; empty: the
   // first device of Vulkan >= 1.2, discrete before integrated before virtual before CPU. An index out of
@@ -110,6 +111,10 @@ struct DeviceOptions {
   bool pipeline_statistics = false;
   // Also write every internal representation the driver offers of each new pipeline to this folder.
   std::string pipeline_ir_dir;
+  // Which logical device of the physical one: sessions whose options differ only here get separate VkDevices
+  // (and queues, memory, pipelines) on the same physical device. The data-parallel trainer sets it to the
+  // replica's index so that two replicas never share a VkDevice, even when both name the same GPU.
+  int instance = 0;
 
   bool operator==(const DeviceOptions&) const = default;
 };

@@ -24,7 +24,8 @@ vk::Context& shared_context(const DeviceOptions& o) {
   static std::mutex m;
   static auto* contexts = new std::map<std::string, vk::Context*>();
   const std::string key = o.device + '\n' + std::to_string(o.validation) + std::to_string(o.sync_validation) +
-                          std::to_string(o.pipeline_statistics) + '\n' + o.pipeline_ir_dir;
+                          std::to_string(o.pipeline_statistics) + '\n' + o.pipeline_ir_dir + '\n' +
+                          std::to_string(o.instance);
   std::lock_guard<std::mutex> lock(m);
   vk::Context*& ctx = (*contexts)[key];
   if (!ctx) ctx = new vk::Context(o);
