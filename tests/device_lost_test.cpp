@@ -169,6 +169,27 @@ TEST(ReliabilityDeviceLost, InjectedLossAtTheStepWaitOfATrainingStep) {
   expect_matches_cpu(fresh);
 }
 
+TEST(ReliabilityDeviceLost, InjectedLossInsideASplitStep) {
+  if (!has_vulkan()) GTEST_SKIP() << "no Vulkan device";
+  // A step split into two queue submissions; the second is lost, so the first stays queued with no fence of
+  // its own: the old device must wait for it before its objects are destroyed (or the layer reports it).
+  CompileOptions o = vulkan_options({.device_lost_at_submission = 2});
+  o.submissions = 2;
+  std::optional<Session> s = compile_small(o);
+  ASSERT_EQ(s->device_memory().submissions, 2) << "the step must be split for this test";
+  s->set_input("x", input_x());
+  const Thrown first = device_lost_of([&] { s->run(); });
+  EXPECT_TRUE(has(first.message, "lost (VK_ERROR_DEVICE_LOST) during vkQueueSubmit;")) << first.message;
+  expect_refused(device_lost_of([&] { s->run(); }), "run", "vkQueueSubmit");
+
+  Session fresh = compile_small(vulkan_options());  // the registry lets go of the lost device here
+  testing::internal::CaptureStderr();
+  s.reset();  // its last session: the old device is destroyed now
+  const std::string destroy_log = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(has(destroy_log, "[vulkan")) << destroy_log;
+  expect_matches_cpu(fresh);
+}
+
 TEST(ReliabilityDeviceLost, InjectedOutOfDeviceMemoryAtCompile) {
   if (!has_vulkan()) GTEST_SKIP() << "no Vulkan device";
   Session healthy = compile_small(vulkan_options());
