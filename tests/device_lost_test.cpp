@@ -1,10 +1,10 @@
-// Device loss and device-memory exhaustion during a run (issue 30, docs/reliability.md "Resource exhaustion"),
-// on lavapipe, through CompileOptions::faults (FaultInjection): the Vulkan engine takes an injected
-// VK_ERROR_DEVICE_LOST or VK_ERROR_OUT_OF_DEVICE_MEMORY exactly where the driver's answer would arrive, so the
-// recovery code under test is the one a real failure runs. Checked: the clear error (mgn::DeviceLost), fast
-// refusals afterwards on every session of the lost device, a new session with the same DeviceOptions on a new
-// device whose results match the CPU reference executor, the old device destroyed with the validation layer
-// silent, and the pipeline cache on disk never written from a lost device.
+// Device loss and device-memory exhaustion during a run (issue 30, docs/reliability.md "Resource
+// exhaustion"), on lavapipe, through CompileOptions::faults (FaultInjection): the Vulkan engine takes an
+// injected VK_ERROR_DEVICE_LOST or VK_ERROR_OUT_OF_DEVICE_MEMORY exactly where the driver's answer would
+// arrive, so the recovery code under test is the one a real failure runs. Checked: the clear error
+// (mgn::DeviceLost), fast refusals afterwards on every session of the lost device, a new session with the
+// same DeviceOptions on a new device whose results match the CPU reference executor, the old device destroyed
+// with the validation layer silent, and the pipeline cache on disk never written from a lost device.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -24,8 +24,12 @@ using namespace mgn;
 
 namespace {
 
-bool has_vulkan() { return !list_devices().empty(); }
-bool has(const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; }
+bool has_vulkan() {
+  return !list_devices().empty();
+}
+bool has(const std::string& msg, const std::string& part) {
+  return msg.find(part) != std::string::npos;
+}
 
 // The message of the DeviceLost that f throws, and how long f took; "(no DeviceLost)" otherwise (another
 // mgn::Error is reported with its message, so a failing check shows it).
@@ -47,7 +51,8 @@ Thrown device_lost_of(const std::function<void()>& f) {
   return r;
 }
 
-// y = relu(x W) · v (a [4, 3] result); `salt` changes W, so that two graphs make different kernels' pipelines.
+// y = relu(x W) · v (a [4, 3] result); `salt` changes W, so that two graphs make different kernels'
+// pipelines.
 Graph small_graph(uint64_t salt = 0) {
   Graph g;
   Tensor x = g.input("x", {4, 8});
@@ -96,7 +101,8 @@ Session compile_small(const CompileOptions& o, uint64_t salt = 0) {
 
 // What a lost device's session says to every later call: refused at once, naming the call that lost it.
 void expect_refused(const Thrown& t, const std::string& call, const std::string& lost_during) {
-  EXPECT_TRUE(has(t.message, call + " refused: vulkan device '") && has(t.message, "lost (VK_ERROR_DEVICE_LOST) during " + lost_during) &&
+  EXPECT_TRUE(has(t.message, call + " refused: vulkan device '") &&
+              has(t.message, "lost (VK_ERROR_DEVICE_LOST) during " + lost_during) &&
               has(t.message, "compile a new session"))
       << t.message;
   EXPECT_LT(t.seconds, 1.0) << "a refusal must not wait for the device";
@@ -113,9 +119,10 @@ TEST(ReliabilityDeviceLost, InjectedLossAtSubmissionThenANewDevice) {
   expect_matches_cpu(*bystander);
 
   const Thrown first = device_lost_of([&] { lost->run(); });
-  EXPECT_TRUE(has(first.message, "vulkan device '") &&
-              has(first.message, "lost (VK_ERROR_DEVICE_LOST) during vkQueueSubmit; this session cannot run again") &&
-              has(first.message, "compile a new session"))
+  EXPECT_TRUE(
+      has(first.message, "vulkan device '") &&
+      has(first.message, "lost (VK_ERROR_DEVICE_LOST) during vkQueueSubmit; this session cannot run again") &&
+      has(first.message, "compile a new session"))
       << first.message;
   EXPECT_EQ(first.message.find('\n'), std::string::npos) << "one line";
 
@@ -153,7 +160,8 @@ TEST(ReliabilityDeviceLost, InjectedLossAtTheStepWaitOfATrainingStep) {
   CompileOptions o = vulkan_options({.device_lost_at_wait = 1});
   o.mode = Mode::Train;
   o.optimizer = SGD{.lr = 0.01};
-  Session s = compile(g, o);
+  std::optional<Session> training = compile(g, o);
+  Session& s = *training;
   s.set_input("x", input_x());
   const Thrown first = device_lost_of([&] { s.step(); });
   EXPECT_TRUE(has(first.message, "lost (VK_ERROR_DEVICE_LOST) during vkWaitForFences (the end of a step)") &&
@@ -167,6 +175,11 @@ TEST(ReliabilityDeviceLost, InjectedLossAtTheStepWaitOfATrainingStep) {
 
   Session fresh = compile_small(vulkan_options());
   expect_matches_cpu(fresh);
+  // The old device goes with its last session; its step had completed (the wait was the injected failure).
+  testing::internal::CaptureStderr();
+  training.reset();
+  const std::string destroy_log = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(has(destroy_log, "[vulkan")) << destroy_log;
 }
 
 TEST(ReliabilityDeviceLost, InjectedLossInsideASplitStep) {
@@ -232,7 +245,8 @@ TEST(ReliabilityDeviceLost, PipelineCacheOnDiskIsNotWrittenFromALostDevice) {
   auto inode = [&] {
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) return std::string("(missing)");
-    return std::to_string(st.st_ino) + "@" + std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+    return std::to_string(st.st_ino) + "@" + std::to_string(st.st_ctim.tv_sec) + "." +
+           std::to_string(st.st_ctim.tv_nsec);
   };
   const std::string saved = test::read_bytes(file);
   const std::string saved_inode = inode();
@@ -242,11 +256,13 @@ TEST(ReliabilityDeviceLost, PipelineCacheOnDiskIsNotWrittenFromALostDevice) {
     s.set_input("x", input_x());
     EXPECT_TRUE(has(device_lost_of([&] { s.run(); }).message, "during vkQueueSubmit"));
   }
-  // The next lookup drops the lost device and its pipeline cache (destroyed now: its last save is skipped too).
+  // The next lookup drops the lost device and its pipeline cache (destroyed now: its last save is skipped
+  // too).
   Session control = compile_small(vulkan_options({}, dir), 1);
   EXPECT_EQ(inode(), saved_inode) << "the lost device's session and cache must not write the pipeline cache";
   EXPECT_EQ(test::read_bytes(file), saved);
-  // Control: the same new kernels on the new device are saved (a new file), and everything from the disk loads.
+  // Control: the same new kernels on the new device are saved (a new file), and everything from the disk
+  // loads.
   expect_matches_cpu(control, 1);
   EXPECT_NE(control.compile_report().session_cache, "corrupt");
   { Session gone = std::move(control); }

@@ -117,7 +117,8 @@ struct DeviceOptions {
 // Testing only: makes the Vulkan engine act as if the driver had returned an error at one chosen call of a
 // session, through the same error path a real failure takes, so that tests reach the recovery code on a
 // device that never fails (docs/reliability.md, "Resource exhaustion"). Counts are 1-based over the session's
-// life and its own calls only; 0 never fails. Nothing reads it from the environment; the CPU engine ignores it.
+// life and its own calls only; 0 never fails. Nothing reads it from the environment; the CPU engine ignores
+// it.
 struct FaultInjection {
   // The Nth queue submission of the session's steps (one per run/step, CompileOptions::submissions per step
   // when split) returns VK_ERROR_DEVICE_LOST; that submission is not made.

@@ -75,7 +75,9 @@ static std::shared_ptr<vk::PipelineCache> shared_pipelines(const std::shared_ptr
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto& c = r.pipelines[{ctx.get(), cache_dir}];
-  if (!c) c = std::shared_ptr<vk::PipelineCache>(new vk::PipelineCache(*ctx, cache_dir), [ctx](vk::PipelineCache* p) { delete p; });
+  if (!c)
+    c = std::shared_ptr<vk::PipelineCache>(new vk::PipelineCache(*ctx, cache_dir),
+                                           [ctx](vk::PipelineCache* p) { delete p; });
   return c;
 }
 
@@ -126,8 +128,11 @@ vk::GraphExecutorOptions executor_options(const CompileOptions& co, const std::s
 class VulkanEngine final : public Engine {
  public:
   VulkanEngine(std::shared_ptr<const ir::Graph> g, const CompileOptions& co, double device_ms)
-      : graph_(std::move(g)), ctx_(shared_context(co.device)), exec_(*graph_, *ctx_, executor_options(co, ctx_)),
-        profile_(co.profile), device_ms_(device_ms) {
+      : graph_(std::move(g)),
+        ctx_(shared_context(co.device)),
+        exec_(*graph_, *ctx_, executor_options(co, ctx_)),
+        profile_(co.profile),
+        device_ms_(device_ms) {
     check_validation(*ctx_, "compile");
     name_ = "vulkan (" + ctx_->info().name + ")";
   }

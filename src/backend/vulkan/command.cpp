@@ -328,9 +328,9 @@ std::vector<uint64_t> CommandStream::read_queries() const {
   if (!completed_once_ || in_flight_) throw Error("timings are unavailable until a submission has completed");
   std::vector<uint64_t> ticks(n_queries_);
   ctx_.check(vkGetQueryPoolResults(ctx_.device(), query_pool_, 0, n_queries_, ticks.size() * sizeof(uint64_t),
-                              ticks.data(), sizeof(uint64_t),
-                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-        "vkGetQueryPoolResults");
+                                   ticks.data(), sizeof(uint64_t),
+                                   VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+             "vkGetQueryPoolResults");
   const uint32_t bits = ctx_.limits().timestamp_valid_bits;
   if (bits < 64)
     for (auto& t : ticks) t &= (uint64_t(1) << bits) - 1;

@@ -591,7 +591,8 @@ void Context::submit(const VkSubmitInfo& info, VkFence fence, VkResult injected)
 }
 
 void Context::wait(VkFence fence, const char* what, VkResult injected) {
-  const VkResult r = injected != VK_SUCCESS ? injected : vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
+  const VkResult r =
+      injected != VK_SUCCESS ? injected : vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
   check(r, what);
 }
 

@@ -128,9 +128,9 @@ struct CoopMatVerdict {
   std::string note;  // what passed, or why the path is off
 };
 
-// Testing only (FaultInjection, options.h): counts one session's calls of each kind and gives the VkResult the
-// chosen call must fail with instead of calling the driver (VK_SUCCESS: make the call). Off (every count 0), a
-// call costs one compare; on, one relaxed atomic add. Thread-safe.
+// Testing only (FaultInjection, options.h): counts one session's calls of each kind and gives the VkResult
+// the chosen call must fail with instead of calling the driver (VK_SUCCESS: make the call). Off (every count
+// 0), a call costs one compare; on, one relaxed atomic add. Thread-safe.
 class FaultPoints {
  public:
   explicit FaultPoints(const FaultInjection& plan = {}) : plan_(plan) {}

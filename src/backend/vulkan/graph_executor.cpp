@@ -39,8 +39,8 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
 
 GraphExecutor::~GraphExecutor() {
   stream_.reset();
-  // A shared cache outlives this executor: what it created here reaches the disk now (an own one saves itself;
-  // neither does on a lost device).
+  // A shared cache outlives this executor: what it created here reaches the disk now (an own one saves
+  // itself; neither does on a lost device).
   if (opt_.pipelines && stats_.pipelines_created > 0) pipelines_->save();
   pipelines_.reset();
   for (Storage& s : storages_)

@@ -174,7 +174,8 @@ uint32_t Allocator::create_block(VkDeviceSize size, MemoryKind kind, const std::
     destroy_block(*b);
     out_of_memory(asked, kind, what,
                   "vkAllocateMemory of a " + mib(size) + " block failed (" +
-                      (r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "VK_ERROR_OUT_OF_DEVICE_MEMORY" : "VK_ERROR_OUT_OF_HOST_MEMORY") +
+                      (r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "VK_ERROR_OUT_OF_DEVICE_MEMORY"
+                                                          : "VK_ERROR_OUT_OF_HOST_MEMORY") +
                       ")");
   }
   if (r != VK_SUCCESS) destroy_block(*b);

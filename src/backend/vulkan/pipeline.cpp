@@ -133,7 +133,8 @@ VkDescriptorSetLayout PipelineCache::set_layout(uint32_t num_buffers) {
   ci.bindingCount = num_buffers;
   ci.pBindings = bindings.data();
   VkDescriptorSetLayout layout;
-  ctx_.check(vkCreateDescriptorSetLayout(ctx_.device(), &ci, nullptr, &layout), "vkCreateDescriptorSetLayout");
+  ctx_.check(vkCreateDescriptorSetLayout(ctx_.device(), &ci, nullptr, &layout),
+             "vkCreateDescriptorSetLayout");
   return set_layouts_[num_buffers] = layout;
 }
 
