@@ -126,8 +126,9 @@ struct FaultInjection {
   // The Nth wait for a step to finish (one per run/step) returns VK_ERROR_DEVICE_LOST; the work itself still
   // completes on the device.
   uint64_t device_lost_at_wait = 0;
-  // The Nth vkAllocateMemory of the session (its memory blocks, made while compiling; the first is the first
-  // device block) returns VK_ERROR_OUT_OF_DEVICE_MEMORY; nothing is allocated.
+  // The Nth vkAllocateMemory of the session (its memory blocks, made while compiling: on a unified-memory
+  // device such as lavapipe the first is the first device block, elsewhere the two staging blocks come first)
+  // returns VK_ERROR_OUT_OF_DEVICE_MEMORY; nothing is allocated.
   uint64_t out_of_memory_at_allocation = 0;
 
   bool operator==(const FaultInjection&) const = default;
