@@ -11,8 +11,9 @@ B=${SANITIZE_BUILD_DIR:-build-asan}
 # CPU executor, readers, planner, passes, tools (every test of these programs).
 CPU_TESTS=(ir_test autodiff_test optim_test nn_test plan_test checkpoint_test tokenizer_test llama_test
            data_test environment_test tool_api_test train_test onnx_test reliability_test crash_safety_test)
-# Lavapipe: the device layer (memory, streams, caches, validation) and whole training sessions against the CPU.
-VULKAN_TESTS=(vulkan_runtime_test vulkan_session_test)
+# Lavapipe: the device layer (memory, streams, caches, validation), whole training sessions against the CPU,
+# and device loss (the shared device dropped and destroyed: lifetimes ASan checks).
+VULKAN_TESTS=(vulkan_runtime_test vulkan_session_test device_lost_test)
 LAUNCHER=()
 command -v ccache >/dev/null 2>&1 && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 CC=clang CXX=clang++ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMGN_FUZZ=ON -DMGN_VULKAN=ON \

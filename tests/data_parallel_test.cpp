@@ -404,14 +404,14 @@ TEST(DataParallel, ReplicasHaveTheirOwnLogicalDevice) {
   // share one.
   DeviceOptions d0 = test::device_options(), d1 = d0;
   d1.instance = 1;
-  vk::Context& c0 = detail::shared_context(d0);
-  vk::Context& c1 = detail::shared_context(d1);
+  vk::Context& c0 = *detail::shared_context(d0);
+  vk::Context& c1 = *detail::shared_context(d1);
   EXPECT_NE(&c0, &c1);
   EXPECT_NE(c0.device(), c1.device());
   EXPECT_EQ(c0.info().index,
             c1.info().index);  // the same physical device (each Context has its own VkInstance)
   EXPECT_EQ(c0.info().name, c1.info().name);
-  EXPECT_EQ(&detail::shared_context(d0), &c0);
+  EXPECT_EQ(detail::shared_context(d0).get(), &c0);
 
   // The trainer opens instance r for replica r: both replicas name lavapipe, and after the trainer exists a
   // session on instance 3 (replica 3) opens its device, one on instance 1 (replica 1) finds it open already.

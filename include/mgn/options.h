@@ -119,6 +119,27 @@ struct DeviceOptions {
   bool operator==(const DeviceOptions&) const = default;
 };
 
+// Testing only: makes the Vulkan engine act as if the driver had returned an error at one chosen call of a
+// session, through the same error path a real failure takes, so that tests reach the recovery code on a
+// device that never fails (docs/reliability.md, "Resource exhaustion"). Counts are 1-based over the session's
+// life and its own calls only; 0 never fails. Nothing reads it from the environment; the CPU engine ignores
+// it.
+struct FaultInjection {
+  // The Nth queue submission of the session's steps (one per run/step, CompileOptions::submissions per step
+  // when split) returns VK_ERROR_DEVICE_LOST; that submission is not made.
+  uint64_t device_lost_at_submission = 0;
+  // The Nth wait for a step to finish (one per run/step) returns VK_ERROR_DEVICE_LOST; the work itself still
+  // completes on the device.
+  uint64_t device_lost_at_wait = 0;
+  // The Nth vkAllocateMemory of the session (its memory blocks, made while compiling: on a unified-memory
+  // device such as lavapipe the first is the first device block, elsewhere the two staging blocks come first)
+  // returns VK_ERROR_OUT_OF_DEVICE_MEMORY; nothing is allocated.
+  uint64_t out_of_memory_at_allocation = 0;
+
+  bool operator==(const FaultInjection&) const = default;
+  bool any() const { return *this != FaultInjection{}; }
+};
+
 // Text forms (the MGN_* variables and the command line use them). Each throws mgn::Error naming `who` and
 // the accepted values when the text is malformed; "" and "auto" give the default.
 GemmKernel parse_gemm_kernel(const std::string& text, const std::string& who = "gemm kernel");

@@ -78,6 +78,8 @@ struct CompileOptions {
   // once with done = 0 when there is any to compile, then after each one, done = total last. Calls come one at
   // a time, from the compile's worker threads. Nothing is called when every kernel came from a cache entry.
   std::function<void(const CompileProgress&)> on_progress;
+  // Testing only (options.h): a Vulkan driver failure injected at a chosen call of this session.
+  FaultInjection faults;
 };
 
 // Memory one session holds, measured (not planned) where the device can say.

@@ -15,6 +15,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// The Vulkan device stopped (VK_ERROR_DEVICE_LOST: a driver reset, a hung or faulting kernel, a GPU gone).
+// Every session on that device fails with it from then on, at once; a session compiled afterwards opens the
+// device anew (docs/reliability.md, "Resource exhaustion").
+class DeviceLost : public Error {
+ public:
+  using Error::Error;
+};
+
 enum class DType : uint8_t { F32, F16, BF16, I32, Bool };
 
 // Bytes per element as stored in memory.

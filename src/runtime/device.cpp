@@ -32,12 +32,13 @@ DeviceDescription describe(const vk::DeviceInfo& d) {
 
 std::vector<DeviceDescription> list_devices() {
   std::vector<DeviceDescription> r;
-  for (const vk::DeviceInfo& d : detail::shared_context({}).devices()) r.push_back(describe(d));
+  for (const vk::DeviceInfo& d : detail::shared_context({})->devices()) r.push_back(describe(d));
   return r;
 }
 
 DeviceDescription describe_device(const DeviceOptions& device, const KernelOptions& kernels) {
-  vk::Context& ctx = detail::shared_context(device);
+  const std::shared_ptr<vk::Context> shared = detail::shared_context(device);
+  vk::Context& ctx = *shared;
   DeviceDescription r = describe(ctx.info());
   r.features = ctx.feature_report();
   r.subgroup_size = ctx.limits().subgroup_size;

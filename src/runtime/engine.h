@@ -51,8 +51,9 @@ std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> grap
 #endif
 
 #ifdef MGN_HAVE_VULKAN
-// The process's device for `options`: sessions (and describe_device) with equal DeviceOptions share one.
-vk::Context& shared_context(const DeviceOptions& options);
+// The process's device for `options`: sessions (and describe_device) with equal DeviceOptions share one. A
+// lost one (VK_ERROR_DEVICE_LOST) is replaced by a new Context here; its sessions keep the old one alive.
+std::shared_ptr<vk::Context> shared_context(const DeviceOptions& options);
 #endif
 
 // The static plan's memory options as CompileOptions::planning asks.

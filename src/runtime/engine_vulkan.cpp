@@ -1,5 +1,6 @@
 // The Vulkan engine: vk::GraphExecutor behind the Session interface. Sessions with equal DeviceOptions share
-// one Context (the device, its caps and its self-test verdicts) for the life of the process.
+// one Context (the device, its caps and its self-test verdicts) for the life of the process, or until the
+// device is lost (the next session then opens a new one).
 //
 // CompileOptions::profile turns on per-dispatch GPU timestamps; when the session ends the engine prints, to
 // stderr, the GPU time of every kernel summed over all runs (heaviest first) and the compile time per phase.
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "backend/vulkan/graph_executor.h"
@@ -16,20 +18,41 @@
 
 namespace mgn::detail {
 
-// One Context per distinct DeviceOptions. Deliberately never destroyed: tearing the device down from a static
-// destructor runs after the NVIDIA driver's own exit handlers and crashes at process exit (seen on the H200);
-// sessions own everything else. The map itself is never destroyed either, so the contexts stay reachable to
-// the end (LeakSanitizer does not count them as leaks).
-vk::Context& shared_context(const DeviceOptions& o) {
-  static std::mutex m;
-  static auto* contexts = new std::map<std::string, vk::Context*>();
+namespace {
+
+// The process's devices: one Context per distinct DeviceOptions, and one pipeline cache per device and cache
+// directory. The registry itself is never destroyed, and neither is a healthy Context: tearing the device
+// down from a static destructor runs after the NVIDIA driver's own exit handlers and crashes at process exit
+// (seen on the H200); the map stays reachable to the end, so LeakSanitizer does not count them as leaks.
+// A lost Context (VK_ERROR_DEVICE_LOST) is dropped from the registry by the next lookup for its options, with
+// its pipeline caches; the sessions still holding it keep it alive (shared ownership) and fail fast, and the
+// last of them destroys it. Each pipeline cache holds its Context too, so the device outlives its pipelines.
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<vk::Context>> contexts;
+  std::map<std::pair<const vk::Context*, std::string>, std::shared_ptr<vk::PipelineCache>> pipelines;
+};
+
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+}  // namespace
+
+std::shared_ptr<vk::Context> shared_context(const DeviceOptions& o) {
+  Registry& r = registry();
   const std::string key = o.device + '\n' + std::to_string(o.validation) + std::to_string(o.sync_validation) +
                           std::to_string(o.pipeline_statistics) + '\n' + o.pipeline_ir_dir + '\n' +
                           std::to_string(o.instance);
-  std::lock_guard<std::mutex> lock(m);
-  vk::Context*& ctx = (*contexts)[key];
-  if (!ctx) ctx = new vk::Context(o);
-  return *ctx;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::shared_ptr<vk::Context>& ctx = r.contexts[key];
+  if (ctx && ctx->lost()) {
+    std::erase_if(r.pipelines, [&](const auto& e) { return e.first.first == ctx.get(); });
+    ctx.reset();  // destroyed here unless a session still holds it
+  }
+  if (!ctx) ctx = std::make_shared<vk::Context>(o);
+  return ctx;
 }
 
 // One shader compiler per cache directory for the life of the process: the sessions of a workload (inference,
@@ -45,15 +68,17 @@ static std::shared_ptr<codegen::ShaderCompiler> shared_compiler(const std::strin
 
 // One pipeline cache per device and cache directory (only where there is a directory: a process that compiles
 // many sessions in memory, such as the test programs, keeps each session's pipelines to itself): the sessions
-// of a workload create the pipelines they share once. Never destroyed, like the contexts; each executor saves
-// what it added.
-static std::shared_ptr<vk::PipelineCache> shared_pipelines(vk::Context& ctx, const std::string& cache_dir) {
+// of a workload create the pipelines they share once. Kept as long as its device is healthy (see Registry);
+// each executor saves what it added.
+static std::shared_ptr<vk::PipelineCache> shared_pipelines(const std::shared_ptr<vk::Context>& ctx,
+                                                           const std::string& cache_dir) {
   if (cache_dir.empty()) return nullptr;
-  static std::mutex m;
-  static auto* caches = new std::map<std::pair<vk::Context*, std::string>, std::shared_ptr<vk::PipelineCache>>();
-  std::lock_guard<std::mutex> lock(m);
-  auto& c = (*caches)[{&ctx, cache_dir}];
-  if (!c) c = std::shared_ptr<vk::PipelineCache>(new vk::PipelineCache(ctx, cache_dir), [](vk::PipelineCache*) {});
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto& c = r.pipelines[{ctx.get(), cache_dir}];
+  if (!c)
+    c = std::shared_ptr<vk::PipelineCache>(new vk::PipelineCache(*ctx, cache_dir),
+                                           [ctx](vk::PipelineCache* p) { delete p; });
   return c;
 }
 
@@ -80,7 +105,7 @@ void limit_to_device(plan::PlanOptions& po, const vk::Context& ctx) {
              ext ? "the device's memory budget left (VK_EXT_memory_budget)" : "the device's largest device-local heap");
 }
 
-vk::GraphExecutorOptions executor_options(const CompileOptions& co, vk::Context& ctx) {
+vk::GraphExecutorOptions executor_options(const CompileOptions& co, const std::shared_ptr<vk::Context>& ctx) {
   vk::GraphExecutorOptions o;
   o.cache_dir = co.cache_dir;
   o.session_cache = co.session_cache_bytes > 0;
@@ -90,23 +115,27 @@ vk::GraphExecutorOptions executor_options(const CompileOptions& co, vk::Context&
   o.codegen.kernels = co.kernels;
   o.codegen.default_precision = co.default_precision;
   o.plan = plan_options(co.planning);
-  limit_to_device(o.plan, ctx);
+  limit_to_device(o.plan, *ctx);
   o.plan.submissions = co.submissions;
   o.between_submissions = co.between_submissions;
   if (co.on_progress)
     o.on_compile_progress = [f = co.on_progress](size_t done, size_t total) { f({.done = done, .total = total}); };
   o.timestamps = co.profile;
   o.lazy_parameters = true;  // load_checkpoint right after compile skips the random initial weights
+  o.faults = co.faults;
   return o;
 }
 
 class VulkanEngine final : public Engine {
  public:
   VulkanEngine(std::shared_ptr<const ir::Graph> g, const CompileOptions& co, double device_ms)
-      : graph_(std::move(g)), ctx_(shared_context(co.device)), exec_(*graph_, ctx_, executor_options(co, ctx_)),
-        profile_(co.profile), device_ms_(device_ms) {
-    check_validation(ctx_, "compile");
-    name_ = "vulkan (" + ctx_.info().name + ")";
+      : graph_(std::move(g)),
+        ctx_(shared_context(co.device)),
+        exec_(*graph_, *ctx_, executor_options(co, ctx_)),
+        profile_(co.profile),
+        device_ms_(device_ms) {
+    check_validation(*ctx_, "compile");
+    name_ = "vulkan (" + ctx_->info().name + ")";
   }
   ~VulkanEngine() override {
     if (profile_) print_profile();
@@ -114,14 +143,14 @@ class VulkanEngine final : public Engine {
   VulkanEngine(const VulkanEngine&) = delete;
   VulkanEngine& operator=(const VulkanEngine&) = delete;
   const char* name() const override { return name_.c_str(); }
-  const char* device_type() const override { return vk::device_type_name(ctx_.info().type); }
+  const char* device_type() const override { return vk::device_type_name(ctx_->info().type); }
   void set_input(const std::string& name, const std::vector<float>& values) override { exec_.set_input(name, values); }
   void set_input(const std::string& name, const std::vector<int32_t>& values) override {
     exec_.set_input(name, values);
   }
   void run() override {
     exec_.run();
-    check_validation(ctx_, "run");
+    check_validation(*ctx_, "run");
     if (profile_) {
       ++runs_;
       for (const vk::DispatchTiming& t : exec_.timings()) {
@@ -174,9 +203,9 @@ class VulkanEngine final : public Engine {
     r.allocated_bytes = m.device_bytes + m.staging_bytes;
     r.arena_bytes = m.arena_bytes;
     r.submissions = m.submissions;
-    if (ctx_.has(vk::Feature::MemoryBudget)) {
+    if (ctx_->has(vk::Feature::MemoryBudget)) {
       r.budget_ext = true;
-      for (const vk::HeapBudget& h : ctx_.heap_budgets())
+      for (const vk::HeapBudget& h : ctx_->heap_budgets())
         if (h.device_local) {
           r.heap_usage_bytes += h.usage;
           r.heap_budget_bytes += h.budget;
@@ -206,7 +235,7 @@ class VulkanEngine final : public Engine {
   }
 
   std::shared_ptr<const ir::Graph> graph_;
-  vk::Context& ctx_;
+  std::shared_ptr<vk::Context> ctx_;  // shared with the registry and the other sessions; outlives exec_
   vk::GraphExecutor exec_;
   std::string name_;
   bool profile_ = false;

@@ -73,12 +73,17 @@ VkCommandBuffer make_command_buffer(VkDevice dev, VkCommandPool pool) {
 // ---------------------------------------------------------------------------------------------------------------
 // CommandStream
 
-CommandStream::CommandStream(Context& ctx, bool timestamps)
-    : ctx_(ctx), timestamps_requested_(timestamps), timestamps_(timestamps && ctx.has(Feature::Timestamps)) {}
+CommandStream::CommandStream(Context& ctx, bool timestamps, FaultPoints* faults)
+    : ctx_(ctx),
+      faults_(faults),
+      timestamps_requested_(timestamps),
+      timestamps_(timestamps && ctx.has(Feature::Timestamps)) {}
 
 CommandStream::~CommandStream() {
   VkDevice dev = ctx_.device();
-  if (in_flight_) vkWaitForFences(dev, 1, &fence_, VK_TRUE, UINT64_MAX);
+  if (in_flight_) vkWaitForFences(dev, 1, &fence_, VK_TRUE, UINT64_MAX);  // returns at once on a lost device
+  // After a loss, submissions of a split step before the one that failed may still be queued (no fence).
+  if (ctx_.lost()) ctx_.drain();
   if (fence_) vkDestroyFence(dev, fence_, nullptr);
   if (query_pool_) vkDestroyQueryPool(dev, query_pool_, nullptr);
   if (descriptor_pool_) vkDestroyDescriptorPool(dev, descriptor_pool_, nullptr);
@@ -176,12 +181,12 @@ void CommandStream::record() {
     pci.maxSets = uint32_t(layouts.size());
     pci.poolSizeCount = 1;
     pci.pPoolSizes = &size;
-    check(vkCreateDescriptorPool(dev, &pci, nullptr, &descriptor_pool_), "vkCreateDescriptorPool");
+    ctx_.check(vkCreateDescriptorPool(dev, &pci, nullptr, &descriptor_pool_), "vkCreateDescriptorPool");
     auto ai = make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
     ai.descriptorPool = descriptor_pool_;
     ai.descriptorSetCount = uint32_t(layouts.size());
     ai.pSetLayouts = layouts.data();
-    check(vkAllocateDescriptorSets(dev, &ai, sets.data()), "vkAllocateDescriptorSets");
+    ctx_.check(vkAllocateDescriptorSets(dev, &ai, sets.data()), "vkAllocateDescriptorSets");
 
     std::vector<VkDescriptorBufferInfo> infos;
     infos.reserve(total_bindings);  // no reallocation: writes point into it
@@ -211,7 +216,7 @@ void CommandStream::record() {
     auto qci = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
     qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
     qci.queryCount = n_queries_;
-    check(vkCreateQueryPool(dev, &qci, nullptr, &query_pool_), "vkCreateQueryPool");
+    ctx_.check(vkCreateQueryPool(dev, &qci, nullptr, &query_pool_), "vkCreateQueryPool");
   }
 
   // Each submission's buffer: the first starts with the host-write barrier (and resets the queries), a
@@ -221,7 +226,7 @@ void CommandStream::record() {
     VkCommandBuffer cmd = make_command_buffer(dev, pool_);
     auto bi = make<VkCommandBufferBeginInfo>(
         VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);  // no ONE_TIME: resubmitted
-    check(vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+    ctx_.check(vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
     if (first) {
       if (timestamps_) {
         vkCmdResetQueryPool(cmd, query_pool_, 0, n_queries_);
@@ -266,7 +271,7 @@ void CommandStream::record() {
         group_barrier(cmd);
         break;
       case Command::Kind::Split:
-        check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+        ctx_.check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
         cmd = begin(false);
         bound = nullptr;  // pipeline bindings do not carry over between command buffers
         break;
@@ -275,20 +280,21 @@ void CommandStream::record() {
   end_barrier(cmd);
   if (timestamps_)
     vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, n_queries_ - 1);
-  check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+  ctx_.check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
 }
 
 void CommandStream::submit_async() {
   if (!recorded()) record();
   if (in_flight_) wait();
-  check(vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+  ctx_.check(vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
   std::exception_ptr hook_error;  // the rest of the step is still submitted (its buffers must not dangle)
   for (size_t i = 0; i < cmds_.size(); ++i) {
     auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cmds_[i];
     const bool last = i + 1 == cmds_.size();
-    ctx_.submit(si, last ? fence_ : VK_NULL_HANDLE);  // the last signals: queue order covers the rest
+    // The last signals: queue order covers the rest.
+    ctx_.submit(si, last ? fence_ : VK_NULL_HANDLE, faults_ ? faults_->submission() : VK_SUCCESS);
     if (last) {
       in_flight_ = true;
     } else if (between_ && !hook_error) {
@@ -304,7 +310,7 @@ void CommandStream::submit_async() {
 
 void CommandStream::wait() {
   if (!in_flight_) return;
-  check(vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  ctx_.wait(fence_, "vkWaitForFences (the end of a step)", faults_ ? faults_->wait() : VK_SUCCESS);
   in_flight_ = false;
   completed_once_ = true;
 }
@@ -322,10 +328,10 @@ std::vector<uint64_t> CommandStream::read_queries() const {
                                        : "the CommandStream was created without timestamps"));
   if (!completed_once_ || in_flight_) throw Error("timings are unavailable until a submission has completed");
   std::vector<uint64_t> ticks(n_queries_);
-  check(vkGetQueryPoolResults(ctx_.device(), query_pool_, 0, n_queries_, ticks.size() * sizeof(uint64_t),
-                              ticks.data(), sizeof(uint64_t),
-                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-        "vkGetQueryPoolResults");
+  ctx_.check(vkGetQueryPoolResults(ctx_.device(), query_pool_, 0, n_queries_, ticks.size() * sizeof(uint64_t),
+                                   ticks.data(), sizeof(uint64_t),
+                                   VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+             "vkGetQueryPoolResults");
   const uint32_t bits = ctx_.limits().timestamp_valid_bits;
   if (bits < 64)
     for (auto& t : ticks) t &= (uint64_t(1) << bits) - 1;
@@ -389,20 +395,20 @@ Transfer::~Transfer() {
 
 void Transfer::run(const std::function<void(VkCommandBuffer)>& body) {
   VkDevice dev = ctx_.device();
-  check(vkResetCommandPool(dev, pool_, 0), "vkResetCommandPool");
+  ctx_.check(vkResetCommandPool(dev, pool_, 0), "vkResetCommandPool");
   auto bi = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  check(vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+  ctx_.check(vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
   begin_barrier(cmd_);
   body(cmd_);
   end_barrier(cmd_);
-  check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  ctx_.check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd_;
   ctx_.submit(si, fence_);
-  check(vkWaitForFences(dev, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
-  check(vkResetFences(dev, 1, &fence_), "vkResetFences");
+  ctx_.wait(fence_, "vkWaitForFences (a transfer)");
+  ctx_.check(vkResetFences(dev, 1, &fence_), "vkResetFences");
 }
 
 void Transfer::upload(const Buffer& dst, const void* src, VkDeviceSize bytes, VkDeviceSize dst_offset) {

@@ -28,7 +28,9 @@ struct DispatchTiming {
 class CommandStream {
  public:
   // timestamps: write a query around every dispatch; ignored (timings() throws) where unsupported.
-  explicit CommandStream(Context& ctx, bool timestamps = false);
+  // faults (testing, may be null): the session's injected failures of submissions and waits; it must outlive
+  // the stream.
+  explicit CommandStream(Context& ctx, bool timestamps = false, FaultPoints* faults = nullptr);
   ~CommandStream();
   CommandStream(const CommandStream&) = delete;
   CommandStream& operator=(const CommandStream&) = delete;
@@ -86,6 +88,7 @@ class CommandStream {
   std::vector<uint64_t> read_queries() const;
 
   Context& ctx_;
+  FaultPoints* faults_ = nullptr;
   bool timestamps_requested_ = false;
   bool timestamps_ = false;
   std::vector<Command> commands_;

@@ -580,9 +580,51 @@ std::vector<HeapBudget> Context::heap_budgets() const {
   return r;
 }
 
-void Context::submit(const VkSubmitInfo& info, VkFence fence) {
+void Context::submit(const VkSubmitInfo& info, VkFence fence, VkResult injected) {
+  require_device("vkQueueSubmit");
+  VkResult r = injected;
+  if (r == VK_SUCCESS) {
+    std::lock_guard lock(queue_mutex_);
+    r = vkQueueSubmit(queue_, 1, &info, fence);
+  }
+  check(r, "vkQueueSubmit");
+}
+
+void Context::wait(VkFence fence, const char* what, VkResult injected) {
+  const VkResult r =
+      injected != VK_SUCCESS ? injected : vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
+  check(r, what);
+}
+
+void Context::check(VkResult r, const char* what) {
+  if (r != VK_ERROR_DEVICE_LOST) return vk::check(r, what);
+  {
+    std::lock_guard lock(lost_mutex_);
+    if (!lost_.load(std::memory_order_relaxed)) {
+      lost_during_ = what;
+      lost_.store(true, std::memory_order_release);
+    }
+  }
+  throw DeviceLost(lost_message(what));
+}
+
+std::string Context::lost_message(const std::string& during) const {
+  return "vulkan device '" + info_.name + "' lost (VK_ERROR_DEVICE_LOST) during " + during +
+         "; this session cannot run again: compile a new session (it opens the device anew)";
+}
+
+std::string Context::lost_during() const {
+  std::lock_guard lock(lost_mutex_);
+  return lost_during_;
+}
+
+void Context::throw_refused(const char* what) const {
+  throw DeviceLost(std::string(what) + " refused: " + lost_message(lost_during() + " earlier"));
+}
+
+void Context::drain() {
   std::lock_guard lock(queue_mutex_);
-  check(vkQueueSubmit(queue_, 1, &info, fence), "vkQueueSubmit");
+  (void)vkQueueWaitIdle(queue_);
 }
 
 size_t Context::validation_message_count() const {

@@ -5,6 +5,7 @@
 #include <vulkan/vulkan.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -127,6 +128,27 @@ struct CoopMatVerdict {
   std::string note;  // what passed, or why the path is off
 };
 
+// Testing only (FaultInjection, options.h): counts one session's calls of each kind and gives the VkResult
+// the chosen call must fail with instead of calling the driver (VK_SUCCESS: make the call). Off (every count
+// 0), a call costs one compare; on, one relaxed atomic add. Thread-safe.
+class FaultPoints {
+ public:
+  explicit FaultPoints(const FaultInjection& plan = {}) : plan_(plan) {}
+  VkResult submission() { return hit(submissions_, plan_.device_lost_at_submission, VK_ERROR_DEVICE_LOST); }
+  VkResult wait() { return hit(waits_, plan_.device_lost_at_wait, VK_ERROR_DEVICE_LOST); }
+  VkResult allocation() {
+    return hit(allocations_, plan_.out_of_memory_at_allocation, VK_ERROR_OUT_OF_DEVICE_MEMORY);
+  }
+
+ private:
+  static VkResult hit(std::atomic<uint64_t>& n, uint64_t at, VkResult fail) {
+    if (at == 0) return VK_SUCCESS;
+    return n.fetch_add(1, std::memory_order_relaxed) + 1 == at ? fail : VK_SUCCESS;
+  }
+  FaultInjection plan_;
+  std::atomic<uint64_t> submissions_{0}, waits_{0}, allocations_{0};
+};
+
 class Context {
  public:
   // Opens the device DeviceOptions::device names (see there); validation and pipeline diagnostics as asked.
@@ -162,7 +184,27 @@ class Context {
   std::vector<HeapBudget> heap_budgets() const;
 
   // Queues are externally synchronized in Vulkan; every submission in the backend goes through here.
-  void submit(const VkSubmitInfo& info, VkFence fence);
+  // `injected` (FaultPoints) other than VK_SUCCESS is taken as the driver's answer and nothing is submitted.
+  // Refused at once (DeviceLost) on a lost device.
+  void submit(const VkSubmitInfo& info, VkFence fence, VkResult injected = VK_SUCCESS);
+  // Waits for `fence` without a timeout; `injected` as for submit().
+  void wait(VkFence fence, const char* what, VkResult injected = VK_SUCCESS);
+  // Like vk::check, and where a lost device is noticed: VK_ERROR_DEVICE_LOST from any call marks the Context
+  // lost and throws DeviceLost naming the call. Objects of the backend check their calls through here.
+  void check(VkResult r, const char* what);
+
+  // Device loss. Once lost, a Context stays lost: every session on it fails fast (require_device), its
+  // pipeline cache is no longer saved, and the process's registry (runtime/engine_vulkan.cpp) opens a new
+  // Context for the next session; this one is destroyed when the last session holding it goes away.
+  bool lost() const { return lost_.load(std::memory_order_acquire); }
+  std::string lost_during() const;
+  // Throws DeviceLost ("<what> refused: ...") on a lost device; one atomic load otherwise.
+  void require_device(const char* what) const {
+    if (lost()) throw_refused(what);
+  }
+  // Waits for the queue to finish whatever was submitted (the result ignored): a lost device's objects may
+  // still be in use by work the loss interrupted or (injected) did not stop, and must not be destroyed then.
+  void drain();
 
   bool validation_enabled() const { return validation_; }
   // Warnings and errors from the validation layer (and loader) since creation or the last clear.
@@ -175,6 +217,8 @@ class Context {
                                                          VkDebugUtilsMessageTypeFlagsEXT types,
                                                          const VkDebugUtilsMessengerCallbackDataEXT* data,
                                                          void* user);
+  [[noreturn]] void throw_refused(const char* what) const;
+  std::string lost_message(const std::string& during) const;
   void create_instance(bool validation);
   void choose_device(const std::string& selector);
   void create_device();
@@ -201,6 +245,9 @@ class Context {
   std::array<bool, static_cast<size_t>(Feature::kCount)> present_{};
 
   std::mutex queue_mutex_;
+  std::atomic<bool> lost_{false};
+  mutable std::mutex lost_mutex_;
+  std::string lost_during_;  // the call that reported the loss first
   mutable std::mutex messages_mutex_;
   std::vector<std::string> messages_;
 };

@@ -26,14 +26,14 @@ constexpr uint32_t kNanBits = 0x7fc00000u;
 }  // namespace
 
 GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOptions options)
-    : g_(g), ctx_(ctx), opt_(std::move(options)) {
+    : g_(g), ctx_(ctx), opt_(std::move(options)), faults_(opt_.faults) {
   const auto t0 = std::chrono::steady_clock::now();
   ir::verify(g_);
-  alloc_ = std::make_unique<Allocator>(ctx_, opt_.allocator);
+  alloc_ = std::make_unique<Allocator>(ctx_, opt_.allocator, &faults_);
   transfer_ = std::make_unique<Transfer>(ctx_, *alloc_);
   compiler_ = opt_.compiler ? opt_.compiler : std::make_shared<codegen::ShaderCompiler>(opt_.cache_dir);
   pipelines_ = opt_.pipelines ? opt_.pipelines : std::make_shared<PipelineCache>(ctx_, opt_.cache_dir);
-  stream_ = std::make_unique<CommandStream>(ctx_, opt_.timestamps);
+  stream_ = std::make_unique<CommandStream>(ctx_, opt_.timestamps, &faults_);
   stream_->set_between_submissions(opt_.between_submissions);
   stats_.setup_ms = ms_since(t0);
   build();
@@ -41,7 +41,8 @@ GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOpti
 
 GraphExecutor::~GraphExecutor() {
   stream_.reset();
-  // A shared cache outlives this executor: what it created here reaches the disk now (an own one saves itself).
+  // A shared cache outlives this executor: what it created here reaches the disk now (an own one saves
+  // itself; neither does on a lost device).
   if (opt_.pipelines && stats_.pipelines_created > 0) pipelines_->save();
   pipelines_.reset();
   for (Storage& s : storages_)
@@ -529,12 +530,14 @@ const ir::Node& input_node(const ir::Graph& g, const std::string& name, size_t c
 }  // namespace
 
 void GraphExecutor::set_input(const std::string& name, const std::vector<float>& values) {
+  ctx_.require_device("set_input");
   const ir::Node& n = input_node(g_, name, values.size());
   if (!need_[size_t(n.id)]) return;  // an input nothing reads
   set_input_words(name, values.size(), from_float(values, n.dtype, "set_input '" + name + "'"));
 }
 
 void GraphExecutor::set_input(const std::string& name, const std::vector<int32_t>& values) {
+  ctx_.require_device("set_input");
   const ir::Node& n = input_node(g_, name, values.size());
   if (!need_[size_t(n.id)]) return;
   std::vector<uint32_t> w(values.size());
@@ -597,6 +600,7 @@ void GraphExecutor::flush_pending_init() {
 }
 
 void GraphExecutor::run() {
+  ctx_.require_device("run");
   flush_pending_init();
   if (opt_.poison)
     for (int s : poison_) upload_words(s, std::vector<uint32_t>(storages_[size_t(s)].words, kNanBits));
@@ -604,6 +608,7 @@ void GraphExecutor::run() {
 }
 
 std::vector<float> GraphExecutor::read_output(const std::string& name) {
+  ctx_.require_device("read_output");
   auto id = g_.find_output(name);
   if (!id) throw Error("read_output: the graph has no output named '" + name + "'");
   auto it = output_copy_.find(*id);
@@ -622,6 +627,7 @@ const ir::Node& GraphExecutor::named_state(const std::string& name) const {
 }
 
 std::vector<float> GraphExecutor::read_state(const std::string& name) {
+  ctx_.require_device("read_state");
   const ir::Node& n = named_state(name);
   flush_pending_init();
   std::vector<float> r = to_float(download_words(storage_of_[size_t(n.id)]), n.dtype);
@@ -630,6 +636,7 @@ std::vector<float> GraphExecutor::read_state(const std::string& name) {
 }
 
 void GraphExecutor::write_state(const std::string& name, const std::vector<float>& values) {
+  ctx_.require_device("write_state");
   const ir::Node& n = named_state(name);
   if (int64_t(values.size()) != numel(n.shape))
     throw Error("write_state '" + name + "': got " + std::to_string(values.size()) + " values, expected " +

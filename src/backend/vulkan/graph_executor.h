@@ -59,6 +59,8 @@ struct GraphExecutorOptions {
   // Called with (done, total) while kernels are compiled to SPIR-V: (0, total) first, then after each one;
   // serialized, from the worker threads. Not called when nothing needs compiling.
   std::function<void(size_t, size_t)> on_compile_progress;
+  // Testing only: driver failures injected at the executor's own submissions, step waits and allocations.
+  FaultInjection faults;
 };
 
 // What one executor holds (VkDeviceMemory its allocator reserved) and how it submits.
@@ -107,7 +109,8 @@ class GraphExecutor {
   // Count must match the input's shape; values are converted to the input's dtype.
   void set_input(const std::string& name, const std::vector<float>& values);
   void set_input(const std::string& name, const std::vector<int32_t>& values);
-  // One step: submits the recorded stream and waits.
+  // One step: submits the recorded stream and waits. On a lost device (Context::lost) this and every call
+  // that reads or writes tensors throws DeviceLost at once.
   void run();
   // i32/bool outputs are converted to float.
   std::vector<float> read_output(const std::string& name);
@@ -161,6 +164,7 @@ class GraphExecutor {
   ir::Graph g_;
   Context& ctx_;
   GraphExecutorOptions opt_;
+  FaultPoints faults_;  // before everything that counts through it
   std::unique_ptr<Allocator> alloc_;
   std::unique_ptr<Transfer> transfer_;
   std::shared_ptr<codegen::ShaderCompiler> compiler_;

@@ -38,7 +38,8 @@ const char* memory_kind_name(MemoryKind k) {
   return "?";
 }
 
-Allocator::Allocator(Context& ctx, const AllocatorOptions& options) : ctx_(ctx), options_(options) {
+Allocator::Allocator(Context& ctx, const AllocatorOptions& options, FaultPoints* faults)
+    : ctx_(ctx), options_(options), faults_(faults) {
   const DeviceLimits& L = ctx.limits();
   // 16 at least so vec4 loads at a view's start stay aligned whatever the device minimum is.
   alignment_ = std::max<VkDeviceSize>({16, L.min_storage_buffer_offset_alignment, L.non_coherent_atom_size});
@@ -154,7 +155,7 @@ uint32_t Allocator::create_block(VkDeviceSize size, MemoryKind kind, const std::
   bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
               VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-  check(vkCreateBuffer(dev, &bci, nullptr, &b->buffer), "vkCreateBuffer");
+  ctx_.check(vkCreateBuffer(dev, &bci, nullptr, &b->buffer), "vkCreateBuffer");
   VkMemoryRequirements req;
   vkGetBufferMemoryRequirements(dev, b->buffer, &req);
   try {
@@ -167,21 +168,26 @@ uint32_t Allocator::create_block(VkDeviceSize size, MemoryKind kind, const std::
   auto mai = make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
   mai.allocationSize = req.size;
   mai.memoryTypeIndex = b->memory_type;
-  const VkResult r = vkAllocateMemory(dev, &mai, nullptr, &b->memory);
+  VkResult r = faults_ ? faults_->allocation() : VK_SUCCESS;  // testing: the driver's answer, injected
+  if (r == VK_SUCCESS) r = vkAllocateMemory(dev, &mai, nullptr, &b->memory);
   if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
     destroy_block(*b);
-    out_of_memory(asked, kind, what, "vkAllocateMemory of a " + mib(size) + " block failed");
+    out_of_memory(asked, kind, what,
+                  "vkAllocateMemory of a " + mib(size) + " block failed (" +
+                      (r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "VK_ERROR_OUT_OF_DEVICE_MEMORY"
+                                                          : "VK_ERROR_OUT_OF_HOST_MEMORY") +
+                      ")");
   }
   if (r != VK_SUCCESS) destroy_block(*b);
-  check(r, "vkAllocateMemory");
-  check(vkBindBufferMemory(dev, b->buffer, b->memory, 0), "vkBindBufferMemory");
+  ctx_.check(r, "vkAllocateMemory");
+  ctx_.check(vkBindBufferMemory(dev, b->buffer, b->memory, 0), "vkBindBufferMemory");
   const bool host_visible = ctx_.memory_properties().memoryTypes[b->memory_type].propertyFlags &
                             VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
   // On a discrete GPU with resizable BAR device memory may be host-visible too; it still goes through
   // staging.
   if (host_visible && (kind != MemoryKind::Device || unified())) {
     void* p = nullptr;
-    check(vkMapMemory(dev, b->memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");  // persistently mapped
+    ctx_.check(vkMapMemory(dev, b->memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");  // persistently mapped
     b->mapped = static_cast<std::byte*>(p);
   }
   b->free.emplace(0, size);

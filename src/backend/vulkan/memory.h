@@ -56,7 +56,8 @@ struct MemoryStats {
 // Thread-safe. Must be destroyed before its Context; every Buffer dies with it.
 class Allocator {
  public:
-  explicit Allocator(Context& ctx, const AllocatorOptions& options = {});
+  // faults (testing, may be null): the session's injected allocation failures; it must outlive the allocator.
+  explicit Allocator(Context& ctx, const AllocatorOptions& options = {}, FaultPoints* faults = nullptr);
   ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -93,6 +94,7 @@ class Allocator {
 
   Context& ctx_;
   AllocatorOptions options_;
+  FaultPoints* faults_ = nullptr;
   VkDeviceSize alignment_ = 16;
   VkDeviceSize max_allocation_ = 0;
   mutable std::mutex mutex_;

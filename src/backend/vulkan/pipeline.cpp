@@ -72,7 +72,7 @@ PipelineCache::PipelineCache(Context& ctx, std::string cache_dir) : ctx_(ctx) {
 
 PipelineCache::~PipelineCache() {
   VkDevice dev = ctx_.device();
-  save();
+  save();  // not on a lost device (save() checks)
   for (auto& [hash, list] : entries_)
     for (auto& e : list)
       if (e->pipeline.pipeline) vkDestroyPipeline(dev, e->pipeline.pipeline, nullptr);
@@ -82,7 +82,8 @@ PipelineCache::~PipelineCache() {
 }
 
 void PipelineCache::save() const {
-  if (cache_file_.empty()) return;
+  // A lost device's cache data is not trusted: the file keeps what the last healthy save wrote.
+  if (cache_file_.empty() || ctx_.lost()) return;
   size_t size = 0;
   if (vkGetPipelineCacheData(ctx_.device(), cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
   std::vector<char> data(size);
@@ -132,7 +133,8 @@ VkDescriptorSetLayout PipelineCache::set_layout(uint32_t num_buffers) {
   ci.bindingCount = num_buffers;
   ci.pBindings = bindings.data();
   VkDescriptorSetLayout layout;
-  check(vkCreateDescriptorSetLayout(ctx_.device(), &ci, nullptr, &layout), "vkCreateDescriptorSetLayout");
+  ctx_.check(vkCreateDescriptorSetLayout(ctx_.device(), &ci, nullptr, &layout),
+             "vkCreateDescriptorSetLayout");
   return set_layouts_[num_buffers] = layout;
 }
 
@@ -148,7 +150,7 @@ VkPipelineLayout PipelineCache::pipeline_layout(uint32_t num_buffers, uint32_t p
   ci.pushConstantRangeCount = push_bytes ? 1 : 0;
   ci.pPushConstantRanges = push_bytes ? &range : nullptr;
   VkPipelineLayout layout;
-  check(vkCreatePipelineLayout(ctx_.device(), &ci, nullptr, &layout), "vkCreatePipelineLayout");
+  ctx_.check(vkCreatePipelineLayout(ctx_.device(), &ci, nullptr, &layout), "vkCreatePipelineLayout");
   return pipeline_layouts_[key] = layout;
 }
 
@@ -185,7 +187,7 @@ void PipelineCache::build(Entry& e) {
     auto mci = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
     mci.codeSize = e.desc.spirv.size() * sizeof(uint32_t);
     mci.pCode = e.desc.spirv.data();
-    check(vkCreateShaderModule(dev, &mci, nullptr, &module), "vkCreateShaderModule");
+    ctx_.check(vkCreateShaderModule(dev, &mci, nullptr, &module), "vkCreateShaderModule");
 
     auto subgroup = make<VkPipelineShaderStageRequiredSubgroupSizeCreateInfo>(
         VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO);
@@ -204,7 +206,7 @@ void PipelineCache::build(Entry& e) {
     // The VkPipelineCache is internally synchronized, so workers share it.
     const VkResult r = vkCreateComputePipelines(dev, cache_, 1, &ci, nullptr, &e.pipeline.pipeline);
     if (r != VK_SUCCESS) e.pipeline.pipeline = VK_NULL_HANDLE;
-    check(r, ("vkCreateComputePipelines for '" + e.desc.name + "'").c_str());
+    ctx_.check(r, ("vkCreateComputePipelines for '" + e.desc.name + "'").c_str());
     vkDestroyShaderModule(dev, module, nullptr);
     if (ctx_.has(Feature::PipelineStatistics)) print_statistics(e.pipeline);
     if (want_ir) write_representations(e.pipeline, ir_dir);
