@@ -7,7 +7,7 @@
 //
 // IDS_FILE: the ids as little-endian int32; OUT_FILE: float32 [n_ids, n_vocab], row-major. cpu keeps every
 // layer and operation on ggml's CPU backend (no device offload); gpu offloads all layers to the first GPU
-// device the loaded backends offer (Vulkan). Prints one line with the sizes; exits 1 with a message on error.
+// device the loaded backends offer (Vulkan). The KV cache is f32 (llama.cpp's default is f16). Prints one line with the sizes; exits 1 with a message on error.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   cp.n_threads = cp.n_threads_batch = 2;
   cp.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.op_offload = device == "gpu";
+  cp.type_k = cp.type_v = GGML_TYPE_F32;  // the default f16 cache rounds k and v
   cp.no_perf = true;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) return fail("cannot create a context for " + model_path);
