@@ -22,7 +22,7 @@
 # Vulkan ignores CPU-type devices (lavapipe) unless GGML_VK_VISIBLE_DEVICES=0 is set.
 #
 # Offline: LLAMA_CPP_TARBALLS=FOLDER takes the two .tgz files from FOLDER instead of the registry (the
-# sha512 check still applies). Needs npm (unless offline), git, g++ (C++17), xz not needed.
+# sha512 check still applies). Needs npm (unless offline), python3 (the hash), git and g++ (C++17).
 set -euo pipefail
 VERSION=3.22.1
 SHA_MAIN="sha512-bltIipuWmc123H7tMIgDGKSsSrhmhlQYeVUC48XTjVW7XGJJiJJyCdlTMzQ/LiWoPkGDpcL4FviDpgw7qfTiDw=="
@@ -50,7 +50,7 @@ else
 fi
 check() {
   local got
-  got="sha512-$(openssl dgst -sha512 -binary "$WORK/$1" | base64 -w0)"
+  got="sha512-$(python3 -c 'import base64, hashlib, sys; print(base64.b64encode(hashlib.sha512(open(sys.argv[1], "rb").read()).digest()).decode())' "$WORK/$1")"
   [ "$got" = "$2" ] || { echo "fetch-llama-cpp: $1: sha512 mismatch (got $got, pinned $2)" >&2; exit 1; }
 }
 check "$main_tgz" "$SHA_MAIN"
