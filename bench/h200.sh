@@ -76,6 +76,15 @@
 #                half batches). Each prints rank 0's time by phase -> dp_{plain,r1,r2}.txt (about 1-3 minutes).
 #                On a machine with N > 1 GPUs it also runs N replicas on GPUs 0..N-1 at N times the batch (weak
 #                scaling; Vulkan device indices are assumed to follow nvidia-smi's order) -> dp_gpus$N.txt
+#   llama-cpp    issue 27's peer column: llama.cpp's Vulkan backend (node-llama-cpp's prebuilt ggml-vulkan, staged by
+#                STAGE_LLAMA_CPP=1 bench/stage-h200.sh as .h200/llama-cpp.tar.xz; DATA_DIR unused, so the call
+#                leaves .fmdata out) on our random SmolLM2-135M weights (mgn bench writes them), exported by
+#                mgn export --gguf as f32 and f16: llama-bench -p S -n N -ngl 99 -fa 0,1 -r R -o jsonl (its
+#                default f16 KV cache: llama-bench offers no f32 one) and -p 0 -n 1 -d S (one token at position
+#                S), next to mgn bench (phases inference and minimal, strict and accelerated) in the same call;
+#                S=$LLAMA_CPP_PROMPT (128), N=$LLAMA_CPP_GEN (128), R=$LLAMA_CPP_REPS (20),
+#                $LLAMA_CPP_WORKLOAD (smollm2-135m; llama-tiny for a dry run) -> llama_cpp_table.md,
+#                llama_cpp_bench.jsonl, llama_cpp_mgn.jsonl, llama_cpp_log.txt (about 2-4 minutes)
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
@@ -623,6 +632,38 @@ for job in "$@"; do
       rm -rf /tmp/rn50 && python3 bench/pytorch/resnet50_ref.py /tmp/rn50 --device cuda > "$OUT/resnet_torch.txt" 2>&1
       echo "resnet50_ref rc=$?" >> "$OUT/resnet_torch.txt"
       cp /tmp/rn50/torch_memory.json "$OUT/resnet_torch_memory.json" 2>/dev/null
+      ;;
+    llama-cpp)
+      L="$OUT/llama_cpp_log.txt" T=/tmp/llama_cpp LC=${LLAMA_CPP_DIR:-.h200/llama-cpp}
+      LW=${LLAMA_CPP_WORKLOAD:-smollm2-135m} LS=${LLAMA_CPP_PROMPT:-128} LN=${LLAMA_CPP_GEN:-128} LR=${LLAMA_CPP_REPS:-20}
+      rm -rf "$T" && mkdir -p "$T"
+      [ -x "$LC/llama-bench" ] || { [ -f .h200/llama-cpp.tar.xz ] && tar -xJf .h200/llama-cpp.tar.xz -C .h200; }
+      cat "$LC/VERSION" >> "$L" 2>&1
+      timeout 60 "$LC/llama-bench" --list-devices >> "$L" 2>&1
+      W="$T/$LW.weights.safetensors"
+      # Ours first: the strict run writes the weights (seed 0), the accelerated run and the exports read them.
+      timeout 900 "$B/mgn" bench "$LW" --seq "$LS" --phases inference,minimal --weights "$W" \
+        --json "$T/mgn_strict.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench $LW strict rc=$?" >> "$L"
+      timeout 900 "$B/mgn" bench "$LW" --seq "$LS" --phases inference,minimal --mode accelerated --weights "$W" \
+        --json "$T/mgn_acc.jsonl" > /dev/null 2>> "$L"
+      echo "mgn bench $LW accelerated rc=$?" >> "$L"
+      for ty in f32 f16; do
+        G="$T/$LW.$ty.gguf"
+        timeout 300 "$B/mgn" export "$W" --gguf "$G" --gguf-type "$ty" 2>> "$L"
+        echo "mgn export --gguf-type $ty rc=$?" >> "$L"
+        timeout 600 "$LC/llama-bench" -m "$G" -p "$LS" -n "$LN" -ngl 99 -fa 0,1 -r "$LR" -o jsonl \
+          > "$T/lb_$ty.jsonl" 2>> "$L"
+        echo "llama-bench $ty -p $LS -n $LN rc=$?" >> "$L"
+        timeout 600 "$LC/llama-bench" -m "$G" -p 0 -n 1 -d "$LS" -ngl 99 -fa 0,1 -r "$LR" -o jsonl \
+          > "$T/lb_${ty}_at.jsonl" 2>> "$L"
+        echo "llama-bench $ty -n 1 -d $LS rc=$?" >> "$L"
+      done
+      cat "$T"/lb_*.jsonl > "$OUT/llama_cpp_bench.jsonl"
+      cat "$T"/mgn_*.jsonl > "$OUT/llama_cpp_mgn.jsonl"
+      timeout 60 python3 bench/llama_cpp_table.py --out "$OUT/llama_cpp_table.md" "$OUT/llama_cpp_mgn.jsonl" \
+        "$OUT/llama_cpp_bench.jsonl" "$LC/VERSION" > /dev/null 2>> "$L"
+      echo "llama_cpp_table rc=$?" >> "$L"
       ;;
     *) echo "unknown job $job" >> "$OUT/errors.txt" ;;
   esac

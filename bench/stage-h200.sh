@@ -4,6 +4,7 @@
 # Usage here: bench/stage-h200.sh BUILD_DIR    (a Release build with tests on)
 #             STAGE_TESTS="vulkan_gemm_test ..." narrows the test binaries (each ~3 MB packed); STAGE_TESTS=none
 #             stages mgn alone, which leaves room in the carry for .fmdata (the bench and cnn jobs need it).
+#             STAGE_LLAMA_CPP=1 also stages the llama.cpp peer of the job llama-cpp (below; about 9 MB packed).
 # There:      tar -xJf .h200/bin.tar.xz -C .h200 && bench/h200.sh .h200/bin .fmdata JOB...
 set -euo pipefail
 B=$(realpath "${1:-build-h200}")
@@ -40,4 +41,23 @@ cp bench/h200.sh .h200/h200.sh
 # The soak job's tokenizer: the tiny BPE tokenizer the FinetuneThenGenerate test writes (ids below 562).
 [ -f "$B/tests/finetune_check/model/tokenizer.json" ] && cp "$B/tests/finetune_check/model/tokenizer.json" .h200/soak-tokenizer.json
 [ -d .fmdata ] || { mkdir -p .fmdata && cp /usr/share/datasets/fashion-mnist/*.gz .fmdata/; }
+# The llama.cpp peer (job llama-cpp): scripts/fetch-llama-cpp.sh builds it into $LLAMA_CPP_BUILD (default
+# build-llama-cpp/, git-ignored; npm registry, pinned version), then llama-bench (stripped), its VERSION and
+# license and only the libraries it loads are packed: libllama, libllama-common, libggml, libggml-base,
+# libggml-vulkan (43 MB of shaders, 4.7 MB packed) and 8 of the 15 libggml-cpu variants (ggml picks the best the
+# host's CPU runs; x64 and sse42 run anywhere): about 9 MB. The carry is 64 MiB in all and today's .h200 + .gl +
+# .fmdata hold about 55 MB, so the call that runs llama-cpp carries .h200 and .gl without .fmdata (the job reads
+# no data folder).
+if [ "${STAGE_LLAMA_CPP:-0}" = 1 ]; then
+  LCB=${LLAMA_CPP_BUILD:-build-llama-cpp}
+  scripts/fetch-llama-cpp.sh "$LCB"
+  mkdir -p .h200/llama-cpp
+  for f in llama-bench VERSION LICENSE-llama.cpp libggml-base.so libggml-vulkan.so libllama-common.so \
+           libggml-cpu-{x64,sse42,haswell,skylakex,icelake,sapphirerapids,zen4,alderlake}.so; do
+    cp "$LCB/$f" .h200/llama-cpp/
+  done
+  cp "$LCB"/libllama.*.so "$LCB"/libggml.*.so .h200/llama-cpp/  # names carry the release (libllama.vulkan.v0.5.0.so)
+  strip .h200/llama-cpp/llama-bench
+  tar -cJf .h200/llama-cpp.tar.xz -C .h200 llama-cpp && rm -rf .h200/llama-cpp
+fi
 du -sh .h200 .gl .fmdata

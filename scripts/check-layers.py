@@ -51,6 +51,7 @@ PUBLIC = {
     "nnef.h": "src/io",
     "audio.h": "src/io",
     "image.h": "src/io",
+    "gguf.h": "src/io",
     "session.h": "src/runtime",
     "train.h": "src/runtime",
     "data_parallel.h": "src/runtime",

@@ -6,8 +6,11 @@
 #   scripts/setup-debian.sh --tests   that, and what the test suite needs: GoogleTest, the validation layer,
 #                                     PyTorch and ONNX (the oracles), pytest, clang (fuzzing), test audio
 #                                     (alsa-utils' recordings, espeak-ng), test images (opencv-doc's photos;
-#                                     PIL, skimage), and Node.js with the pinned npm
-#                                     reference package of the tokenizer tests (tests/ref)
+#                                     PIL, skimage), Node.js with the pinned npm
+#                                     reference package of the tokenizer tests (tests/ref), and llama.cpp's
+#                                     prebuilt libraries from npm with the tools built against them
+#                                     (scripts/fetch-llama-cpp.sh -> tests/ref/llama_cpp: ~60 MB download,
+#                                     ~20 s of compiling) for the GGUF test (GgufLlamaCppLogits)
 set -euo pipefail
 TESTS=0
 for arg in "$@"; do
@@ -53,5 +56,8 @@ fi
 # The npm reference packages, pinned in tests/ref/package-lock.json, into tests/ref/node_modules.
 if [ "$TESTS" = 1 ] && [ ! -d "$(dirname "$0")/../tests/ref/node_modules/tokenizers" ]; then
   (cd "$(dirname "$0")/../tests/ref" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ "$TESTS" = 1 ]; then
+  "$(dirname "$0")/fetch-llama-cpp.sh" "$(dirname "$0")/../tests/ref/llama_cpp"
 fi
 echo "setup: all packages present$([ "$TESTS" = 1 ] && echo ", with the test references")"

@@ -31,7 +31,7 @@ const std::vector<Command>& commands() {
       {"plan", "print the static plan and memory report of a training step", declare_plan},
       {"inspect", "describe an ONNX or NNEF model: opset, inputs and outputs, ops, parameters", declare_inspect},
       {"run", "import an ONNX or NNEF model, run it once, print or save its outputs", declare_run},
-      {"export", "write an ONNX or NNEF model as an NNEF folder (graph.nnef + .dat tensors)", declare_export},
+      {"export", "write an ONNX or NNEF model as an NNEF folder, or a Llama model as GGUF for llama.cpp", declare_export},
       {"onnx-conformance", "run the ONNX backend test suite (libonnx-testdata) and report per case",
        declare_onnx_conformance},
       {"generate", "continue a prompt with a Hugging Face Llama-family model", declare_generate},

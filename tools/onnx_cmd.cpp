@@ -18,14 +18,18 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cli.h"
+#include "mgn/llama.h"
 #include "mgn/nnef.h"
 #include "mgn/onnx.h"
+#include "mgn/safetensors.h"
 #include "mgn/session.h"
+#include "mgn/tokenizer.h"
 #include "mgn/types.h"
 
 namespace mgn::tool {
@@ -284,24 +288,79 @@ int run_model(const RunArgs& a, const Context& c) {
 
 }  // namespace
 
+namespace {
+
+// `mgn export MODEL --gguf OUT.gguf`: a Hugging Face Llama directory (config.json, model.safetensors or a
+// sharded index, tokenizer.json when there is one) or a weights file `mgn bench` wrote for a Llama workload
+// (its metadata holds the config) as GGUF for llama.cpp (docs/gguf.md).
+void export_llama_gguf(const std::string& model, const std::string& out, const std::string& type,
+                       const std::string& tokenizer_path) {
+  namespace fs = std::filesystem;
+  llama::Config cfg;
+  std::string weights_path = model, tok = tokenizer_path;
+  if (fs::is_directory(model)) {
+    if (!fs::exists(fs::path(model) / "config.json"))
+      throw Error(model + ": no config.json (--gguf takes a Hugging Face Llama directory or a bench weights file)");
+    cfg = llama::Config::from_file((fs::path(model) / "config.json").string());
+    if (tok.empty() && fs::exists(fs::path(model) / "tokenizer.json")) tok = (fs::path(model) / "tokenizer.json").string();
+  } else {
+    const SafetensorsFile head = SafetensorsFile::read_header(model);
+    auto it = head.metadata().find("config");
+    if (it == head.metadata().end())
+      throw Error(model + ": no \"config\" in the safetensors metadata (a Llama weights file of mgn bench has one; "
+                  "else give the model's directory)");
+    cfg = llama::Config::from_json(it->second, model + " (metadata config)");
+  }
+  std::optional<Tokenizer> t;
+  if (!tok.empty()) t.emplace(Tokenizer::from_file(tok));
+  llama::GgufOptions opt;
+  opt.type = type == "f16" ? llama::GgufType::F16 : llama::GgufType::F32;
+  opt.tokenizer = t ? &*t : nullptr;
+  opt.name = fs::path(model).filename().string();
+  llama::export_gguf(cfg, llama::read_weights(cfg, weights_path), out, opt);
+  std::fprintf(stderr, "wrote %s (llama, %s weights, %s)\n", out.c_str(), type.c_str(),
+               t ? ("tokenizer " + tok).c_str() : "placeholder vocabulary: no tokenizer.json");
+}
+
+}  // namespace
+
 Run declare_export(CLI::App& app) {
   struct Args {
-    std::string model, nnef_dir;
+    std::string model, nnef_dir, gguf, gguf_type = "f32", tokenizer;
     std::vector<std::string> shapes;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("MODEL", a->model, "an .onnx file, or an NNEF model (a folder with graph.nnef, or that file)")
+  app.add_option("MODEL", a->model,
+                 "an .onnx file or an NNEF model (--nnef); a Hugging Face Llama directory or a Llama weights file "
+                 "of mgn bench (--gguf)")
       ->required()
       ->check(CLI::ExistingPath);
-  app.add_option("--nnef", a->nnef_dir, "write the model as an NNEF folder DIR (graph.nnef + .dat tensors)")
-      ->type_name("DIR")
-      ->required();
+  auto* nnef_opt = app.add_option("--nnef", a->nnef_dir, "write the model as an NNEF folder DIR (graph.nnef + .dat tensors)")
+      ->type_name("DIR");
+  auto* gguf_opt = app.add_option("--gguf", a->gguf, "write a Llama-family model as a GGUF file for llama.cpp")
+      ->type_name("FILE");
+  nnef_opt->excludes(gguf_opt);
+  app.add_option("--gguf-type", a->gguf_type, "with --gguf: the matrices' type (norms stay f32)")
+      ->check(CLI::IsMember({"f32", "f16"}));
+  app.add_option("--tokenizer", a->tokenizer,
+                 "with --gguf: a tokenizer.json (default: MODEL/tokenizer.json, else a placeholder vocabulary)")
+      ->type_name("FILE")
+      ->check(CLI::ExistingFile);
   app.add_option("--shape", a->shapes, "NAME=1x3x224x224: binds an input's dynamic axes; repeatable")
       ->type_name("NAME=DIMS")
       ->default_str("")
       ->allow_extra_args(false);
-  app.footer("Imports the model and writes it as NNEF (docs/nnef.md); ops with no NNEF form are listed in one error.");
-  return [a](const Context&) {
+  app.footer(
+      "--nnef imports the model and writes it as NNEF (docs/nnef.md); ops with no NNEF form are listed in one\n"
+      "error. --gguf writes a Llama model for llama.cpp (docs/gguf.md).");
+  return [a, &app](const Context&) {
+    if (a->nnef_dir.empty() && a->gguf.empty()) throw UsageError("give --nnef DIR or --gguf FILE");
+    if (!a->gguf.empty()) {
+      if (!a->shapes.empty()) throw UsageError("--shape goes with --nnef");
+      export_llama_gguf(a->model, a->gguf, a->gguf_type, a->tokenizer);
+      return 0;
+    }
+    if (app.count("--gguf-type") || !a->tokenizer.empty()) throw UsageError("--gguf-type and --tokenizer go with --gguf");
     std::map<std::string, Shape> shapes;
     for (const std::string& text : a->shapes) {
       auto [name, dims] = split_eq(text, "shape");

@@ -22,6 +22,7 @@
 
 namespace mgn {
 class Session;
+class Tokenizer;
 }
 
 namespace mgn::llama {
@@ -108,5 +109,22 @@ std::vector<int32_t> generate(Session& decode, const Config& cfg, const std::vec
                               const SampleOptions& opt, void (*on_token)(int32_t, void*) = nullptr,
                               void* user = nullptr);
 
+// GGUF export for llama.cpp (docs/gguf.md): the "llama" architecture's metadata and tensor names, the q/k
+// projection rows permuted from HF's half-split RoPE layout to GGUF's interleaved pairs (as llama.cpp's
+// converter does), and the tokenizer's vocabulary, merges and bos/eos ids (tokenizer.ggml.model "gpt2").
+// Without a tokenizer the vocabulary is a placeholder: the 256 byte-level tokens, "<|endoftext|>" (id 256,
+// bos and eos) and "[PAD<id>]" tokens of type unused up to vocab_size; a tokenizer with fewer ids than
+// vocab_size is padded the same way. Norm weights stay f32; with F16 the matrices are rounded to f16.
+enum class GgufType { F32, F16 };
+struct GgufOptions {
+  GgufType type = GgufType::F32;
+  const Tokenizer* tokenizer = nullptr;  // null: the placeholder vocabulary
+  std::string name = "meganeura export";  // general.name
+  std::string pre;  // tokenizer.ggml.pre; empty: "smollm" when digits are split one by one, else "gpt-2"
+};
+// Writes `path` atomically. Throws mgn::Error naming the tensor for a missing or mis-shaped weight, and for
+// a tokenizer with more ids than cfg.vocab_size (or a vocabulary below 257 without one).
+void export_gguf(const Config& cfg, const std::map<std::string, std::vector<float>>& weights,
+                 const std::string& path, const GgufOptions& opt = {});
 
 }  // namespace mgn::llama

@@ -68,6 +68,14 @@ class Tokenizer {
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
 
+  // For exporters (GGUF, src/models/llama_gguf.cpp): whether an id names a token (ids may have gaps), the
+  // BPE merges in rank order as "left right" in stored form (as tokenizer.json lists them; a pair listed
+  // twice appears once, at its last rank), and the pre-tokenizer's digit rule before the byte-level step.
+  bool has_token(int32_t id) const;
+  std::vector<std::string> merges() const;
+  enum class DigitSplit { None, Individual, Runs };
+  DigitSplit digit_split() const;
+
   struct Impl;
 
  private:

@@ -949,6 +949,31 @@ const std::string& Tokenizer::id_to_token(int32_t id) const {
   return impl_->token(id);
 }
 
+bool Tokenizer::has_token(int32_t id) const {
+  return id >= 0 && size_t(id) < impl_->id_known.size() && impl_->id_known[size_t(id)];
+}
+
+std::vector<std::string> Tokenizer::merges() const {
+  std::vector<std::pair<int32_t, uint64_t>> byrank;
+  byrank.reserve(impl_->merges.size());
+  for (const auto& [key, m] : impl_->merges) byrank.emplace_back(m.rank, key);
+  std::sort(byrank.begin(), byrank.end());
+  std::vector<std::string> out;
+  out.reserve(byrank.size());
+  for (const auto& [rank, key] : byrank)
+    out.push_back(impl_->token(int32_t(key >> 32)) + " " + impl_->token(int32_t(key & 0xffffffffu)));
+  return out;
+}
+
+Tokenizer::DigitSplit Tokenizer::digit_split() const {
+  switch (impl_->digits) {
+    case Impl::Digits::None: return DigitSplit::None;
+    case Impl::Digits::Individual: return DigitSplit::Individual;
+    case Impl::Digits::Runs: return DigitSplit::Runs;
+  }
+  return DigitSplit::None;
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   impl_->token(id);
   return impl_->id_special[size_t(id)];
