@@ -49,18 +49,26 @@ void truncate(Dataset& d, int64_t n) {
   d.labels.resize(size_t(n));
 }
 
+// The checkpoint path (--out, or fashion_mnist_<arch>.safetensors) and the data folder: --data is checked by
+// its validator; the environment's folder (MGN_FASHION_MNIST_DIR or Debian's) here, before anything is loaded
+// or compiled.
+struct FashionPaths {
+  std::string out, dir;
+};
+FashionPaths fashion_paths(const TrainArgs& a, const Context& c, models::FashionArch arch) {
+  FashionPaths p;
+  p.out = a.out.empty() ? std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors" : a.out;
+  p.dir = a.data.empty() ? c.env.fashion_mnist_dir : a.data;
+  if (!std::filesystem::is_directory(p.dir))
+    throw UsageError(
+        "the Fashion-MNIST folder " + p.dir +
+        " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
+  return p;
+}
+
 int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   const models::FashionArch arch = models::fashion_arch_from_name(a.model);
-  const std::string out =
-      a.out.empty() ? std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors"
-                    : a.out;
-  // --data is checked by its validator; the environment's folder (MGN_FASHION_MNIST_DIR or Debian's) here,
-  // before anything is loaded or compiled.
-  const std::string dir = a.data.empty() ? c.env.fashion_mnist_dir : a.data;
-  if (!std::filesystem::is_directory(dir))
-    throw UsageError(
-        "the Fashion-MNIST folder " + dir +
-        " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
+  const auto [out, dir] = fashion_paths(a, c, arch);
 
   check_output_path(out);  // before any data is loaded or any step trained
   auto t0 = std::chrono::steady_clock::now();
@@ -217,14 +225,7 @@ int train_data_parallel(const TrainArgs& a, const Context& c, ProcessGroup* grou
   }
 
   const models::FashionArch arch = models::fashion_arch_from_name(a.model);
-  const std::string out =
-      a.out.empty() ? std::string("fashion_mnist_") + models::fashion_arch_name(arch) + ".safetensors"
-                    : a.out;
-  const std::string dir = a.data.empty() ? c.env.fashion_mnist_dir : a.data;
-  if (!std::filesystem::is_directory(dir))
-    throw UsageError(
-        "the Fashion-MNIST folder " + dir +
-        " does not exist (install dataset-fashion-mnist, or give --data DIR or MGN_FASHION_MNIST_DIR)");
+  const auto [out, dir] = fashion_paths(a, c, arch);
   if (root) check_output_path(out);
   auto t0 = std::chrono::steady_clock::now();
   Dataset train = load_fashion_mnist(dir, Split::Train, a.limit_train.value_or(0));
