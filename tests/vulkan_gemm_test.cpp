@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "backend/vulkan/gemm_selftest.h"
 #include "backend/vulkan/memory.h"
 #include "backend/vulkan/pipeline.h"
+#include "backend/vulkan/session_cache.h"
 #include "codegen/kernel.h"
 #include "codegen/matmul.h"
 #include "codegen/shader_compiler.h"
@@ -697,6 +699,57 @@ TEST_F(VulkanGemm, SelfTestOffWithoutTheExtension) {
   const vk::CoopMatVerdict v = vk::coopmat_verdict(*ctx_, {}, *compiler_);
   EXPECT_FALSE(v.verified);
   EXPECT_NE(v.note.find("lacks"), std::string::npos) << v.note;
+}
+
+// The self-test's persisted verdict: a stored verdict reads back as it was, under its key only; a damaged or
+// foreign file gives nothing (the test then runs again and rewrites it); the device-and-build key changes with
+// the test's name (the tile option). A device without the extension keeps no file.
+TEST_F(VulkanGemm, SelfTestVerdictIsKeptPerDeviceAndBuild) {
+  const std::string dir = test::make_temp_dir("selftest");
+  const std::string k1 = vk::device_build_key(ctx_->info(), "coopmat self-test: f16 GEMM auto").hex();
+  const std::string k2 = vk::device_build_key(ctx_->info(), "coopmat self-test: f16 GEMM 64x64x32").hex();
+  EXPECT_NE(k1, k2);
+  EXPECT_EQ(k1, vk::device_build_key(ctx_->info(), "coopmat self-test: f16 GEMM auto").hex());
+  EXPECT_FALSE(vk::load_coopmat_verdict(dir, k1).has_value());
+
+  vk::CoopMatVerdict v;
+  v.verified = true;
+  v.mma = {16, 8, 16};
+  v.note = "256x256x256 rel L2 1.0e-07\nsecond line";  // a newline in the note is flattened
+  vk::store_coopmat_verdict(dir, k1, v);
+  const std::optional<vk::CoopMatVerdict> back = vk::load_coopmat_verdict(dir, k1);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(back->verified);
+  EXPECT_EQ(back->mma.m, 16u);
+  EXPECT_EQ(back->mma.n, 8u);
+  EXPECT_EQ(back->mma.k, 16u);
+  EXPECT_EQ(back->note, "256x256x256 rel L2 1.0e-07 second line");
+  EXPECT_FALSE(vk::load_coopmat_verdict(dir, k2).has_value());
+  v.verified = false;
+  v.note = "rel L2 3.1e-01 over 1e-02";
+  vk::store_coopmat_verdict(dir, k2, v);
+  ASSERT_TRUE(vk::load_coopmat_verdict(dir, k2).has_value());
+  EXPECT_FALSE(vk::load_coopmat_verdict(dir, k2)->verified);
+
+  // Damaged files: cut short, a bad shape line, another key's file copied over this one.
+  const std::string path = vk::coopmat_verdict_path(dir, k1);
+  const std::string good = test::read_bytes(path);
+  auto write = [&](const std::string& text) { std::ofstream(path, std::ios::binary | std::ios::trunc) << text; };
+  write(good.substr(0, good.size() / 2));
+  EXPECT_FALSE(vk::load_coopmat_verdict(dir, k1).has_value());
+  std::string bad = good;
+  bad.replace(bad.find("1 16 8 16"), 9, "2 16 8 16");
+  write(bad);
+  EXPECT_FALSE(vk::load_coopmat_verdict(dir, k1).has_value());
+  std::filesystem::copy_file(vk::coopmat_verdict_path(dir, k2), path,
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_FALSE(vk::load_coopmat_verdict(dir, k1).has_value());
+
+  if (!ctx_->has(vk::Feature::CooperativeMatrixNV)) {
+    codegen::ShaderCompiler compiler(test::make_temp_dir("selftest_cache"));
+    (void)vk::coopmat_verdict(*ctx_, {}, compiler);
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(compiler.cache_dir()) / "selftest"));
+  }
 }
 
 TEST_F(VulkanGemm, CoopMatOnDeviceMatchesReference) {

@@ -3,16 +3,21 @@
 // (DeviceCaps::coopmat_f16_verified).
 #include "backend/vulkan/gemm_selftest.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "backend/vulkan/command.h"
 #include "backend/vulkan/memory.h"
 #include "backend/vulkan/pipeline.h"
+#include "backend/vulkan/session_cache.h"
 #include "codegen/matmul.h"
 #include "codegen/shader_compiler.h"
 #include "mgn/types.h"
+#include "support/atomic_file.h"
 
 namespace mgn::vk {
 namespace {
@@ -222,16 +227,69 @@ std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& t
   return out;
 }
 
+std::string coopmat_verdict_path(const std::string& cache_dir, const std::string& key_hex) {
+  return (std::filesystem::path(cache_dir) / "selftest" / (key_hex + ".txt")).string();
+}
+
+// The file: "mgn coopmat verdict 1", the key, "<verified 0|1> <m> <n> <k>", then the note (one line).
+constexpr const char* kVerdictMagic = "mgn coopmat verdict 1";
+
+std::optional<CoopMatVerdict> load_coopmat_verdict(const std::string& cache_dir, const std::string& key_hex) {
+  if (cache_dir.empty()) return std::nullopt;
+  std::ifstream f(coopmat_verdict_path(cache_dir, key_hex));
+  std::string magic, key, shape, note;
+  if (!f || !std::getline(f, magic) || magic != kVerdictMagic || !std::getline(f, key) || key != key_hex ||
+      !std::getline(f, shape) || !std::getline(f, note))
+    return std::nullopt;
+  CoopMatVerdict v;
+  int verified = -1;
+  char extra = 0;
+  if (std::sscanf(shape.c_str(), "%d %u %u %u %c", &verified, &v.mma.m, &v.mma.n, &v.mma.k, &extra) != 4 ||
+      (verified != 0 && verified != 1))
+    return std::nullopt;
+  v.verified = verified == 1;
+  v.note = note;
+  return v;
+}
+
+void store_coopmat_verdict(const std::string& cache_dir, const std::string& key_hex, const CoopMatVerdict& v) {
+  if (cache_dir.empty()) return;
+  std::string note = v.note;
+  std::replace(note.begin(), note.end(), '\n', ' ');
+  const std::string text = std::string(kVerdictMagic) + "\n" + key_hex + "\n" + (v.verified ? "1 " : "0 ") +
+                           std::to_string(v.mma.m) + " " + std::to_string(v.mma.n) + " " + std::to_string(v.mma.k) +
+                           "\n" + note + "\n";
+  const std::string path = coopmat_verdict_path(cache_dir, key_hex);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (ec) return;
+  (void)files::try_write_atomic(path, [&](int fd) { return files::write_all(fd, text.data(), text.size()); });
+}
+
 CoopMatVerdict coopmat_verdict(Context& ctx, const GemmTile& tile, codegen::ShaderCompiler& compiler) {
-  return ctx.memo_verdict("f16 GEMM " + gemm_tile_str(tile, true), [&] {
+  const std::string what = "f16 GEMM " + gemm_tile_str(tile, true);
+  return ctx.memo_verdict(what, [&] {
+    // Only a device with the extension runs the test, and only its verdict is worth keeping.
+    const bool has_ext = ctx.has(Feature::CooperativeMatrixNV);
+    const std::string key = device_build_key(ctx.info(), "coopmat self-test: " + what).hex();
+    if (has_ext)
+      if (std::optional<CoopMatVerdict> kept = load_coopmat_verdict(compiler.cache_dir(), key)) {
+        if (!kept->verified)
+          std::fprintf(stderr, "mgn: f16 cooperative-matrix GEMM disabled on %s: %s (kept verdict: %s)\n",
+                       ctx.info().name.c_str(), kept->note.c_str(), coopmat_verdict_path(compiler.cache_dir(), key).c_str());
+        return *kept;
+      }
     CoopMatVerdict v;
+    bool ran = false;
     try {
       v = run_all(ctx, tile, compiler);
+      ran = true;
     } catch (const std::exception& e) {
       v = {};
       v.note = std::string("the self-test failed to run: ") + e.what();
       if (v.note.size() > 2000) v.note = v.note.substr(0, 2000) + " [...]";
     }
+    if (ran && has_ext) store_coopmat_verdict(compiler.cache_dir(), key, v);
     if (!v.verified && ctx.has(Feature::CooperativeMatrixNV))
       std::fprintf(stderr, "mgn: f16 cooperative-matrix GEMM disabled on %s: %s\n", ctx.info().name.c_str(),
                    v.note.c_str());

@@ -2,6 +2,7 @@
 // session may lower an Accelerated matmul to it (DeviceCaps::coopmat_f16_verified gates the path).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,18 @@ namespace mgn::vk {
 // mostly pipeline compilation) and the Context keeps the verdict; later calls return it. A device without
 // VK_NV_cooperative_matrix gets a negative verdict silently; a failure on a device that has it is reported
 // on stderr ("mgn: f16 cooperative-matrix GEMM disabled on <device>: <why>").
+// Where the compiler has a cache folder, a verdict the test reached (not one it failed to run, nor a device
+// without the extension) is kept in `<cache>/selftest/` under device_build_key (this build, the device and
+// driver, the tile), so later processes skip the test (~0.3 s on an H100); a damaged file is ignored and
+// rewritten.
 CoopMatVerdict coopmat_verdict(Context& ctx, const GemmTile& tile, codegen::ShaderCompiler& compiler);
+
+// The persisted verdict's file (coopmat_verdict): `cache_dir/selftest/<key>.txt`. load gives nothing for a
+// missing, damaged or other-key file; store is best effort (atomic; a failure only costs the next process
+// the test).
+std::string coopmat_verdict_path(const std::string& cache_dir, const std::string& key_hex);
+std::optional<CoopMatVerdict> load_coopmat_verdict(const std::string& cache_dir, const std::string& key_hex);
+void store_coopmat_verdict(const std::string& cache_dir, const std::string& key_hex, const CoopMatVerdict& v);
 
 class Allocator;
 class Transfer;

@@ -286,6 +286,26 @@ std::string session_cache_folder(const std::string& cache_dir) {
   return (std::filesystem::path(cache_dir) / "sessions").string();
 }
 
+// The device's identity and driver build (both keys below).
+static void hash_device(Hasher& h, const DeviceInfo& device) {
+  h.pod(device.vendor_id);
+  h.pod(device.device_id);
+  h.pod(device.api_version);
+  h.str(device.name);
+  h.str(device.driver);
+  h.bytes(device.pipeline_cache_uuid.data(), device.pipeline_cache_uuid.size());
+}
+
+SessionKey device_build_key(const DeviceInfo& device, const std::string& what) {
+  Hasher h;
+  h.str("device-build key 1");
+  h.str(codegen::ShaderCompiler::compiler_version());
+  h.str(MGN_CODE_FINGERPRINT);
+  hash_device(h, device);
+  h.str(what);
+  return h.finish();
+}
+
 SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, const codegen::CodegenOptions& codegen,
                        const plan::PlanOptions& plan, const DeviceInfo& device) {
   Hasher h;
@@ -293,12 +313,7 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
   h.str(codegen::ShaderCompiler::compiler_version());
   h.str(MGN_CODE_FINGERPRINT);  // this build's generators (cmake/fingerprint.cmake)
   // The device: identity and driver build, then the caps the generators read.
-  h.pod(device.vendor_id);
-  h.pod(device.device_id);
-  h.pod(device.api_version);
-  h.str(device.name);
-  h.str(device.driver);
-  h.bytes(device.pipeline_cache_uuid.data(), device.pipeline_cache_uuid.size());
+  hash_device(h, device);
   h.pod(caps.subgroup_size);
   h.pod(caps.max_shared_bytes);
   h.pod(caps.max_workgroup_invocations);

@@ -47,6 +47,10 @@ struct SessionKey {
 SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, const codegen::CodegenOptions& codegen,
                        const plan::PlanOptions& plan, const DeviceInfo& device);
 
+// The key of a result that depends only on this build's generators and shader compiler and on the device and
+// its driver (the session key's device part), plus `what`: the cooperative-matrix self-test's persisted verdict.
+SessionKey device_build_key(const DeviceInfo& device, const std::string& what);
+
 enum class CacheResult : uint8_t {
   Off,      // no cache directory
   Miss,     // no entry
