@@ -68,7 +68,8 @@ FashionPaths fashion_paths(const TrainArgs& a, const Context& c, models::Fashion
 
 int train_fashion_mnist(const TrainArgs& a, const Context& c) {
   const models::FashionArch arch = models::fashion_arch_from_name(a.model);
-  const auto [out, dir] = fashion_paths(a, c, arch);
+  const FashionPaths paths = fashion_paths(a, c, arch);
+  const std::string &out = paths.out, &dir = paths.dir;  // references, not bindings: lambdas capture them
 
   check_output_path(out);  // before any data is loaded or any step trained
   auto t0 = std::chrono::steady_clock::now();
@@ -225,7 +226,8 @@ int train_data_parallel(const TrainArgs& a, const Context& c, ProcessGroup* grou
   }
 
   const models::FashionArch arch = models::fashion_arch_from_name(a.model);
-  const auto [out, dir] = fashion_paths(a, c, arch);
+  const FashionPaths paths = fashion_paths(a, c, arch);
+  const std::string &out = paths.out, &dir = paths.dir;  // references, not bindings: lambdas capture them
   if (root) check_output_path(out);
   auto t0 = std::chrono::steady_clock::now();
   Dataset train = load_fashion_mnist(dir, Split::Train, a.limit_train.value_or(0));

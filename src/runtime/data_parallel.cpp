@@ -245,10 +245,12 @@ DataParallelTrainer::DataParallelTrainer(Graph& g, DataParallelOptions opt)
       throw Error("DataParallelTrainer: the graph already has an output named '" + grad_name(n.name) + "'");
     g.output(grad_name(n.name), grads.at(n.name));
   }
-  for (auto& [name, t] : grads)
+  for (const auto& entry : grads) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one
     if (std::none_of(s.trained.begin(), s.trained.end(), [&](const TensorInfo& p) { return p.name == name; }))
       throw Error("DataParallelTrainer: a gradient is given for '" + name +
                   "', which is not a parameter of the graph");
+  }
   s.check_agree(int64_t(s.grad_values), "the number of trained values (is the model the same?)");
 
   // Replica r: its gradient session and its update session, on its own logical device.
