@@ -23,7 +23,7 @@ for run in 1 2; do
     --seq "${SOAK_SEQ:-256}" --lr 1e-5 ${SOAK_WEIGHTS:+--weights "$SOAK_WEIGHTS"} --log "$OUT/run$run.log" \
     2> "$OUT/run$run.stderr"
   end=$(date +%s.%N)
-  echo "run $run: $STEPS steps in $(echo "$end - $start" | bc) s"
+  echo "run $run: $STEPS steps in $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }') s"  # no bc on the GPU machine
 done
 # Columns: step, loss bits, loss, session device bytes, heap usage bytes.
 if cmp -s <(cut -d' ' -f1,2 "$OUT/run1.log") <(cut -d' ' -f1,2 "$OUT/run2.log"); then
