@@ -76,6 +76,12 @@
 #                half batches). Each prints rank 0's time by phase -> dp_{plain,r1,r2}.txt (about 1-3 minutes).
 #                On a machine with N > 1 GPUs it also runs N replicas on GPUs 0..N-1 at N times the batch (weak
 #                scaling; Vulkan device indices are assumed to follow nvidia-smi's order) -> dp_gpus$N.txt
+#   f16-threshold  KernelOptions::f16_min_work (issue 33): each workload of $F16_THRESHOLD_WORKLOADS (default
+#                "sd-unet-small:1 smolvla-expert:1 whisper-tiny-encoder:1 dinov3-vits16:8 smollm2-135m:1") timed strict,
+#                accelerated with the default threshold (2^26) and accelerated with MGN_GEMM_F16_MIN_WORK=0 (every
+#                eligible matmul f16, the behaviour before), phases inference, flb, step, one warm cache per workload
+#                -> f16_threshold.jsonl (the `f16_gemm_dispatches` field says how many matmuls went f16),
+#                f16_threshold_log.txt (about 2-3 minutes)
 #   llama-cpp    issue 27's peer column: llama.cpp's Vulkan backend (node-llama-cpp's prebuilt ggml-vulkan, staged by
 #                STAGE_LLAMA_CPP=1 bench/stage-h200.sh as .h200/llama-cpp.tar.xz; DATA_DIR unused, so the call
 #                leaves .fmdata out) on our random SmolLM2-135M weights (mgn bench writes them), exported by
@@ -632,6 +638,20 @@ for job in "$@"; do
       rm -rf /tmp/rn50 && python3 bench/pytorch/resnet50_ref.py /tmp/rn50 --device cuda > "$OUT/resnet_torch.txt" 2>&1
       echo "resnet50_ref rc=$?" >> "$OUT/resnet_torch.txt"
       cp /tmp/rn50/torch_memory.json "$OUT/resnet_torch_memory.json" 2>/dev/null
+      ;;
+    f16-threshold)
+      L="$OUT/f16_threshold_log.txt"
+      for wb in ${F16_THRESHOLD_WORKLOADS:-sd-unet-small:1 smolvla-expert:1 whisper-tiny-encoder:1 dinov3-vits16:8 smollm2-135m:1}; do
+        w=${wb%%:*} b=${wb##*:}
+        timeout 120 "$B/mgn" bench "$w" --batch "$b" --phases compile > /dev/null 2>> "$L"
+        for run in strict acc acc0; do
+          case $run in strict) mode=strict mw= ;; acc) mode=accelerated mw= ;; acc0) mode=accelerated mw=0 ;; esac
+          MGN_GEMM_F16_MIN_WORK=${mw:-67108864} timeout 180 "$B/mgn" bench "$w" --batch "$b" --mode "$mode" \
+            --phases inference,flb,step --json "/tmp/f16t_${w}_$run.jsonl" > /dev/null 2>> "$L"
+          echo "mgn bench $w b$b $run rc=$?" >> "$L"
+          sed "s/\"mode\":\"$mode\"/\"mode\":\"$run\"/" "/tmp/f16t_${w}_$run.jsonl" >> "$OUT/f16_threshold.jsonl"
+        done
+      done
       ;;
     llama-cpp)
       L="$OUT/llama_cpp_log.txt" T=/tmp/llama_cpp LC=${LLAMA_CPP_DIR:-.h200/llama-cpp}

@@ -73,6 +73,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_GEMM_TILE", "64x64x16,s2"},
       {"MGN_GEMM_F16", "no"},
       {"MGN_GEMM_F16_SCALING", "0"},
+      {"MGN_GEMM_F16_MIN_WORK", "4096"},
       {"MGN_GEMM_F16_TILE", "128x128x32,w64x32"},
       {"MGN_GEMM_F16_ABLATE", "mmaonly"},
       {"MGN_CONV_TILE", "64x32x16"},
@@ -103,6 +104,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.kernels.gemm_tile.splits, 2u);
   EXPECT_FALSE(e.kernels.f16_gemm);
   EXPECT_FALSE(e.kernels.f16_operand_scaling);
+  EXPECT_EQ(e.kernels.f16_min_work, 4096u);
   EXPECT_EQ(e.kernels.f16_tile.wm, 64u);
   EXPECT_EQ(e.kernels.f16_ablation, GemmAblation::MmaOnly);
   EXPECT_EQ(e.kernels.conv_tile, (ConvTile{64, 32, 16}));
@@ -126,6 +128,8 @@ TEST(Environment, MalformedValuesNameTheVariable) {
       {"MGN_GEMM_TILE", "12x"},           {"MGN_GEMM_TILE", "128x128x8,w8x4"},
       {"MGN_GEMM_F16_TILE", "64x64x32,q1"}, {"MGN_GEMM_F16_ABLATE", "all"},
       {"MGN_CONV_TILE", "48x32x16"},      {"MGN_PLAN_REUSE", "sometimes"},
+      {"MGN_GEMM_F16_MIN_WORK", "-1"},    {"MGN_GEMM_F16_MIN_WORK", "1e6"},
+      {"MGN_GEMM_F16_MIN_WORK", "99999999999999999999"},
   };
   for (const auto& [name, value] : bad) {
     SCOPED_TRACE(name + "=" + value);

@@ -658,8 +658,12 @@ TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
   nv.max_shared_bytes = 49152;
   nv.max_workgroup_invocations = 1024;
   nv.coopmat_f16_verified = true;
-  auto lower = [&](std::optional<Precision> p, const codegen::CodegenOptions& o = {},
+  // These shapes are far below the default KernelOptions::f16_min_work; the threshold's own test is
+  // CoopMatOnlyForProductsWorthIt.
+  const KernelOptions any_size{.f16_min_work = 0};
+  auto lower = [&](std::optional<Precision> p, codegen::CodegenOptions o = {},
                    const codegen::DeviceCaps* caps = nullptr) {
+    o.kernels.f16_min_work = 0;
     mgn::Graph g;
     Tensor y = matmul(g.input("a", {64, 48}), g.input("b", {48, 80}));
     if (p) y.set_precision(*p);
@@ -676,7 +680,8 @@ TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
     Tensor y = matmul(g.input("a", {64, 48}), b);
     y.set_precision(Precision::Accelerated);
     ir::Graph& ir = g.ir();
-    const codegen::CodegenOptions o{.kernels = {.f16_operand_scaling = scaling}};
+    codegen::CodegenOptions o{.kernels = any_size};
+    o.kernels.f16_operand_scaling = scaling;
     const Lowering l = codegen::lower_matmul({ir, ir.node(y.id()), nv, o});
     EXPECT_EQ(l.kernels.back().name.find("_scaled") != std::string::npos, scaling) << l.kernels.back().name;
     return l.kernels.front().name;
@@ -692,6 +697,36 @@ TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
   codegen::DeviceCaps unverified = nv;
   unverified.coopmat_f16_verified = false;
   EXPECT_EQ(lower(Precision::Accelerated, {}, &unverified).rfind("matmul_tiled_", 0), 0u);
+}
+
+TEST_F(VulkanGemm, CoopMatOnlyForProductsWorthIt) {
+  // KernelOptions::f16_min_work: an Accelerated matmul takes the f16 kernel only when M·N·K·batch reaches it
+  // (the f16 path's packing passes cost more than a small product saves). Each case counted by hand.
+  codegen::DeviceCaps nv = caps_;
+  nv.cooperative_matrix_nv = true;
+  nv.subgroup_size = 32;
+  nv.max_shared_bytes = 49152;
+  nv.max_workgroup_invocations = 1024;
+  nv.coopmat_f16_verified = true;
+  auto lower = [&](std::vector<int64_t> a, std::vector<int64_t> b, uint64_t min_work) {
+    mgn::Graph g;
+    Tensor y = matmul(g.input("a", a), g.input("b", b));
+    y.set_precision(Precision::Accelerated);
+    ir::Graph& ir = g.ir();
+    const codegen::CodegenOptions o{.kernels = {.f16_min_work = min_work}};
+    const std::string name = codegen::lower_matmul({ir, ir.node(y.id()), nv, o}).kernels.back().name;
+    return name.rfind("matmul_coopmat_f16_", 0) == 0;
+  };
+  // 64 x 48 x 80 = 245,760: under the default 2^26, at or over a threshold of exactly that, under one more.
+  EXPECT_FALSE(lower({64, 48}, {48, 80}, KernelOptions{}.f16_min_work));
+  EXPECT_TRUE(lower({64, 48}, {48, 80}, 245760));
+  EXPECT_FALSE(lower({64, 48}, {48, 80}, 245761));
+  EXPECT_TRUE(lower({64, 48}, {48, 80}, 0));
+  // Whisper-tiny's q projection, 1500 x 384 x 384 = 221,184,000 >= 2^26 = 67,108,864: f16 by default.
+  EXPECT_TRUE(lower({1500, 384}, {384, 384}, KernelOptions{}.f16_min_work));
+  // The batch counts: 4 x (128 x 256 x 512) = 67,108,864 = 2^26 reaches it; one batch alone does not.
+  EXPECT_TRUE(lower({4, 128, 512}, {4, 512, 256}, KernelOptions{}.f16_min_work));
+  EXPECT_FALSE(lower({1, 128, 512}, {1, 512, 256}, KernelOptions{}.f16_min_work));
 }
 
 TEST_F(VulkanGemm, SelfTestOffWithoutTheExtension) {

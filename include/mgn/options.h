@@ -68,6 +68,12 @@ struct KernelOptions {
   GemmTile gemm_tile;  // the f32 SIMT tile
   // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
   bool f16_gemm = true;
+  // ... when the product is big enough to pay for its operand passes: the f16 path adds two packing
+  // dispatches (f16 copies of A and B, with the scaling's maxima) in front of every GEMM, a few microseconds
+  // each on a big GPU, which a small product does not win back (run 14 on an H100: the U-Net's and SmolVLA's
+  // accelerated steps were 1.1-1.25x slower than strict). A matmul of M x N x K x batch below this stays on
+  // the f32 kernel; 0 takes the f16 path for every eligible matmul. Default 2^26 (docs/perf-notes.md).
+  uint64_t f16_min_work = uint64_t(1) << 26;
   GemmTile f16_tile;  // the f16 cooperative-matrix tile
   // The f16 GEMM scales each operand that is not a Parameter by an exact power of two (from a max |x| pass
   // over it) so that its f16 copy neither flushes small values (gradients ~1e-6: f16's normal range starts at

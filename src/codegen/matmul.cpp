@@ -171,8 +171,10 @@ Lowering lower_matmul(const LowerContext& ctx) {
   if (ko.f16_operand_scaling)
     o.coopmat_scaling = {ctx.input(0).op != ir::Op::Parameter, ctx.input(1).op != ir::Op::Parameter};
   // f16 inputs are only for nodes that allow reduced precision, on a device whose self-test passed.
+  // And only where the product is big enough to win back the packing passes (KernelOptions::f16_min_work).
+  const double work = double(s.m) * double(s.n) * double(s.k) * double(batch_count(s));
   if (ctx.precision() == Precision::Accelerated && ko.f16_gemm && caps_allow_coopmat(ctx.caps) &&
-      ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8)
+      ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8 && work >= double(ko.f16_min_work))
     o.variant = GemmVariant::CoopMatF16;
   return lower_gemm(s, ctx.caps, o);
 }

@@ -17,6 +17,12 @@ bool parse_flag(const std::string& v, const char* name) {
   throw Error(std::string(name) + "='" + v + "': expected 1 or 0 (also on/off, true/false, yes/no)");
 }
 
+uint64_t parse_count(const std::string& v, const char* name) {
+  const bool digits = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits) throw Error(std::string(name) + "='" + v + "': expected a non-negative integer");
+  return std::stoull(v);
+}
+
 Precision parse_precision(const std::string& v, const char* name) {
   if (v == "strict") return Precision::Strict;
   if (v == "accelerated") return Precision::Accelerated;
@@ -99,6 +105,11 @@ const std::vector<Row>& rows() {
       {{"MGN_GEMM_F16", "compiler", "`1` / `0` (`1`: where the device self-test passes)",
         "`0`: Accelerated matmuls stay f32. Option: `KernelOptions::f16_gemm`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_gemm = parse_flag(v, n); }},
+      {{"MGN_GEMM_F16_MIN_WORK", "compiler", "an integer >= 0 (`67108864`, 2^26)",
+        "the smallest M·N·K·batch an Accelerated matmul must have to take the f16 cooperative-matrix GEMM; "
+        "smaller ones stay f32 (the f16 path's two packing passes cost more than a small product saves); `0`: "
+        "every eligible matmul. Option: `KernelOptions::f16_min_work`"},
+       [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_min_work = parse_count(v, n); }},
       {{"MGN_GEMM_F16_SCALING", "compiler", "`1` / `0` (`1`)",
         "`0`: the f16 GEMM rounds its operands to f16 as they are, without the power-of-two scaling of "
         "non-parameter operands (values below 6e-8 then flush to zero, above 65504 overflow). Option: "
