@@ -163,6 +163,7 @@ struct VisionArgs {
           layers = dinovision::kEncoderLayers;
   double lr = 1e-3, holdout = 0.2;
   std::string widths = "272,120,88,16,16";
+  std::string data_on_device = "auto";
   CompileFlags compile;
 };
 
@@ -454,8 +455,12 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
   write_safetensors(a.run_dir + "/order.safetensors",
                     {StoredTensor::from_i32("order", {a.steps, B}, data_order)});
 
+  // The training set on the device (features and targets as states, a step gathers its rows), or uploaded
+  // batch by batch from here: the same values either way. auto: on the device when it takes at most 1 GiB.
+  const double table_bytes = double(NT) * double(per_feat + per_img) * sizeof(float);
+  const bool resident = a.data_on_device == "on" || (a.data_on_device == "auto" && table_bytes <= double(1 << 30));
   // The decoder: its initial weights written first (the anchor starts from them), then Adam steps.
-  Graph dg = dinovision::decoder_graph(dcfg, B, Mode::Train, uint64_t(a.seed));
+  Graph dg = dinovision::decoder_graph(dcfg, B, Mode::Train, uint64_t(a.seed), resident ? NT : 0);
   Session ts = compile(dg, [&] {
     CompileOptions o = compile_options(c, a.compile, Mode::Train);
     o.optimizer = Adam{.lr = a.lr};
@@ -484,6 +489,7 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
       {"views", a.views},
       {"holdout", a.holdout},
       {"train_images", train_idx.size()},
+      {"data_on_device", resident},
       {"val_images", val_idx.size()},
       {"backend", ts.backend()}};
   write_text_atomic(a.run_dir + "/run.json", run.dump(2) + "\n");
@@ -495,17 +501,29 @@ int dinovision_train(const VisionArgs& a, const Context& c) {
   std::vector<float> x(size_t(B * per_feat)), y(size_t(B * per_img));
   SafetensorsFile cf = SafetensorsFile::read(cache);
   const StoredTensor& targets = cf.get("train.targets");
+  if (resident) {
+    ts.write_parameter("data.features", train_feats);
+    std::vector<float> all(targets.bytes.size());
+    for (size_t k = 0; k < all.size(); ++k) all[k] = float(targets.bytes[k]) / 255.0f;
+    ts.write_parameter("data.targets", all);
+    std::fprintf(stderr, "training set on the device: %lld views, %.1f MiB\n", (long long)NT,
+                 table_bytes / (1024.0 * 1024.0));
+  }
   auto t1 = Clock::now();
   double recent = 0;
   for (int64_t step = 0; step < a.steps; ++step) {
-    for (int64_t r = 0; r < B; ++r) {
-      const int64_t i = data_order[size_t(step * B + r)];
-      std::copy_n(train_feats.begin() + i * per_feat, per_feat, x.begin() + r * per_feat);
-      for (int64_t k = 0; k < per_img; ++k)
-        y[size_t(r * per_img + k)] = float(targets.bytes[size_t(i * per_img + k)]) / 255.0f;
+    if (resident) {
+      ts.set_input("rows", std::span<const int32_t>(data_order.data() + step * B, size_t(B)));
+    } else {
+      for (int64_t r = 0; r < B; ++r) {
+        const int64_t i = data_order[size_t(step * B + r)];
+        std::copy_n(train_feats.begin() + i * per_feat, per_feat, x.begin() + r * per_feat);
+        for (int64_t k = 0; k < per_img; ++k)
+          y[size_t(r * per_img + k)] = float(targets.bytes[size_t(i * per_img + k)]) / 255.0f;
+      }
+      ts.set_input("features", x);
+      ts.set_input("target", y);
     }
-    ts.set_input("features", x);
-    ts.set_input("target", y);
     ts.step();
     const float loss = ts.read_scalar("loss");
     if (!std::isfinite(loss))
@@ -687,6 +705,10 @@ Run declare_dinovision(CLI::App& app) {
                  "train: the decoder's 5 widths (conv_in/block, then after each upsampling)");
   app.add_option("--seed", a->seed, "train: split, crops, data order and decoder init")->check(at_least(0));
   app.add_option("--progress", a->progress, "train: print the loss every N steps")->check(at_least(1));
+  app.add_option("--data-on-device", a->data_on_device,
+                 "train: keep the training features and targets on the device, a step gathering its rows (on), "
+                 "upload each batch (off), or on when they take at most 1 GiB (auto); the same results either way")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   add_compile_flags(app, a->compile);
   app.footer(
       "train: images are split by image (a seeded shuffle; --holdout of them held out), training images "

@@ -47,7 +47,12 @@ int64_t decoder_parameter_count(const DecoderConfig& cfg);  // default: 2,012,45
 // [B, 3, 16g, 16g] and the output "loss" = mean((image - target)²). Weights start as PyTorch's Conv2d
 // defaults (kaiming_uniform(a = √5) weights, uniform(±1/√fan_in) biases, seeded by name and `seed`);
 // GroupNorm ones / zeros.
-Graph decoder_graph(const DecoderConfig& cfg, int64_t batch, Mode mode = Mode::Infer, uint64_t seed = 0);
+// `resident_rows` > 0 (Mode::Train only) keeps the training set on the device: "features" and "target" become the
+// states "data.features" [R, D, g, g] and "data.targets" [R, 3, 16g, 16g] (written once with write_parameter),
+// and the i32 input "rows" [B] picks the batch's rows (a gather), so a step uploads B indices instead of B
+// images. Same arithmetic: the gathered rows are the values the host would have uploaded.
+Graph decoder_graph(const DecoderConfig& cfg, int64_t batch, Mode mode = Mode::Infer, uint64_t seed = 0,
+                    int64_t resident_rows = 0);
 
 // The patch rows of the encoder's last_hidden_state [B, prefix + g·g, D] rearranged to [B, D, g, g].
 std::vector<float> patch_grid(const std::vector<float>& hidden, int64_t batch, int64_t prefix, int64_t grid,

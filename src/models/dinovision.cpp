@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace mgn::dinovision {
 
@@ -58,8 +59,11 @@ int64_t decoder_parameter_count(const DecoderConfig& c) {
   return n;
 }
 
-Graph decoder_graph(const DecoderConfig& c, int64_t batch, Mode mode, uint64_t seed) {
+Graph decoder_graph(const DecoderConfig& c, int64_t batch, Mode mode, uint64_t seed, int64_t resident_rows) {
   if (batch <= 0) throw Error("dinovision::decoder_graph: batch must be positive, got " + str(batch));
+  if (resident_rows < 0 || (resident_rows > 0 && mode != Mode::Train))
+    throw Error("dinovision::decoder_graph: resident_rows (" + str(resident_rows) +
+                ") must be 0, or positive for a training graph");
   Graph g;
   std::map<std::string, Tensor> p;
   for (auto& [name, shape] : decoder_parameter_shapes(c)) {
@@ -85,7 +89,10 @@ Graph decoder_graph(const DecoderConfig& c, int64_t batch, Mode mode, uint64_t s
   auto norm_act = [&](Tensor x, const std::string& n) {
     return silu(group_norm(x, G, p.at(n + ".weight"), p.at(n + ".bias"), c.eps));
   };
-  Tensor x = g.input("features", {batch, c.in_channels, c.grid, c.grid});
+  std::optional<Tensor> rows;
+  if (resident_rows > 0) rows = g.input("rows", {batch}, DType::I32);
+  Tensor x = rows ? gather(g.state("data.features", {resident_rows, c.in_channels, c.grid, c.grid}), *rows)
+                  : g.input("features", {batch, c.in_channels, c.grid, c.grid});
   x = conv(x, "conv_in");
   x = conv(norm_act(x, "block.norm"), "block.conv");
   for (int i = 0; i < 4; ++i) {
@@ -94,7 +101,9 @@ Graph decoder_graph(const DecoderConfig& c, int64_t batch, Mode mode, uint64_t s
   }
   x = conv(norm_act(x, "out.norm"), "out.conv");
   g.output("image", x);
-  if (mode == Mode::Train) g.output("loss", mse_loss(x, g.input("target", {batch, 3, S, S})));
+  if (mode == Mode::Train)
+    g.output("loss", mse_loss(x, rows ? gather(g.state("data.targets", {resident_rows, 3, S, S}), *rows)
+                                      : g.input("target", {batch, 3, S, S})));
   return g;
 }
 

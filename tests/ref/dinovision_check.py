@@ -186,6 +186,29 @@ def main():
     shutil.copy(os.path.join(run, "features.safetensors"), os.path.join(out, "run2", "features.safetensors"))
     r = mgn(tool, *args, "--steps", "2", "--run", os.path.join(out, "run2"))
     check(r.returncode == 0 and "features from the cache" in r.stderr, f"the feature cache is reused: {r.stderr[-300:]}")
+    # The training set on the device (auto here: a few MiB) against uploading every batch: the same values reach
+    # the same kernels, so the trained decoders are bitwise identical; on the CPU backend (the run above) and on
+    # Vulkan.
+    check(runj.get("data_on_device") is True, "auto keeps a small training set on the device")
+    def decoder_bytes(d):
+        with open(os.path.join(d, "decoder.safetensors"), "rb") as f:
+            return f.read()
+    def run_with(name, steps, *extra):
+        d = os.path.join(out, name)
+        os.makedirs(d)
+        shutil.copy(os.path.join(run, "features.safetensors"), os.path.join(d, "features.safetensors"))
+        r = mgn(tool, *args[:-2], *extra, "--steps", str(steps), "--run", d)
+        check(r.returncode == 0, f"{name} runs: {r.stderr[-300:]}")
+        return d, r
+    d_off, r = run_with("run_host_batches", 40, "--backend", "cpu", "--data-on-device", "off")
+    if r.returncode == 0:
+        check(json.load(open(os.path.join(d_off, "run.json")))["data_on_device"] is False, "off uploads each batch")
+        check(decoder_bytes(d_off) == decoder_bytes(run), "cpu: data on the device = batches uploaded, bitwise")
+    d_on, r_on = run_with("run_vk_on", 6, "--backend", "vulkan", "--data-on-device", "on")
+    d_off, r_off = run_with("run_vk_off", 6, "--backend", "vulkan", "--data-on-device", "off")
+    if r_on.returncode == 0 and r_off.returncode == 0:
+        check("training set on the device" in r_on.stderr, "on says so")
+        check(decoder_bytes(d_on) == decoder_bytes(d_off), "vulkan: data on the device = batches uploaded, bitwise")
     # reconstruct
     grid = os.path.join(out, "grid.png")
     r = mgn(tool, "dinovision", "reconstruct", imgs[0], imgs[1], "--run", run, "--out", grid)  # auto: Vulkan where present
