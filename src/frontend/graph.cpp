@@ -383,7 +383,35 @@ std::pair<Tensor, Tensor> rope_tables(Tensor positions, int64_t head_dim, double
 
 // ---- data movement
 Tensor reshape(Tensor x, std::vector<int64_t> shape) { return node(Op::Reshape, {x}, Attrs().set("shape", shape)); }
-Tensor permute(Tensor x, std::vector<int64_t> perm) { return node(Op::Permute, {x}, Attrs().set("perm", perm)); }
+Tensor permute(Tensor x, std::vector<int64_t> perm) {
+  // A permutation that keeps the axes longer than 1 in their order only moves axes of size 1: every element
+  // stays at its offset, so it is a reshape (a view, no dispatch). A decode step's [B, 1, H, D] -> [B, H, 1, D]
+  // is one: four of the ~20 dispatches of a Llama layer at one token. Anything else (or a malformed perm, whose
+  // error the Permute node gives) is a Permute.
+  const Shape& s = x.shape();
+  const int64_t r = int64_t(s.size());
+  if (int64_t(perm.size()) == r) {
+    std::vector<bool> seen(s.size(), false);
+    Shape out;
+    int64_t last = -1;
+    bool view = true;
+    for (int64_t a : perm) {
+      const int64_t na = a < 0 ? a + r : a;
+      if (na < 0 || na >= r || seen[size_t(na)]) {
+        view = false;
+        break;
+      }
+      seen[size_t(na)] = true;
+      out.push_back(s[size_t(na)]);
+      if (s[size_t(na)] != 1) {
+        if (na < last) view = false;
+        last = na;
+      }
+    }
+    if (view) return reshape(x, out);
+  }
+  return node(Op::Permute, {x}, Attrs().set("perm", perm));
+}
 Tensor transpose(Tensor x, int64_t a, int64_t b) {
   int r = x.rank();
   int na = ir::normalize_axis(a, r, "transpose"), nb = ir::normalize_axis(b, r, "transpose");
