@@ -3,6 +3,7 @@
 
 #include "ir/graph.h"
 #include "mgn/graph.h"
+#include "mgn/session.h"
 
 using namespace mgn;
 
@@ -44,6 +45,39 @@ TEST(Ir, ShapesOfCommonOps) {
   Tensor table = g.parameter("emb", {11, 4});
   EXPECT_EQ(embedding(table, ids).shape(), (Shape{2, 5, 4}));
   EXPECT_EQ(cross_entropy(g.input("logits", {2, 5, 11}), ids).shape(), Shape{});
+}
+
+TEST(Ir, PermuteOfSizeOneAxesIsAView) {
+  // A permutation that keeps the axes longer than 1 in order moves no element: the builder emits a Reshape
+  // (no dispatch). Otherwise, and for a malformed perm, a Permute (whose shape rule gives the error).
+  Graph g;
+  Tensor x = g.input("x", {1, 1, 3, 4});  // a decode step's [B, S = 1, H, D]
+  Tensor heads = permute(x, {0, 2, 1, 3});
+  EXPECT_EQ(heads.shape(), (Shape{1, 3, 1, 4}));
+  EXPECT_EQ(g.ir().node(heads.id()).op, ir::Op::Reshape);
+  EXPECT_EQ(g.ir().node(transpose(x, 0, -3).id()).op, ir::Op::Reshape);  // two size-1 axes swapped
+  EXPECT_EQ(g.ir().node(transpose(x, -1, 0).id()).op, ir::Op::Permute);  // [4, 1, 3, 1]: 4 before 3, moved
+  EXPECT_EQ(g.ir().node(transpose(x, 2, 3).id()).op, ir::Op::Permute);   // [1, 1, 4, 3]: moved
+  Tensor y = g.input("y", {2, 1, 3});
+  EXPECT_EQ(g.ir().node(permute(y, {1, 0, 2}).id()).op, ir::Op::Reshape);
+  EXPECT_EQ(g.ir().node(permute(y, {2, 1, 0}).id()).op, ir::Op::Permute);
+  EXPECT_THROW(permute(y, {0, 0, 1}), Error);
+  EXPECT_THROW(permute(y, {0, 1}), Error);
+  // Values, closed form: out[0, h, 0, d] = x[0, 0, h, d], and the moved transpose's out[0, 0, d, h] = x[0, 0, h, d].
+  g.output("heads", heads);
+  g.output("swapped", transpose(x, 2, 3));
+  Session s = compile(g, {.backend = Backend::Cpu});
+  std::vector<float> xv(12);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(i) * 0.5f - 2.0f;
+  s.set_input("x", xv);
+  s.set_input("y", std::vector<float>(6, 0.0f));
+  s.run();
+  const std::vector<float> h = s.read("heads"), w = s.read("swapped");
+  for (int hh = 0; hh < 3; ++hh)
+    for (int d = 0; d < 4; ++d) {
+      EXPECT_EQ(h[size_t(hh * 4 + d)], xv[size_t(hh * 4 + d)]);
+      EXPECT_EQ(w[size_t(d * 3 + hh)], xv[size_t(hh * 4 + d)]);
+    }
 }
 
 TEST(Ir, ErrorsNameTheProblem) {
