@@ -528,6 +528,64 @@ TEST_F(VulkanFusion, FillOperandsComputeLikeUnfused) {
   }
 }
 
+// ---- GEMV siblings -------------------------------------------------------------------------------------
+
+// One token's projections of the same input (q, k, v; gate, up: M = 1, weights [N, K] read along K) share one
+// dispatch, each output computed as its own kernel computes it: bitwise equal to the session without fusion,
+// and within f32 rounding of the CPU reference (double). Five linears of h: the first four (the group's cap)
+// fuse, the fifth stays alone; a linear of another input and a 9-row one (M > 8) do not join.
+TEST_F(VulkanFusion, GemvSiblingsShareOneDispatch) {
+  Graph g;
+  const int64_t K = 200;
+  Tensor h = g.input("h", {1, K});
+  std::vector<Tensor> outs;
+  const int64_t ns[] = {48, 16, 16, 72, 24};
+  for (int j = 0; j < 5; ++j)
+    outs.push_back(linear(h, g.parameter("w" + std::to_string(j), {ns[j], K}, Init::uniform(-0.5, 0.5, uint64_t(j + 1)))));
+  Tensor other = g.input("other", {1, K});
+  outs.push_back(linear(other, g.parameter("w_other", {8, K}, Init::uniform(-0.5, 0.5, 11))));
+  Tensor rows = g.input("rows", {9, K});
+  outs.push_back(linear(rows, g.parameter("w_rows", {8, K}, Init::uniform(-0.5, 0.5, 12))));
+  for (size_t j = 0; j < outs.size(); ++j) g.output("y" + std::to_string(j), outs[j]);
+  vk::GraphExecutorOptions fo;
+  fo.cache_dir = "";
+  fo.poison = true;
+  vk::GraphExecutorOptions uo = fo;
+  uo.codegen.kernels.fusion = false;
+  vk::GraphExecutor fused(g.ir(), *ctx_, fo), plain(g.ir(), *ctx_, uo);
+  int groups = 0;
+  for (const plan::Dispatch& d : fused.plan().dispatches)
+    if (d.nodes.size() > 1) {
+      ++groups;
+      EXPECT_EQ(d.nodes.size(), codegen::kMaxGemvSiblings);
+      for (int id : d.nodes) EXPECT_EQ(g.ir().node(id).op, ir::Op::MatMul);
+    }
+  EXPECT_EQ(groups, 1);
+  bool named = false;
+  for (const auto& [name, glsl] : fused.kernel_sources()) named = named || name.rfind("matmul_small_siblings4", 0) == 0;
+  EXPECT_TRUE(named);
+  EXPECT_EQ(fused.compile_stats().kernels + 3, plain.compile_stats().kernels);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  cpu::Executor cpu(g.ir());
+  for (const char* name : {"h", "other", "rows"}) {
+    std::vector<float> v(size_t(numel(g.ir().node(*g.ir().find_named(name)).shape)));
+    for (float& x : v) x = dist(rng);
+    fused.set_input(name, v);
+    plain.set_input(name, v);
+    cpu.set_input(name, v);
+  }
+  fused.run();
+  plain.run();
+  cpu.run();
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const std::string y = "y" + std::to_string(j);
+    const std::vector<float> a = fused.read_output(y);
+    EXPECT_TRUE(same_bits(a, plain.read_output(y))) << y;
+    EXPECT_LE(test::rel_l2(f64(a), cpu.output(y).v), 1e-6) << y;
+  }
+}
+
 }  // namespace
 
 #endif  // MGN_HAVE_VULKAN

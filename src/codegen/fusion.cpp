@@ -65,6 +65,7 @@ class Grouper {
   std::vector<std::vector<int>> run() {
     // (inputs, attrs) -> the first node of a pair still waiting for its partner: dK / dV, and o / lse.
     std::map<std::pair<std::vector<int>, std::string>, int> attention_open, forward_open;
+    std::map<std::string, int> gemv_open;  // GEMV sibling key -> a node of the group still open to siblings
     for (int i = 0; i < n_; ++i) {
       if (!needed_[size_t(i)]) continue;
       const ir::Node& node = g_.node(i);
@@ -77,6 +78,7 @@ class Grouper {
         gi = pair_attention(i, gi, attention_open);
       if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, forward_open);
+      if (opt_.gemv && node.op == ir::Op::MatMul && numel(node.shape) > 0) gi = join_gemv(i, gi, gemv_open);
       if (opt_.pointwise) merge_siblings(gi);
     }
     std::vector<std::vector<int>> out;
@@ -216,6 +218,24 @@ class Grouper {
         if (lv >= 0) acc = merge(trial, lv);
       }
     }
+  }
+
+  // A small matmul joins the open GEMV group of its key (same left operand, M, K) when the merge keeps the
+  // levels valid and the group has room; otherwise it opens a group of its own.
+  int join_gemv(int i, int gi, std::map<std::string, int>& open) {
+    const std::string key = gemv_sibling_key(g_, g_.node(i));
+    if (key.empty()) return gi;
+    auto it = open.find(key);
+    if (it != open.end()) {
+      const int other = gid_[size_t(it->second)];
+      if (other >= 0 && groups_[size_t(other)].alive && groups_[size_t(other)].members.size() < kMaxGemvSiblings) {
+        std::set<int> set = {other, gi};
+        const int lv = merged_level(set);
+        if (lv >= 0) return merge(set, lv);
+      }
+    }
+    open[key] = i;
+    return gi;
   }
 
   // attention_grad_k and attention_grad_v of the same inputs and attributes share one dispatch, and so do
@@ -364,6 +384,7 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
     return lower_attention_grad_kv(g, nodes, caps, options);
   if (nodes.size() == 2 && is_attention_forward(g.node(nodes[0])) && is_attention_forward(g.node(nodes[1])))
     return lower_attention_with_lse(g, nodes, caps, options);
+  if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);
   return lower_pointwise_fusion(g, nodes, stored, caps);
 }
 

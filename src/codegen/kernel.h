@@ -111,12 +111,23 @@ Lowering lower_loss(const LowerContext& ctx);       // cross_entropy, cross_entr
 // nodes memory; the others are internal). An attention fusion is attention_grad_k + attention_grad_v of one
 // attention (the same inputs): one kernel writes dK and dV from one recomputation of P and dP; or attention +
 // attention_lse of the same inputs (training: the forward and the lse autodiff adds for the backward): one
-// forward pass writes o and lse.
+// forward pass writes o and lse. A GEMV fusion is up to kMaxGemvSiblings small matmuls (M <= 8: one token's
+// projections, e.g. q, k, v or gate, up) that read the same left operand with the same M and K, each of which
+// would lower to the workgroup-per-output kernel on its own: one dispatch computes every output of all of
+// them, each output exactly as the single kernel computes it (matmul_small.cpp).
 struct FusionOptions {
   bool pointwise = true;
   bool attention = true;
+  bool gemv = true;  // off as well when KernelOptions::gemm forces the tiled kernel (the siblings' own lowering)
   uint32_t max_nodes = 64;  // per pointwise fusion (kernel size, compile time)
 };
+inline constexpr size_t kMaxGemvSiblings = 4;
+
+// Empty when matmul `n` cannot join a GEMV fusion; else a key that two matmuls share exactly when one dispatch
+// may compute both (same left operand, transposes, M and K).
+std::string gemv_sibling_key(const ir::Graph& g, const ir::Node& n);
+// The GEMV fusion's kernel (matmul_small.cpp); lower_dispatch routes.
+Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
 
 // The fusions of the nodes `needed` marks (each list ascending, at least two nodes), such that running
 // each as one dispatch keeps the dispatch graph acyclic and adds no dependency level: a fusion only grows

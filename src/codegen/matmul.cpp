@@ -127,13 +127,13 @@ Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const Ge
   return coopmat_gemm(s, caps, tile, mma, ablate, emulate, scaling);
 }
 
-Lowering lower_matmul(const LowerContext& ctx) {
-  const Shape& as = ctx.input(0).shape;
-  const Shape& bs = ctx.input(1).shape;
-  const Shape& out = ctx.node.shape;
+GemmShape gemm_shape_of(const ir::Graph& g, const ir::Node& node) {
+  const Shape& as = g.node(node.inputs[0]).shape;
+  const Shape& bs = g.node(node.inputs[1]).shape;
+  const Shape& out = node.shape;
   GemmShape s;
-  s.transpose_a = ctx.node.attrs.i("transpose_a") != 0;
-  s.transpose_b = ctx.node.attrs.i("transpose_b") != 0;
+  s.transpose_a = node.attrs.i("transpose_a") != 0;
+  s.transpose_b = node.attrs.i("transpose_b") != 0;
   s.m = uint64_t(out[out.size() - 2]);
   s.n = uint64_t(out.back());
   s.k = uint64_t(s.transpose_a ? as[as.size() - 2] : as.back());
@@ -156,6 +156,12 @@ Lowering lower_matmul(const LowerContext& ctx) {
       sb *= dim;
     }
   }
+  return s;
+}
+
+Lowering lower_matmul(const LowerContext& ctx) {
+  const Shape& out = ctx.node.shape;
+  const GemmShape s = gemm_shape_of(ctx.graph, ctx.node);
   if (numel(out) == 0) return {};
   const KernelOptions& ko = ctx.options.kernels;
   GemmOptions o;

@@ -87,4 +87,91 @@ ${REDUCE}  if (t == 0u) C[gid] = partial[0];
                          decls(), body, outs, gemm_bindings(), caps);
 }
 
+namespace {
+
+// Whether `s` lowers to the workgroup-per-output kernel (small_gemm_kernel's first branch) because M is small:
+// one matrix, M <= 8 <= ... N, B read along K.
+bool gemv_shape(const GemmShape& s) {
+  return batch_count(s) == 1 && s.m <= 8 && s.m <= s.n && s.k > 0 && s.transpose_b;
+}
+
+}  // namespace
+
+std::string gemv_sibling_key(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != ir::Op::MatMul || numel(n.shape) == 0) return {};
+  const GemmShape s = gemm_shape_of(g, n);
+  if (!gemv_shape(s)) return {};
+  return std::to_string(n.inputs[0]) + " " + su(s.transpose_a) + " " + su(s.m) + " " + su(s.k);
+}
+
+// One workgroup per output of any member, in member order: the member's K reduction exactly as
+// small_gemm_kernel's workgroup-per-output branch does it (same strided partial sums, same tree), so each
+// output is bitwise what the member's own dispatch writes.
+Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+  if (nodes.size() < 2 || nodes.size() > kMaxGemvSiblings)
+    throw Error("internal: a GEMV fusion of " + std::to_string(nodes.size()) + " matmuls");
+  std::vector<GemmShape> ss;
+  const std::string key = gemv_sibling_key(g, g.node(nodes[0]));
+  for (int id : nodes) {
+    if (key.empty() || gemv_sibling_key(g, g.node(id)) != key)
+      throw Error("internal: " + g.describe(id) + " cannot join the GEMV fusion of " + g.describe(nodes[0]));
+    ss.push_back(gemm_shape_of(g, g.node(id)));
+  }
+  uint32_t wg = std::max<uint32_t>(32, std::min<uint32_t>(caps.subgroup_size * 2, 128));
+  wg = std::min(wg, caps.max_workgroup_invocations);
+  uint32_t p2 = 1;
+  while (p2 * 2 <= wg) p2 *= 2;
+  wg = p2;
+  const size_t J = nodes.size();
+  std::string decls = gl::buffer(0, "A", DType::F32, true), sums, stores, dims;
+  std::vector<Binding> bindings = {{BindingKind::Input, 0, false, 0}};
+  for (size_t j = 0; j < J; ++j) {
+    decls += gl::buffer(int(1 + j), "W" + su(j), DType::F32, true);
+    bindings.push_back({BindingKind::Input, 1, false, int(j)});
+  }
+  uint64_t off = 0;
+  for (size_t j = 0; j < J; ++j) {
+    const GemmShape& s = ss[j];
+    const uint64_t outs = s.m * s.n;
+    decls += gl::buffer(int(1 + J + j), "Y" + su(j), DType::F32, false, true);
+    bindings.push_back({BindingKind::Output, 0, true, int(j)});
+    const std::string cond = j + 1 == J ? "" : "if (gid < " + su(off + outs) + "u) ";
+    const std::string lead = j == 0 ? "  " : "  else ";
+    sums += lead + cond + "{\n    uint local = gid - " + su(off) + "u, m = local / " + su(s.n) + ", n = local % " +
+            su(s.n) + ";\n    for (uint k = t; k < " + su(s.k) + "; k += " + su(wg) + ")\n      acc = fma(A[" +
+            a_index(s, "m", "k") + "], W" + su(j) + "[" + b_index(s, "k", "n") + "], acc);\n  }\n";
+    stores += "    " + std::string(j == 0 ? "" : "else ") + cond + "Y" + su(j) + "[gid - " + su(off) +
+              "u] = partial[0];\n";
+    dims += std::string(j ? "; " : "") + gemm_dims(s);
+    off += outs;
+  }
+  Kernel k;
+  k.name = "matmul_small_siblings" + su(J) + "_t" + su(ss[0].transpose_a) + "1";
+  const gl::Grid grid = gl::flat_groups(off, caps, k.name);
+  k.glsl = gl::render(R"(#version 450
+// archetype: matmul small GEMV fusion of ${J} matmuls (${DIMS}): workgroup-per-output K reduction
+layout(local_size_x = ${WG}) in;
+${DECLS}shared float partial[${WG}];
+void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  float acc = 0.0;
+${SUMS}  partial[t] = acc;
+  barrier();
+${REDUCE}  if (t == 0u) {
+${STORES}  }
+}
+)",
+                      {{"J", su(J)},
+                       {"DIMS", dims},
+                       {"WG", std::to_string(wg)},
+                       {"DECLS", decls},
+                       {"GRID", grid.glsl},
+                       {"SUMS", sums},
+                       {"REDUCE", gl::tree_reduce(wg, " partial[t] += partial[t + s];", "  ")},
+                       {"STORES", stores}});
+  k.bindings = std::move(bindings);
+  k.groups = grid.groups;
+  return gl::one_kernel(std::move(k));
+}
+
 }  // namespace mgn::codegen

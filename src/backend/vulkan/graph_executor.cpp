@@ -224,7 +224,9 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   auto tf = std::chrono::steady_clock::now();
   std::vector<std::vector<int>> fusions;
   if (cached_) fusions = cached_->fusions;
-  else if (opt_.codegen.kernels.fusion) fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps);
+  else if (opt_.codegen.kernels.fusion)
+    fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps,
+                                    {.gemv = opt_.codegen.kernels.gemm != GemmKernel::Tiled});
   fusions_ = fusions;
   stats_.fusion_ms = ms_since(tf);
   auto te = std::chrono::steady_clock::now();
