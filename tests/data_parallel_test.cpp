@@ -461,8 +461,8 @@ TEST(DataParallel, CheckpointLoadsIntoASession) {
   std::filesystem::remove_all(dir);
 }
 
-// Weights written after construction (a pretrained model: `mgn finetune`) reach both sessions of every replica:
-// 3 AdamW steps from them are bitwise those of the two-branch reference given the same weights.
+// Weights written after construction (a pretrained model: `mgn finetune`) reach both sessions of every
+// replica: 3 AdamW steps from them are bitwise those of the two-branch reference given the same weights.
 TEST(DataParallel, WrittenWeightsReachEveryReplica) {
   const Optimizer opt = AdamW{.lr = 0.05, .weight_decay = 0.01};
   Graph ref_g = two_branch_graph();

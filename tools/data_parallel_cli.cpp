@@ -9,17 +9,20 @@
 namespace mgn::tool {
 
 void add_data_parallel_flags(CLI::App& app, DataParallelFlags& f) {
-  app.add_option("--replicas", f.replicas,
-                 "data-parallel replicas in this process, each on a logical device of its own; --batch is split "
-                 "evenly among all replicas (docs/multi-device.md)")
+  app.add_option(
+         "--replicas", f.replicas,
+         "data-parallel replicas in this process, each on a logical device of its own; --batch is split "
+         "evenly among all replicas (docs/multi-device.md)")
       ->check(at_least(1));
-  app.add_option("--data-parallel", f.mode,
-                 "mpi: train across the processes of mpirun (one replica per rank unless --replicas), gradients "
-                 "reduced in rank order; none: this process only")
+  app.add_option(
+         "--data-parallel", f.mode,
+         "mpi: train across the processes of mpirun (one replica per rank unless --replicas), gradients "
+         "reduced in rank order; none: this process only")
       ->check(CLI::IsMember({"none", "mpi"}));
-  app.add_option("--devices", f.devices,
-                 "comma-separated devices (index or name), one per replica of this process; with mpi, one per "
-                 "replica of each rank on a host, in local-rank order (default: --device for every replica)")
+  app.add_option(
+         "--devices", f.devices,
+         "comma-separated devices (index or name), one per replica of this process; with mpi, one per "
+         "replica of each rank on a host, in local-rank order (default: --device for every replica)")
       ->type_name("LIST");
 }
 
@@ -56,8 +59,8 @@ std::vector<DeviceOptions> replica_devices(const DataParallelFlags& f, const Dat
                      std::to_string(list.size()) + " to use them all)");
   const size_t first = size_t(p.local_rank) * size_t(f.replicas);
   if (list.size() < first + size_t(f.replicas))
-    throw UsageError("rank " + std::to_string(p.rank) + " (local rank " + std::to_string(p.local_rank) + " on " +
-                     p.host + ") has no device: --devices names " + std::to_string(list.size()) +
+    throw UsageError("rank " + std::to_string(p.rank) + " (local rank " + std::to_string(p.local_rank) +
+                     " on " + p.host + ") has no device: --devices names " + std::to_string(list.size()) +
                      " device(s), and its " + std::to_string(f.replicas) + " replica(s) need entries " +
                      std::to_string(first + 1) + ".." + std::to_string(first + size_t(f.replicas)) +
                      " (one per replica of each rank on a host, by local rank)");
@@ -65,7 +68,8 @@ std::vector<DeviceOptions> replica_devices(const DataParallelFlags& f, const Dat
   return devices;
 }
 
-void check_ranks_agree(const DataParallelPlace& p, const std::vector<std::pair<int64_t, std::string>>& values) {
+void check_ranks_agree(const DataParallelPlace& p,
+                       const std::vector<std::pair<int64_t, std::string>>& values) {
   if (!p.group) return;
   for (const auto& v : values) {
     const std::vector<int64_t> all = p.group->all_gather(v.first);
@@ -99,8 +103,9 @@ int run_data_parallel(const DataParallelFlags& f, const std::string& command,
   }
 #else
   (void)command;
-  throw UsageError("--data-parallel mpi: this mgn was built without MPI (install libopenmpi-dev, then configure "
-                   "and build again with -DMGN_MPI=ON)");
+  throw UsageError(
+      "--data-parallel mpi: this mgn was built without MPI (install libopenmpi-dev, then configure "
+      "and build again with -DMGN_MPI=ON)");
 #endif
 }
 

@@ -1,4 +1,5 @@
-// The data-parallel flags the training commands share (`mgn train-fashion-mnist`, `mgn finetune`): --replicas,
+// The data-parallel flags the training commands share (`mgn train-fashion-mnist`, `mgn finetune`):
+// --replicas,
 // --data-parallel none|mpi, --devices; their checks (before anything is loaded or compiled), and the MPI rank
 // wrapper (MPI opened on demand, a failing rank ends every rank). docs/multi-device.md.
 #pragma once
@@ -15,9 +16,9 @@
 namespace mgn::tool {
 
 struct DataParallelFlags {
-  int64_t replicas = 1;      // replicas in this process
+  int64_t replicas = 1;       // replicas in this process
   std::string mode = "none";  // none | mpi
-  std::string devices;       // comma-separated, one per replica (mpi: per replica of each rank on a host)
+  std::string devices;        // comma-separated, one per replica (mpi: per replica of each rank on a host)
   bool enabled() const { return replicas > 1 || mode != "none" || !devices.empty(); }
 };
 
@@ -42,10 +43,11 @@ void check_batch_split(const DataParallelFlags& f, const DataParallelPlace& p, i
 std::vector<DeviceOptions> replica_devices(const DataParallelFlags& f, const DataParallelPlace& p,
                                            const DeviceOptions& base);
 
-// Under MPI: throws UsageError unless every rank has the same value of each (value, what) pair, naming the first
-// that differs with rank 0's and the other rank's values (ranks given different arguments or data would train
-// different batches, or one would wait for the others forever). Collective; nothing without MPI.
-void check_ranks_agree(const DataParallelPlace& p, const std::vector<std::pair<int64_t, std::string>>& values);
+// Under MPI: throws UsageError unless every rank has the same value of each (value, what) pair, naming the
+// first that differs with rank 0's and the other rank's values (ranks given different arguments or data would
+// train different batches, or one would wait for the others forever). Collective; nothing without MPI.
+void check_ranks_agree(const DataParallelPlace& p,
+                       const std::vector<std::pair<int64_t, std::string>>& values);
 
 // Runs body in this process (--data-parallel none) or as one rank of mpirun (mpi: MPI opened here, a barrier
 // at the end; an exception prints "mgn COMMAND: rank R of N (HOST): error: ..." and aborts every rank with

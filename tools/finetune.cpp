@@ -8,12 +8,12 @@
 // when the model has one) and model.safetensors with the trained weights under their HF names, written
 // atomically, so `mgn generate DIR` and `mgn finetune DIR` load it like the original.
 //
-// Data-parallel (--replicas, --devices, --data-parallel mpi; docs/multi-device.md): --batch is the global batch;
-// every process encodes the text and cuts the same windows, replica r of R takes windows [r B/R, (r+1) B/R) of
-// each step, and DataParallelTrainer averages the replicas' gradients (GradientScale::Mean). The loss is a mean
-// over the non-ignored labels, and every window has seq - 1 of them (the last position is -100), so equal
-// shards make the mean of the shard means the full-batch mean. Rank 0 alone prints, writes the metrics, the log
-// and the output folder.
+// Data-parallel (--replicas, --devices, --data-parallel mpi; docs/multi-device.md): --batch is the global
+// batch; every process encodes the text and cuts the same windows, replica r of R takes windows [r B/R, (r+1)
+// B/R) of each step, and DataParallelTrainer averages the replicas' gradients (GradientScale::Mean). The loss
+// is a mean over the non-ignored labels, and every window has seq - 1 of them (the last position is -100), so
+// equal shards make the mean of the shard means the full-batch mean. Rank 0 alone prints, writes the metrics,
+// the log and the output folder.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -130,15 +130,17 @@ int finetune(const FinetuneArgs& a, const Context& c, const DataParallelPlace& p
   // Every rank must cut the same windows for as many steps at the same lr.
   uint64_t text_hash = 1469598103934665603ull;  // FNV-1a over the token ids
   for (int32_t tk : tokens)
-    for (int i = 0; i < 4; ++i) text_hash = (text_hash ^ ((uint32_t(tk) >> (8 * i)) & 0xffu)) * 1099511628211ull;
+    for (int i = 0; i < 4; ++i)
+      text_hash = (text_hash ^ ((uint32_t(tk) >> (8 * i)) & 0xffu)) * 1099511628211ull;
   int64_t lr_bits;
   std::memcpy(&lr_bits, &a.lr, sizeof lr_bits);
-  check_ranks_agree(place, {{steps, "--steps"},
-                            {seq, "--seq"},
-                            {int64_t(a.seed), "--seed"},
-                            {lr_bits, "--lr (its bits)"},
-                            {int64_t(tokens.size()), "the text's token count"},
-                            {int64_t(text_hash & 0x7fffffffffffffffull), "the text (a hash of its token ids)"}});
+  check_ranks_agree(place,
+                    {{steps, "--steps"},
+                     {seq, "--seq"},
+                     {int64_t(a.seed), "--seed"},
+                     {lr_bits, "--lr (its bits)"},
+                     {int64_t(tokens.size()), "the text's token count"},
+                     {int64_t(text_hash & 0x7fffffffffffffffull), "the text (a hash of its token ids)"}});
 
   // The graph at the per-replica batch; the trainer gives every replica rank 0's initial weights, and every
   // process reads the same weights file into all its replicas.
@@ -167,15 +169,9 @@ int finetune(const FinetuneArgs& a, const Context& c, const DataParallelPlace& p
                                    : a.metrics.empty()          ? out + "/metrics.jsonl"
                                                                 : a.metrics;
   MetricsLog metrics(metrics_path);
-  nlohmann::json run = {{"command", "finetune"},
-                        {"model", dir},
-                        {"backend", s.backend()},
-                        {"device_type", s.device_type()},
-                        {"batch", batch},
-                        {"seq", seq},
-                        {"optimizer", "AdamW"},
-                        {"lr", a.lr},
-                        {"steps", steps},
+  nlohmann::json run = {{"command", "finetune"},          {"model", dir},   {"backend", s.backend()},
+                        {"device_type", s.device_type()}, {"batch", batch}, {"seq", seq},
+                        {"optimizer", "AdamW"},           {"lr", a.lr},     {"steps", steps},
                         {"text_tokens", tokens.size()}};
   if (parallel) {
     run["replicas"] = replicas;

@@ -222,7 +222,8 @@ int train_data_parallel(const TrainArgs& a, const Context& c, const DataParallel
         "model %s, batch %lld = %lld replicas x %lld (%d process(es) x %lld), AdamW lr %g, backend %s (%s); "
         "%lld training images, %lld epoch(s)\n",
         models::fashion_arch_name(arch), (long long)a.batch, (long long)replicas, (long long)shard, ranks,
-        (long long)a.dp.replicas, a.lr, first.backend(), dev.c_str(), (long long)train.count, (long long)epochs);
+        (long long)a.dp.replicas, a.lr, first.backend(), dev.c_str(), (long long)train.count,
+        (long long)epochs);
   std::optional<Session> infer;
   Graph gi;
   if (root) {

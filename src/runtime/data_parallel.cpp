@@ -379,7 +379,7 @@ void DataParallelTrainer::write_parameter(const std::string& name, std::span<con
       std::any_of(s.trained.begin(), s.trained.end(), [&](const TensorInfo& p) { return p.name == name; });
   for (int r = 0; r < s.local; ++r) {
     s.grad[size_t(r)].write_parameter(name, values);
-    if (trained) s.update[size_t(r)].write_parameter(name, values);  // the update session holds the trained ones
+    if (trained) s.update[size_t(r)].write_parameter(name, values);  // it holds the trained ones only
   }
 }
 
