@@ -2,7 +2,7 @@
 single-device run, which is the independent reference:
 
   (a) `--replicas 2 --devices 0,0` (two logical devices on the one lavapipe device) at global batch B against
-      the single-device run at batch B, from the same weights file and the same text windows. Each replica's
+      the single-device run at batch B (and both against PyTorch, below), from the same weights file and the same text windows. Each replica's
       loss is the mean cross-entropy over its B/2 windows of S - 1 labelled tokens each (the last position is
       -100), so the mean of the two shard means is the full-batch mean: the losses differ by f32 summation order
       only at the first step (same weights), and afterwards by the weights' drift. The final weights agree within
@@ -10,6 +10,9 @@ single-device run, which is the independent reference:
       rounding differences stay a small fraction of lr; the bounds below are about 10x the values measured on
       lavapipe (printed by this script). The output folder has the same files, the metrics the same records
       (plus "replicas" in the run record), and the log one line per step.
+      Both runs are also checked against a float64 PyTorch run of the same steps (tests/ref/llama_ref.py's plain
+      Llama, HF's loss, torch.optim.AdamW with mgn's defaults; the token ids from bpe_reference.py's own
+      encoder): every step's loss and the final weights within f32 tolerances.
   (b) `mpirun -np 2 mgn finetune --data-parallel mpi` (one replica per rank): the loss log and the weights
       bitwise equal to (a) (the same shards meet the same ordered sum: rank order = replica order); rank 0 alone
       prints and writes. A batch two ranks cannot split and ranks given different --seed are clear errors.
@@ -36,12 +39,21 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "pytorch"))
 import safetensors_lite  # noqa: E402
 from finetune_check import tiny_model  # noqa: E402
+import bpe_reference  # noqa: E402
 
 STEPS, BATCH, SEQ, LR = 4, 4, 16, 1e-2
 # Measured on lavapipe (printed below): losses 4.8e-7 apart at most (1 ulp at 6.5, the first step), weights
 # 2.5e-7; the bounds are about 10x that.
 LOSS_TOLERANCE = 5e-6       # absolute, on losses of 5 to 6.5 (ulp 4.8e-7)
 WEIGHT_TOLERANCE = 2.5e-6   # absolute, on weights of size ~0.1 that moved by up to 0.04 (4 steps of lr 1e-2)
+# Against the float64 PyTorch run (f32 against f64), measured on lavapipe and printed below: losses 4.7e-7 apart;
+# weights: one embedding element of the 27k 1.9e-5 apart (AdamW divides by the gradient's running RMS, so where a
+# gradient is tiny its f32 rounding moves the update by more), every other 6.3e-7 at most. Bounds about 10x that:
+# all weights within TORCH_WEIGHT_TOLERANCE, and at most TORCH_WEIGHT_OUTLIERS of them beyond TORCH_WEIGHT_BULK.
+TORCH_LOSS_TOLERANCE = 5e-6
+TORCH_WEIGHT_TOLERANCE = 2e-4
+TORCH_WEIGHT_BULK = 6e-6
+TORCH_WEIGHT_OUTLIERS = 5
 
 
 def run(cmd, env=None, expect_ok=True):
@@ -60,6 +72,51 @@ def read_log(path):
         step, bits, _, _, _ = line.split()  # the loss's f32 bits (hex), then the loss printed to 6 decimals
         rows.append((int(step), int(bits, 16), struct.unpack("<f", struct.pack("<I", int(bits, 16)))[0]))
     return rows
+
+
+def torch_reference(cfg, vocab, weights, text):
+    """Every step's loss and the final weights of STEPS AdamW steps in float64 on the same windows as mgn
+    finetune: the text's token ids in order, BATCH windows of SEQ tokens per step, wrapping around."""
+    import importlib.util
+    import torch
+    # tests/ref/llama_ref.py (bench/pytorch has another module of that name, earlier on the path).
+    spec = importlib.util.spec_from_file_location("llama_ref_test", os.path.join(HERE, "llama_ref.py"))
+    llama_ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(llama_ref)
+    merges = bpe_reference.train(bpe_reference.CORPUS, bpe_reference.NUM_MERGES)
+    added = [dict(t, id=i) for i, t in enumerate(bpe_reference.ADDED)]
+    bvocab = {t["content"]: t["id"] for t in added}
+    for b in range(256):
+        bvocab[bpe_reference.BYTE_TO_CHAR[b]] = len(bvocab)
+    for a, b in merges:
+        bvocab.setdefault(a + b, len(bvocab))
+    ids = bpe_reference.Encoder(bvocab, merges, added, bpe_reference.CONFIGS["gpt2"]).encode(text)
+    assert max(ids) < vocab, (max(ids), vocab)
+
+    class C:
+        pass
+    c = C()
+    c.vocab, c.hidden, c.layers = vocab, cfg["hidden_size"], cfg["num_hidden_layers"]
+    c.heads, c.kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    c.head_dim, c.ffn = c.hidden // c.heads, cfg["intermediate_size"]
+    c.eps, c.theta, c.tied = cfg["rms_norm_eps"], cfg["rope_theta"], cfg["tie_word_embeddings"]
+    W = {n: torch.tensor(v, dtype=torch.float64, requires_grad=True) for n, v in weights.items()}
+    opt = torch.optim.AdamW(list(W.values()), lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+    losses, cursor = [], 0
+    for _ in range(STEPS):
+        rows = []
+        for _ in range(BATCH):
+            if cursor + SEQ > len(ids):
+                cursor = 0
+            rows.append(ids[cursor:cursor + SEQ])
+            cursor += SEQ
+        batch = torch.tensor(rows, dtype=torch.int64)
+        opt.zero_grad()
+        loss = llama_ref.hf_loss(llama_ref.forward(c, W, batch), batch)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses, {n: w.detach().numpy() for n, w in W.items()}
 
 
 def main():
@@ -85,6 +142,7 @@ def main():
     with open(corpus, "w", encoding="utf-8") as fh:
         fh.write("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
                  "must be in want of a wife. " * 20)
+    ref_losses, ref_weights = torch_reference(cfg, vocab, weights, open(corpus, encoding="utf-8").read())
     common = ["--text", corpus, "--steps", str(STEPS), "--batch", str(BATCH), "--seq", str(SEQ), "--lr", str(LR),
               "--weights", wfile]
     out = {k: os.path.join(work, k) for k in ("single", "dp", "mpi")}
@@ -120,6 +178,16 @@ def main():
           f"largest move from the start {moved:.3g}")
     assert moved > 10 * WEIGHT_TOLERANCE, "the weights barely moved: the comparison would not tell anything"
     assert worst <= WEIGHT_TOLERANCE, f"{worst_name}: {worst} > {WEIGHT_TOLERANCE}"
+    # Both against the float64 PyTorch run.
+    for label, log_rows, w in (("single", single, ws), ("2 replicas", dp, wd)):
+        dl = max(abs(r[2] - t) for r, t in zip(log_rows, ref_losses))
+        diffs = np.concatenate([np.abs(w[n].astype(np.float64) - ref_weights[n]).ravel() for n in w])
+        dw, outliers = float(diffs.max()), int((diffs > TORCH_WEIGHT_BULK).sum())
+        print(f"{label} against float64 PyTorch: losses {dl:.3g}, weights {dw:.3g} apart at most, "
+              f"{outliers} of {diffs.size} beyond {TORCH_WEIGHT_BULK:g}")
+        assert dl <= TORCH_LOSS_TOLERANCE, f"{label}: losses {dl} from PyTorch's {ref_losses}"
+        assert dw <= TORCH_WEIGHT_TOLERANCE, f"{label}: weights {dw} from PyTorch's"
+        assert outliers <= TORCH_WEIGHT_OUTLIERS, f"{label}: {outliers} weights beyond {TORCH_WEIGHT_BULK}"
     for fname in ("config.json", "tokenizer.json", "metrics.jsonl"):
         assert os.path.exists(os.path.join(out["dp"], fname)), fname
     recs = [json.loads(line) for line in open(os.path.join(out["dp"], "metrics.jsonl"))]
