@@ -82,6 +82,12 @@
 #                eligible matmul f16, the behaviour before), phases inference, flb, step, one warm cache per workload
 #                -> f16_threshold.jsonl (the `f16_gemm_dispatches` field says how many matmuls went f16),
 #                f16_threshold_log.txt (about 2-3 minutes)
+#   finetune-dp  issue 31, mgn finetune data-parallel on ONE GPU: the SmolLM2-135M shape (random weights, the staged
+#                test tokenizer, README + docs as text), $FTDP_STEPS steps (default 30) of batch $FTDP_BATCH (default
+#                8) x seq $FTDP_SEQ (default 256): the plain session, the trainer with one replica (--devices 0) and
+#                two replicas on the same GPU (--replicas 2 --devices 0,0); each prints its time by phase ->
+#                ftdp_{plain,r1,r2}.txt and .log (the per-step loss bits), ftdp_summary.txt (seconds per run, the
+#                largest loss difference of r1 and r2 from plain) (about 3-6 minutes)
 #   llama-cpp    issue 27's peer column: llama.cpp's Vulkan backend (node-llama-cpp's prebuilt ggml-vulkan, staged by
 #                STAGE_LLAMA_CPP=1 bench/stage-h200.sh as .h200/llama-cpp.tar.xz; DATA_DIR unused, so the call
 #                leaves .fmdata out) on our random SmolLM2-135M weights (mgn bench writes them), exported by
@@ -422,6 +428,37 @@ for job in "$@"; do
           --data "$DATA" --out /tmp/dp_gpus.safetensors > "$OUT/dp_gpus$ngpu.txt" 2>&1
         echo "data-parallel $ngpu GPUs rc=$?" >> "$OUT/dp_gpus$ngpu.txt"
       fi
+      ;;
+    finetune-dp)
+      M=/tmp/ftdp-model
+      rm -rf "$M" && mkdir -p "$M"
+      cp .h200/soak-tokenizer.json "$M/tokenizer.json"
+      echo '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 100000.0, "tie_word_embeddings": true, "hidden_act": "silu", "initializer_range": 0.041666666666666664}' > "$M/config.json"
+      cat README.md docs/*.md > /tmp/ftdp-text.txt
+      for run in plain r1 r2; do
+        case $run in plain) extra="" ;; r1) extra="--devices 0" ;; r2) extra="--replicas 2 --devices 0,0" ;; esac
+        start=$(date +%s.%N)
+        timeout 900 "$B/mgn" finetune "$M" --text /tmp/ftdp-text.txt --out "/tmp/ftdp_$run" --weights random \
+          --steps "${FTDP_STEPS:-30}" --batch "${FTDP_BATCH:-8}" --seq "${FTDP_SEQ:-256}" --lr 1e-4 $extra \
+          --log "$OUT/ftdp_$run.log" > "$OUT/ftdp_$run.txt" 2>&1
+        rc=$?
+        end=$(date +%s.%N)
+        echo "finetune-dp $run rc=$rc" >> "$OUT/ftdp_$run.txt"
+        echo "$run: rc=$rc, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }') s (compile + steps)" \
+          >> "$OUT/ftdp_summary.txt"
+        rm -rf "/tmp/ftdp_$run"
+      done
+      python3 - "$OUT" >> "$OUT/ftdp_summary.txt" 2>&1 <<'PY'
+import struct, sys
+def losses(p):
+    return [struct.unpack("<f", struct.pack("<I", int(l.split()[1], 16)))[0] for l in open(p)]
+base = losses(sys.argv[1] + "/ftdp_plain.log")
+for run in ("r1", "r2"):
+    other = losses(sys.argv[1] + "/ftdp_" + run + ".log")
+    d = max((abs(a - b) for a, b in zip(base, other)), default=float("nan"))
+    print(f"{run}: {len(other)} steps, max |loss - plain| {d:.3g}, last loss {other[-1] if other else float('nan')}"
+          f" (plain {base[-1] if base else float('nan')})")
+PY
       ;;
     unet-train)
       # DDPM on Fashion-MNIST with the paper's U-Net (small config, 4 input channels: the image padded to 32x32 and

@@ -1,11 +1,20 @@
 // `mgn finetune MODEL_DIR --text FILE --out DIR [--steps N] [--batch B] [--seq S] [--lr X]
-//               [--backend auto|cpu|vulkan] [--device D] [--precision P] [--weights PATH|random] [--seed S]`
+//               [--backend auto|cpu|vulkan] [--device D] [--precision P] [--weights PATH|random] [--seed S]
+//               [--replicas N] [--devices LIST] [--data-parallel none|mpi]`
 //
 // Fine-tunes a Hugging Face Llama-family model on a text file: tokenizer.json encodes the file, the token
 // stream is cut into [B, S] windows (in order, wrapping around), and each AdamW step trains next-token
 // cross-entropy on one window batch. DIR receives config.json, tokenizer.json (and tokenizer_config.json
 // when the model has one) and model.safetensors with the trained weights under their HF names, written
 // atomically, so `mgn generate DIR` and `mgn finetune DIR` load it like the original.
+//
+// Data-parallel (--replicas, --devices, --data-parallel mpi; docs/multi-device.md): --batch is the global
+// batch; every process encodes the text and cuts the same windows, replica r of R takes windows [r B/R, (r+1)
+// B/R) of each step, and DataParallelTrainer averages the replicas' gradients (GradientScale::Mean). The loss
+// is a mean over the non-ignored labels, and every window has seq - 1 of them (the last position is -100), so
+// equal shards make the mean of the shard means the full-batch mean. Rank 0 alone prints, writes the metrics,
+// the log and the output folder.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,12 +22,15 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli.h"
+#include "data_parallel_cli.h"
 #include "metrics.h"
 #include "mgn/checkpoint.h"
+#include "mgn/data_parallel.h"
 #include "mgn/llama.h"
 #include "mgn/optim.h"
 #include "mgn/safetensors.h"
@@ -36,6 +48,40 @@ struct FinetuneArgs {
   double lr = 1e-4;
   uint64_t seed = 0;
   CompileFlags compile;
+  DataParallelFlags dp;
+};
+
+// The single-device Session or the data-parallel trainer, behind the few calls the loop makes.
+struct Trainee {
+  std::optional<Session> session;
+  std::unique_ptr<DataParallelTrainer> dp;
+  Session& first() { return session ? *session : dp->gradient_session(0); }
+  void write_parameter(const std::string& name, const std::vector<float>& v) {
+    if (session)
+      session->write_parameter(name, v);
+    else
+      dp->write_parameter(name, v);
+  }
+  double lr() const { return session ? session->lr() : dp->lr(); }
+  float step(const std::vector<int32_t>& ids, const std::vector<int32_t>& labels) {
+    if (!session) {
+      dp->set_input("ids", ids);
+      dp->set_input("labels", labels);
+      return dp->step();  // the replicas' losses reduced as the gradients: the full-batch loss
+    }
+    session->set_input("ids", ids);
+    session->set_input("labels", labels);
+    session->step();
+    return session->read_scalar("loss");
+  }
+  std::vector<float> read(const std::string& name) { return session ? session->read(name) : dp->read(name); }
+  // For --log: the sessions' device memory (data-parallel: replica 0's gradient and update sessions).
+  DeviceMemoryReport memory() {
+    if (session) return session->device_memory();
+    DeviceMemoryReport m = dp->gradient_session(0).device_memory();
+    m.allocated_bytes += dp->update_session(0).device_memory().allocated_bytes;
+    return m;
+  }
 };
 
 std::string read_text(const std::string& path) {
@@ -44,15 +90,28 @@ std::string read_text(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-int finetune(const FinetuneArgs& a, const Context& c) {
+// `place` is this process's place among the data-parallel processes (one process, rank 0, without MPI).
+int finetune(const FinetuneArgs& a, const Context& c, const DataParallelPlace& place) {
   const std::string& dir = a.dir;
   const std::string& out = a.out;
   const int64_t steps = a.steps, batch = a.batch, seq = a.seq;
+  const bool parallel = a.dp.enabled(), root = place.root();
+  const int64_t replicas = parallel ? global_replicas(a.dp, place) : 1;
+  CompileOptions copt = compile_options(c, a.compile, Mode::Train);
+  copt.optimizer = AdamW{.lr = a.lr};
+  // The data-parallel combinations before anything is read or compiled.
+  std::vector<DeviceOptions> devices;
+  if (parallel) {
+    check_batch_split(a.dp, place, batch);
+    devices = replica_devices(a.dp, place, copt.device);
+  }
   if (std::filesystem::weakly_canonical(dir) == std::filesystem::weakly_canonical(out))
     throw UsageError("--out must differ from the model directory (the original is never overwritten)");
   // The output folder before any training: a path that cannot be written fails now, not after the last step.
-  std::filesystem::create_directories(out);
-  check_output_path(out + "/model.safetensors");
+  if (root) {
+    std::filesystem::create_directories(out);
+    check_output_path(out + "/model.safetensors");
+  }
 
   llama::Config cfg = llama::Config::from_file(dir + "/config.json");
   Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
@@ -68,31 +127,58 @@ int finetune(const FinetuneArgs& a, const Context& c) {
       throw Error("token id " + std::to_string(t) + " is outside the model's vocabulary (" +
                   std::to_string(cfg.vocab_size) + "): tokenizer and config do not match");
 
-  Graph g = llama::loss_graph(cfg, {.batch = batch, .seq = seq, .seed = a.seed});
-  CompileOptions copt = compile_options(c, a.compile, Mode::Train);
-  copt.optimizer = AdamW{.lr = a.lr};
-  Session s = compile(g, copt);
-  const std::string weights = a.weights.empty() ? dir : a.weights;
-  if (weights != "random") llama::load_weights(s, llama::read_weights(cfg, weights));
-  std::fprintf(stderr, "%s: %lld layers, hidden %lld; %zu tokens of text; %lld steps of %lldx%lld on %s\n",
-               dir.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, tokens.size(),
-               (long long)steps, (long long)batch, (long long)seq, s.backend());
+  // Every rank must cut the same windows for as many steps at the same lr.
+  uint64_t text_hash = 1469598103934665603ull;  // FNV-1a over the token ids
+  for (int32_t tk : tokens)
+    for (int i = 0; i < 4; ++i)
+      text_hash = (text_hash ^ ((uint32_t(tk) >> (8 * i)) & 0xffu)) * 1099511628211ull;
+  int64_t lr_bits;
+  std::memcpy(&lr_bits, &a.lr, sizeof lr_bits);
+  check_ranks_agree(place,
+                    {{steps, "--steps"},
+                     {seq, "--seq"},
+                     {int64_t(a.seed), "--seed"},
+                     {lr_bits, "--lr (its bits)"},
+                     {int64_t(tokens.size()), "the text's token count"},
+                     {int64_t(text_hash & 0x7fffffffffffffffull), "the text (a hash of its token ids)"}});
 
-  const std::string metrics_path = a.metrics == "none" ? std::string()
-                                   : a.metrics.empty() ? out + "/metrics.jsonl"
-                                                       : a.metrics;
+  // The graph at the per-replica batch; the trainer gives every replica rank 0's initial weights, and every
+  // process reads the same weights file into all its replicas.
+  Graph g = llama::loss_graph(cfg, {.batch = batch / replicas, .seq = seq, .seed = a.seed});
+  Trainee t;
+  if (parallel)
+    t.dp = std::make_unique<DataParallelTrainer>(
+        g, DataParallelOptions{.compile = copt, .devices = devices, .group = place.group});
+  else
+    t.session.emplace(compile(g, copt));
+  Session& s = t.first();
+  const std::string weights = a.weights.empty() ? dir : a.weights;
+  if (weights != "random")
+    for (const auto& [name, values] : llama::read_weights(cfg, weights)) t.write_parameter(name, values);
+  if (root) {
+    std::fprintf(stderr, "%s: %lld layers, hidden %lld; %zu tokens of text; %lld steps of %lldx%lld on %s\n",
+                 dir.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, tokens.size(),
+                 (long long)steps, (long long)batch, (long long)seq, s.backend());
+    if (parallel)
+      std::fprintf(stderr, "data-parallel: batch %lld = %lld replicas x %lld (%d process(es) x %lld)\n",
+                   (long long)batch, (long long)replicas, (long long)(batch / replicas), place.ranks,
+                   (long long)a.dp.replicas);
+  }
+
+  const std::string metrics_path = !root || a.metrics == "none" ? std::string()
+                                   : a.metrics.empty()          ? out + "/metrics.jsonl"
+                                                                : a.metrics;
   MetricsLog metrics(metrics_path);
-  metrics.write("run", {{"command", "finetune"},
-                        {"model", dir},
-                        {"backend", s.backend()},
-                        {"device_type", s.device_type()},
-                        {"batch", batch},
-                        {"seq", seq},
-                        {"optimizer", "AdamW"},
-                        {"lr", a.lr},
-                        {"steps", steps},
-                        {"text_tokens", tokens.size()}});
-  Progress bar("finetune", steps, "steps");
+  nlohmann::json run = {{"command", "finetune"},          {"model", dir},   {"backend", s.backend()},
+                        {"device_type", s.device_type()}, {"batch", batch}, {"seq", seq},
+                        {"optimizer", "AdamW"},           {"lr", a.lr},     {"steps", steps},
+                        {"text_tokens", tokens.size()}};
+  if (parallel) {
+    run["replicas"] = replicas;
+    run["processes"] = place.ranks;
+  }
+  metrics.write("run", run);
+  Progress bar("finetune", steps, "steps", root);
   // Windows of seq tokens in text order; the stream wraps around when it runs out.
   size_t cursor = 0;
   std::vector<int32_t> ids(size_t(batch * seq));
@@ -100,8 +186,9 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   float first = 0, last = 0;
   // --log: one line per step, the loss's bits first (two runs compare bitwise with cmp), then the device
   // memory the session holds and the process's device-local heap usage (bench/soak.sh reads it for leaks).
-  std::FILE* log = a.log.empty() ? nullptr : std::fopen(a.log.c_str(), "w");
-  if (!a.log.empty() && !log) throw Error("cannot create the log '" + a.log + "'");
+  // Data-parallel: rank 0's, with replica 0's two sessions' bytes.
+  std::FILE* log = a.log.empty() || !root ? nullptr : std::fopen(a.log.c_str(), "w");
+  if (!a.log.empty() && root && !log) throw Error("cannot create the log '" + a.log + "'");
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       if (cursor + size_t(seq) > tokens.size()) cursor = 0;
@@ -109,16 +196,13 @@ int finetune(const FinetuneArgs& a, const Context& c) {
                 tokens.begin() + std::ptrdiff_t(cursor + size_t(seq)), ids.begin() + std::ptrdiff_t(b * seq));
       cursor += size_t(seq);
     }
-    s.set_input("ids", ids);
-    s.set_input("labels", llama::next_token_labels(ids, batch, seq));
-    const double lr = s.lr();
-    s.step();
-    last = s.read_scalar("loss");
+    const double lr = t.lr();
+    last = t.step(ids, llama::next_token_labels(ids, batch, seq));
     if (step == 0) first = last;
     if (log) {
       uint32_t bits;
       std::memcpy(&bits, &last, 4);
-      const DeviceMemoryReport m = s.device_memory();
+      const DeviceMemoryReport m = t.memory();
       std::fprintf(log, "%lld %08x %.6f %llu %llu\n", (long long)step, bits, double(last),
                    (unsigned long long)m.allocated_bytes, (unsigned long long)m.heap_usage_bytes);
     }
@@ -138,6 +222,7 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   }
   metrics.write("end", {{"first_loss", first}, {"last_loss", last}, {"steps", steps}});
   if (log && std::fclose(log) != 0) throw Error("cannot write the log '" + a.log + "'");
+  if (!root) return 0;  // rank 0 writes the folder
 
   std::filesystem::create_directories(out);
   for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
@@ -148,13 +233,22 @@ int finetune(const FinetuneArgs& a, const Context& c) {
   }
   std::vector<StoredTensor> tensors;
   for (const auto& [name, shape] : llama::parameter_shapes(cfg))
-    tensors.push_back(StoredTensor::from_f32(name, shape, s.read(name)));
+    tensors.push_back(StoredTensor::from_f32(name, shape, t.read(name)));
   write_safetensors(out + "/model.safetensors", tensors,
                     {{"format", "pt"}, {"mgn.finetune_steps", std::to_string(steps)}});
   std::printf("loss: first step %.4f, last step %.4f\n", first, last);
   std::printf("saved: %s/model.safetensors (%zu tensors), config.json, tokenizer.json\n", out.c_str(),
               tensors.size());
   if (metrics.enabled()) std::printf("metrics: %s\n", metrics.path().c_str());
+  if (parallel) {
+    const DataParallelTrainer::Timing& tm = t.dp->timing();
+    const double step_s = tm.gradients_s + tm.reduce_s + tm.update_s;
+    std::printf(
+        "data-parallel steps (rank 0, %lld replicas): forward+backward %.2f s, gradient reduction %.2f s "
+        "(%.1f%%), update and weight copy %.2f s\n",
+        (long long)replicas, tm.gradients_s, tm.reduce_s, 100 * tm.reduce_s / std::max(step_s, 1e-12),
+        tm.update_s);
+  }
   return 0;
 }
 
@@ -179,10 +273,15 @@ Run declare_finetune(CLI::App& app) {
                  "per-step log: step, loss bits (hex), loss, session device bytes, device-local heap usage")
       ->type_name("FILE");
   add_compile_flags(app, a->compile);
+  add_data_parallel_flags(app, a->dp);
   app.footer(
       "AdamW next-token training on a text file (tokenizer.json of MODEL_DIR) with a progress bar; DIR gets\n"
-      "config.json, tokenizer.json and model.safetensors, loadable by `mgn generate DIR`.");
-  return [a](const Context& c) { return finetune(*a, c); };
+      "config.json, tokenizer.json and model.safetensors, loadable by `mgn generate DIR`. With --replicas,\n"
+      "--devices or --data-parallel mpi, --batch is split over the replicas (docs/multi-device.md).");
+  return [a](const Context& c) {
+    return run_data_parallel(a->dp, "finetune",
+                             [&](const DataParallelPlace& p) { return finetune(*a, c, p); });
+  };
 }
 
 }  // namespace mgn::tool

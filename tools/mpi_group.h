@@ -1,4 +1,5 @@
-// The mgn tool's ProcessGroup over MPI (MPI_COMM_WORLD), for `mgn train-fashion-mnist --data-parallel mpi`.
+// The mgn tool's ProcessGroup over MPI (MPI_COMM_WORLD), for `--data-parallel mpi` (train-fashion-mnist,
+// finetune).
 // Built only where CMake found MPI (MGN_HAVE_MPI); the library itself knows nothing of MPI.
 #pragma once
 

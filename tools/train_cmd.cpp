@@ -11,16 +11,13 @@
 #include <vector>
 
 #include "cli.h"
+#include "data_parallel_cli.h"
 #include "metrics.h"
 #include "mgn/checkpoint.h"
 #include "mgn/data.h"
-#include "mgn/data_parallel.h"
 #include "mgn/models.h"
 #include "mgn/train.h"
 #include "progress.h"
-#ifdef MGN_HAVE_MPI
-#include "mpi_group.h"
-#endif
 
 namespace mgn::tool {
 
@@ -35,10 +32,7 @@ struct TrainArgs {
   std::string out, data, metrics;
   bool no_progress = false, full = false;
   CompileFlags compile;
-  int64_t replicas = 1;                // data-parallel replicas in this process
-  std::string data_parallel = "none";  // none | mpi
-  std::string devices;  // comma-separated, one per replica (mpi: per replica of each rank on a host)
-  bool data_parallel_run() const { return replicas > 1 || data_parallel != "none" || !devices.empty(); }
+  DataParallelFlags dp;  // --replicas, --data-parallel, --devices
 };
 
 // Keeps the first n samples.
@@ -194,36 +188,15 @@ int train_fashion_mnist(const TrainArgs& a, const Context& c) {
 // mpirun. Every rank loads the same data and draws the same shuffled batches; replica r of R takes rows
 // [r B/R, (r+1) B/R) of each batch. Rank 0 alone prints, writes the metrics and the checkpoint, and
 // evaluates.
-int train_data_parallel(const TrainArgs& a, const Context& c, ProcessGroup* group, int local_rank,
-                        const std::string& host) {
-  const int rank = group ? group->rank() : 0, ranks = group ? group->size() : 1;
-  const bool root = rank == 0;
-  const int64_t replicas = a.replicas * ranks;
-  if (a.batch % replicas != 0)
-    throw UsageError("--batch " + std::to_string(a.batch) + " does not split into " +
-                     std::to_string(replicas) + " equal shards (" + std::to_string(ranks) +
-                     " process(es) x " + std::to_string(a.replicas) + " replica(s)): give a multiple of " +
-                     std::to_string(replicas));
+int train_data_parallel(const TrainArgs& a, const Context& c, const DataParallelPlace& place) {
+  ProcessGroup* group = place.group;
+  const int ranks = place.ranks;
+  const bool root = place.root();
+  const int64_t replicas = global_replicas(a.dp, place);
+  check_batch_split(a.dp, place, a.batch);
   CompileOptions copt = compile_options(c, a.compile, Mode::Train);
   copt.optimizer = AdamW{.lr = a.lr};
-  std::vector<DeviceOptions> devices(size_t(a.replicas), copt.device);
-  if (!a.devices.empty()) {
-    std::vector<std::string> list;
-    for (size_t start = 0;;) {
-      size_t comma = a.devices.find(',', start);
-      list.push_back(a.devices.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-    const size_t first = size_t(local_rank) * size_t(a.replicas);
-    if (list.size() < first + size_t(a.replicas))
-      throw UsageError("rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) +
-                       " on " + host + ") has no device: --devices names " + std::to_string(list.size()) +
-                       " device(s), and its " + std::to_string(a.replicas) + " replica(s) need entries " +
-                       std::to_string(first + 1) + ".." + std::to_string(first + size_t(a.replicas)) +
-                       " (one per replica of each rank on a host, by local rank)");
-    for (size_t r = 0; r < size_t(a.replicas); ++r) devices[r].device = list[first + r];
-  }
+  const std::vector<DeviceOptions> devices = replica_devices(a.dp, place, copt.device);
 
   const models::FashionArch arch = models::fashion_arch_from_name(a.model);
   const FashionPaths paths = fashion_paths(a, c, arch);
@@ -249,7 +222,8 @@ int train_data_parallel(const TrainArgs& a, const Context& c, ProcessGroup* grou
         "model %s, batch %lld = %lld replicas x %lld (%d process(es) x %lld), AdamW lr %g, backend %s (%s); "
         "%lld training images, %lld epoch(s)\n",
         models::fashion_arch_name(arch), (long long)a.batch, (long long)replicas, (long long)shard, ranks,
-        (long long)a.replicas, a.lr, first.backend(), dev.c_str(), (long long)train.count, (long long)epochs);
+        (long long)a.dp.replicas, a.lr, first.backend(), dev.c_str(), (long long)train.count,
+        (long long)epochs);
   std::optional<Session> infer;
   Graph gi;
   if (root) {
@@ -356,30 +330,6 @@ int train_data_parallel(const TrainArgs& a, const Context& c, ProcessGroup* grou
   return 0;
 }
 
-// --data-parallel mpi opens MPI here (MPI_Init on first use); a rank that fails ends all of them, so that
-// none waits for it in a collective.
-int train_fashion_mnist_parallel(const TrainArgs& a, const Context& c) {
-  if (a.data_parallel != "mpi") return train_data_parallel(a, c, nullptr, 0, "this host");
-#ifdef MGN_HAVE_MPI
-  MpiGroup mpi;
-  try {
-    int rc = train_data_parallel(a, c, &mpi, mpi.local_rank(), mpi.host());
-    mpi.barrier();
-    return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "mgn train-fashion-mnist: rank %d of %d (%s): error: %s\n", mpi.rank(), mpi.size(),
-                 mpi.host().c_str(), e.what());
-    std::fflush(stderr);
-    mpi.abort(dynamic_cast<const UsageError*>(&e) ? 2 : 1);
-  }
-#else
-  (void)c;
-  throw UsageError(
-      "--data-parallel mpi: this mgn was built without MPI (install libopenmpi-dev, then configure and build "
-      "again)");
-#endif
-}
-
 }  // namespace
 
 Run declare_train_fashion_mnist(CLI::App& app) {
@@ -406,21 +356,7 @@ Run declare_train_fashion_mnist(CLI::App& app) {
   app.add_flag("--no-progress", a->no_progress, "no progress line");
   app.add_flag("--full", a->full, "the whole job even without a GPU");
   add_compile_flags(app, a->compile);
-  app.add_option(
-         "--replicas", a->replicas,
-         "data-parallel replicas in this process, each on a logical device of its own; --batch is split "
-         "evenly among all replicas (docs/multi-device.md)")
-      ->check(at_least(1));
-  app.add_option(
-         "--data-parallel", a->data_parallel,
-         "mpi: train across the processes of mpirun (one replica per rank unless --replicas), gradients "
-         "reduced in rank order; none: this process only")
-      ->check(CLI::IsMember({"none", "mpi"}));
-  app.add_option(
-         "--devices", a->devices,
-         "comma-separated devices (index or name), one per replica of this process; with mpi, one per "
-         "replica of each rank on a host, in local-rank order (default: --device for every replica)")
-      ->type_name("LIST");
+  add_data_parallel_flags(app, a->dp);
   app.footer(
       "Trains with AdamW (default: the CNN, 5 epochs), saves the checkpoint after each epoch, loads it\n"
       "into a fresh inference graph and reports the test accuracy; every step's loss, batch accuracy, lr\n"
@@ -428,7 +364,9 @@ Run declare_train_fashion_mnist(CLI::App& app) {
       "(lavapipe, or the CPU executor) and without --epochs or --limit-train it runs a short version\n"
       "(1 epoch over 6400 images) unless --full is given.");
   return [a](const Context& c) {
-    return a->data_parallel_run() ? train_fashion_mnist_parallel(*a, c) : train_fashion_mnist(*a, c);
+    if (!a->dp.enabled()) return train_fashion_mnist(*a, c);
+    return run_data_parallel(a->dp, "train-fashion-mnist",
+                             [&](const DataParallelPlace& p) { return train_data_parallel(*a, c, p); });
   };
 }
 

@@ -124,6 +124,12 @@ class DataParallelTrainer {
   };
   const Timing& timing() const;
 
+  // Writes a parameter into every replica of this process (pretrained weights after construction; the
+  // constructor gave every replica rank 0's initial values). Every process must write the same values (each
+  // reads the same file), or the replicas part; the trainer does not compare them. Throws for a name that is
+  // not a parameter of the graph or values of the wrong size (Session::write_parameter's errors).
+  void write_parameter(const std::string& name, std::span<const float> values);
+
   // A parameter or optimizer state of a replica of this process (they are all equal).
   std::vector<float> read(const std::string& name, int local_replica = 0);
   // An output of the last step on one replica of this process (its shard's rows).

@@ -373,6 +373,16 @@ const DataParallelTrainer::Timing& DataParallelTrainer::timing() const {
   return impl_->timing;
 }
 
+void DataParallelTrainer::write_parameter(const std::string& name, std::span<const float> values) {
+  Impl& s = *impl_;
+  const bool trained =
+      std::any_of(s.trained.begin(), s.trained.end(), [&](const TensorInfo& p) { return p.name == name; });
+  for (int r = 0; r < s.local; ++r) {
+    s.grad[size_t(r)].write_parameter(name, values);
+    if (trained) s.update[size_t(r)].write_parameter(name, values);  // it holds the trained ones only
+  }
+}
+
 std::vector<float> DataParallelTrainer::read(const std::string& name, int r) {
   Session& us = update_session(r);
   for (const std::string& n : us.state_names())

@@ -20,10 +20,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "pytorch"))
 import safetensors_lite  # noqa: E402
 
 
-def main():
-    mgn, work = sys.argv[1], sys.argv[2]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+def tiny_model(work):
+    """A tiny Llama model folder under WORK/model (config.json, tokenizer.json of a byte-level BPE trained by
+    bpe_reference.py); returns (folder, vocab size, config dict)."""
     tok_dir = os.path.join(work, "tok")
     os.makedirs(tok_dir)
     subprocess.run([sys.executable, os.path.join(HERE, "bpe_reference.py"), tok_dir], check=True,
@@ -39,6 +38,14 @@ def main():
            "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
            "tie_word_embeddings": True, "hidden_act": "silu", "initializer_range": 0.02}
     json.dump(cfg, open(os.path.join(model, "config.json"), "w"))
+    return model, vocab, cfg
+
+
+def main():
+    mgn, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    model, vocab, _ = tiny_model(work)
     out = os.path.join(work, "out")
     # A short passage repeated: the windows recur, so a working training loop memorizes it quickly.
     corpus = os.path.join(work, "text.txt")

@@ -111,4 +111,5 @@ def run(t):
     return out
 
 
-torch_io.main(run)
+if __name__ == "__main__":  # tests/ref/finetune_dp_check.py imports forward and hf_loss
+    torch_io.main(run)
