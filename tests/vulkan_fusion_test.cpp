@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #ifdef MGN_HAVE_VULKAN
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -583,6 +584,59 @@ TEST_F(VulkanFusion, GemvSiblingsShareOneDispatch) {
     const std::vector<float> a = fused.read_output(y);
     EXPECT_TRUE(same_bits(a, plain.read_output(y))) << y;
     EXPECT_LE(test::rel_l2(f64(a), cpu.output(y).v), 1e-6) << y;
+  }
+}
+
+// A residual add behind a token's projection (and a pointwise chain after it) runs in the projection's dispatch,
+// after its reduction, bitwise as the separate kernels compute it. Cases: y = r + h·W0ᵀ with out = silu(y) * 2
+// (the matmul's value internal); a matmul whose value is also an output (stored as well); and p = h * 2 read by
+// both the matmul and the add (N = K): the add joins the matmul, p stays outside (the matmul reads all of it).
+TEST_F(VulkanFusion, GemvEpilogueRunsInTheMatmulsDispatch) {
+  Graph g;
+  const int64_t K = 96;
+  Tensor h = g.input("h", {1, K}), r = g.input("r", {1, 40});
+  Tensor y = r + linear(h, g.parameter("w0", {40, K}, Init::uniform(-0.5, 0.5, 1)));
+  g.output("out", silu(y) * 2.0);
+  Tensor m1 = linear(h * 0.5 + 1.0, g.parameter("w1", {24, K}, Init::uniform(-0.5, 0.5, 2)));
+  g.output("m1", m1);
+  g.output("m1_plus", m1 + g.input("r1", {1, 24}));
+  Tensor p = h * 2.0;
+  g.output("self", linear(p, g.parameter("w2", {K, K}, Init::uniform(-0.5, 0.5, 3))) + p);
+  vk::GraphExecutorOptions fo;
+  fo.cache_dir = "";
+  fo.poison = true;
+  vk::GraphExecutorOptions uo = fo;
+  uo.codegen.kernels.fusion = false;
+  vk::GraphExecutor fused(g.ir(), *ctx_, fo), plain(g.ir(), *ctx_, uo);
+  int epilogues = 0;
+  for (const plan::Dispatch& d : fused.plan().dispatches) {
+    if (!codegen::gemv_epilogue(g.ir(), d.nodes)) continue;
+    ++epilogues;
+    for (int id : d.nodes) {  // a matmul never shares a dispatch with the computation of its own operand
+      if (g.ir().node(id).op != ir::Op::MatMul) continue;
+      for (int x : g.ir().node(id).inputs) EXPECT_EQ(std::count(d.nodes.begin(), d.nodes.end(), x), 0) << id;
+    }
+  }
+  EXPECT_EQ(epilogues, 3);  // out's chain, m1_plus, and p's add (p itself stays outside: the matmul reads it)
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  cpu::Executor cpu(g.ir());
+  for (const char* name : {"h", "r", "r1"}) {
+    std::vector<float> v(size_t(numel(g.ir().node(*g.ir().find_named(name)).shape)));
+    for (float& x : v) x = dist(rng);
+    fused.set_input(name, v);
+    plain.set_input(name, v);
+    cpu.set_input(name, v);
+  }
+  for (int rep = 0; rep < 2; ++rep) {
+    fused.run();
+    plain.run();
+  }
+  cpu.run();
+  for (const char* o : {"out", "m1", "m1_plus", "self"}) {
+    const std::vector<float> a = fused.read_output(o);
+    EXPECT_TRUE(same_bits(a, plain.read_output(o))) << o;
+    EXPECT_LE(test::rel_l2(f64(a), cpu.output(o).v), 1e-6) << o;
   }
 }
 

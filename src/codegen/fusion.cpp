@@ -37,6 +37,7 @@ struct Group {
   std::vector<int> members;  // ascending after every merge
   int level = 0;
   bool pointwise = false;  // every member is pointwise_fusible (then all share one shape)
+  bool epilogue = false;   // one GEMV-eligible matmul and pointwise nodes of its shape (a GEMV epilogue)
   bool alive = true;
 };
 
@@ -74,6 +75,7 @@ class Grouper {
         continue;
       int gi = new_group(i);
       if (opt_.pointwise && groups_[size_t(gi)].pointwise) gi = join_producers(i, gi);
+      if (opt_.pointwise && opt_.gemv && groups_[size_t(gi)].pointwise) gi = join_gemv_epilogue(i, gi);
       if (opt_.attention && is_attention_grad_kv(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, attention_open);
       if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
@@ -98,6 +100,7 @@ class Grouper {
     Group gr;
     gr.members = {i};
     gr.pointwise = pointwise_fusible(g_.node(i));
+    gr.epilogue = opt_.gemv && !gemv_sibling_key(g_, g_.node(i)).empty();
     int lv = -1;
     for (int in : g_.node(i).inputs) lv = std::max(lv, level_of(in));
     gr.level = lv + 1;
@@ -166,6 +169,7 @@ class Grouper {
       groups_[size_t(into)].members.insert(groups_[size_t(into)].members.end(), from.members.begin(),
                                            from.members.end());
       groups_[size_t(into)].pointwise = groups_[size_t(into)].pointwise && from.pointwise;
+      groups_[size_t(into)].epilogue = false;  // join_gemv_epilogue sets it for the unions it makes
       from.members.clear();
       from.alive = false;
     }
@@ -228,7 +232,11 @@ class Grouper {
     auto it = open.find(key);
     if (it != open.end()) {
       const int other = gid_[size_t(it->second)];
-      if (other >= 0 && groups_[size_t(other)].alive && groups_[size_t(other)].members.size() < kMaxGemvSiblings) {
+      bool matmuls_only = other >= 0;
+      if (matmuls_only)
+        for (int m : groups_[size_t(other)].members) matmuls_only = matmuls_only && g_.node(m).op == ir::Op::MatMul;
+      if (matmuls_only && groups_[size_t(other)].alive &&
+          groups_[size_t(other)].members.size() < kMaxGemvSiblings) {
         std::set<int> set = {other, gi};
         const int lv = merged_level(set);
         if (lv >= 0) return merge(set, lv);
@@ -236,6 +244,37 @@ class Grouper {
     }
     open[key] = i;
     return gi;
+  }
+
+  // A pointwise group joins the GEMV-epilogue-capable group (one small matmul, alone or with pointwise nodes of
+  // its shape) of a producer of its shape: the residual add of a token's projection. Never two matmuls, and
+  // never a union in which the matmul would read a member (every workgroup reads all of its left operand).
+  int join_gemv_epilogue(int i, int gi) {
+    const ir::Node& node = g_.node(i);
+    for (int in : node.inputs) {
+      const int gp = gid_[size_t(root_[size_t(in)])];
+      if (gp < 0 || gp == gi || !groups_[size_t(gp)].epilogue || g_.node(in).shape != node.shape) continue;
+      std::set<int> set = {gi, gp};
+      const int mm = matmul_of(gp);
+      bool reads_member = false;
+      for (int x : g_.node(mm).inputs) {
+        const int r = gid_[size_t(root_[size_t(x)])];
+        reads_member = reads_member || r == gi;
+      }
+      if (reads_member) continue;
+      const int lv = merged_level(set);
+      if (lv < 0) continue;
+      const int into = merge(set, lv);
+      groups_[size_t(into)].epilogue = true;
+      return into;
+    }
+    return gi;
+  }
+
+  int matmul_of(int gi) const {
+    for (int m : groups_[size_t(gi)].members)
+      if (g_.node(m).op == ir::Op::MatMul) return m;
+    throw Error("internal: a GEMV epilogue group without its matmul");
   }
 
   // attention_grad_k and attention_grad_v of the same inputs and attributes share one dispatch, and so do
@@ -305,44 +344,46 @@ std::vector<std::vector<int>> find_fusions(const ir::Graph& g, const std::vector
   return Grouper(g, needed, pinned, caps, opt).run();
 }
 
-// One invocation per element: load every outside operand, compute each node into a local variable in node
-// order, then store the values the plan keeps. All loads precede all stores, so a value may be written
-// over an operand of its own shape (in place): every access to it is at this invocation's element.
-Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes,
-                                const std::vector<bool>& stored, const DeviceCaps& caps) {
-  const Shape& shape = g.node(nodes.at(0)).shape;
-  std::map<int, int> pos;
-  for (size_t k = 0; k < nodes.size(); ++k) pos[nodes[k]] = int(k);
-  // Outside operands, fills included: a fill inlined as a literal would let the shader compiler fold
-  // transcendental functions of it at compile time, with other rounding than the same node alone computes.
+PointwiseBody pointwise_body(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                             const std::set<int>& given, std::vector<Binding> bindings, const std::string& index) {
+  PointwiseBody r;
+  std::set<int> members;
+  Shape shape;
+  for (int id : nodes)
+    if (!given.count(id)) {
+      shape = g.node(id).shape;
+      break;
+    }
+  for (int id : nodes) members.insert(id);
   std::map<int, std::string> ext;  // outside operand -> its local name
-  std::string decls, loads, body, stores, ops;
-  std::vector<Binding> bindings;
   for (size_t k = 0; k < nodes.size(); ++k) {
     const ir::Node& n = g.node(nodes[k]);
+    if (given.count(n.id)) continue;
     if (!pointwise_fusible(n) || n.shape != shape)
       throw Error("internal: " + g.describe(n.id) + " cannot join a pointwise fusion of shape " +
                   shape_str(shape));
     std::string args[3];
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       const int x = n.inputs[j];
-      if (pos.count(x)) {
+      if (members.count(x)) {
         args[j] = "v" + std::to_string(x);
         continue;
       }
       auto it = ext.find(x);
       if (it == ext.end()) {
+        // Outside operands, fills included: a fill inlined as a literal would let the shader compiler fold
+        // transcendental functions of it at compile time, with other rounding than the same node alone computes.
         const ir::Node& in = g.node(x);
         const std::string name = "x" + std::to_string(x);
         const int b = int(bindings.size());
-        decls += gl::buffer(b, "in_" + name, in.dtype, true);
-        std::string idx = "i";
+        r.decls += gl::buffer(b, "in_" + name, in.dtype, true);
+        std::string idx = index;
         if (in.shape != shape) {
-          decls += gl::broadcast_fn("idx_" + name, in.shape, shape);
-          idx = "idx_" + name + "(i)";
+          r.decls += gl::broadcast_fn("idx_" + name, in.shape, shape);
+          idx = "idx_" + name + "(" + index + ")";
         }
-        loads += std::string("  ") + gl::type_of(in.dtype) + " " + name + " = in_" + name + "[" + idx +
-                 "];  // %" + std::to_string(x) + " " + shape_str(in.shape) + dtype_name(in.dtype) + "\n";
+        r.loads += std::string("  ") + gl::type_of(in.dtype) + " " + name + " = in_" + name + "[" + idx +
+                   "];  // %" + std::to_string(x) + " " + shape_str(in.shape) + dtype_name(in.dtype) + "\n";
         bindings.push_back({BindingKind::Input, int(j), false, int(k)});
         it = ext.emplace(x, name).first;
       }
@@ -350,30 +391,41 @@ Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& node
     }
     const std::string t = gl::type_of(n.dtype);
     const std::string e = substitute(pointwise_expr(n, g.node(n.inputs[0]).dtype), args);
-    body += std::string("  ") + (is_float(n.dtype) ? "precise " : "") + t + " v" + std::to_string(n.id) +
-            " = " + t + "(" + e + ");  // " + ir::op_name(n.op) + " %" + std::to_string(n.id) + "\n";
-    ops += std::string(ops.empty() ? "" : " ") + ir::op_name(n.op);
+    r.body += std::string("  ") + (is_float(n.dtype) ? "precise " : "") + t + " v" + std::to_string(n.id) +
+              " = " + t + "(" + e + ");  // " + ir::op_name(n.op) + " %" + std::to_string(n.id) + "\n";
+    r.ops += std::string(r.ops.empty() ? "" : " ") + ir::op_name(n.op);
   }
-  int written = 0;
   for (size_t k = 0; k < nodes.size(); ++k) {
     if (!stored.at(k)) continue;
     const ir::Node& n = g.node(nodes[k]);
     const std::string v = "v" + std::to_string(n.id);
-    decls += gl::buffer(int(bindings.size()), "out_" + v, n.dtype, false, true);
+    r.decls += gl::buffer(int(bindings.size()), "out_" + v, n.dtype, false, true);
     bindings.push_back({BindingKind::Output, 0, true, int(k)});
-    stores += "  out_" + v + "[i] = " + v + ";\n";
-    ++written;
+    r.stores += "  out_" + v + "[" + index + "] = " + v + ";\n";
+    ++r.written;
   }
-  if (written == 0)
+  r.read = ext.size();
+  r.bindings = std::move(bindings);
+  return r;
+}
+
+// One invocation per element: load every outside operand, compute each node into a local variable in node
+// order, then store the values the plan keeps. All loads precede all stores, so a value may be written
+// over an operand of its own shape (in place): every access to it is at this invocation's element.
+Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes,
+                                const std::vector<bool>& stored, const DeviceCaps& caps) {
+  const Shape& shape = g.node(nodes.at(0)).shape;
+  PointwiseBody b = pointwise_body(g, nodes, stored, {}, {}, "i");
+  if (b.written == 0)
     throw Error("internal: a pointwise fusion of " + g.describe(nodes[0]) + " writes nothing");
-  decls += gl::math_lib();
   Lowering l;
   l.kernels.push_back(
       gl::elementwise("fused" + std::to_string(nodes.size()) + "_" + shape_str(shape),
-                      "pointwise fusion of " + std::to_string(nodes.size()) + " nodes (" + ops + ") over " +
-                          shape_str(shape) + ", " + std::to_string(written) + " written, " +
-                          std::to_string(ext.size()) + " read",
-                      decls, loads + body + stores, gl::numel_u(shape), std::move(bindings), caps));
+                      "pointwise fusion of " + std::to_string(nodes.size()) + " nodes (" + b.ops + ") over " +
+                          shape_str(shape) + ", " + std::to_string(b.written) + " written, " +
+                          std::to_string(b.read) + " read",
+                      b.decls + gl::math_lib(), b.loads + b.body + b.stores, gl::numel_u(shape),
+                      std::move(b.bindings), caps));
   return l;
 }
 
@@ -384,6 +436,7 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
     return lower_attention_grad_kv(g, nodes, caps, options);
   if (nodes.size() == 2 && is_attention_forward(g.node(nodes[0])) && is_attention_forward(g.node(nodes[1])))
     return lower_attention_with_lse(g, nodes, caps, options);
+  if (gemv_epilogue(g, nodes)) return lower_gemv_epilogue(g, nodes, stored, caps);
   if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);
   return lower_pointwise_fusion(g, nodes, stored, caps);
 }

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,25 @@ inline constexpr size_t kMaxGemvSiblings = 4;
 std::string gemv_sibling_key(const ir::Graph& g, const ir::Node& n);
 // The GEMV fusion's kernel (matmul_small.cpp); lower_dispatch routes.
 Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+// A GEMV epilogue: one such small matmul (alone, not in a sibling fusion) and pointwise nodes of its output
+// shape that read it (a residual add: out = x + h·Wᵀ), evaluated after the matmul's reduction by the thread that
+// stores the output; the pointwise nodes' operands are loaded at the output's element. A dispatch is one when
+// it holds exactly one matmul and otherwise pointwise nodes.
+bool gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes);
+Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                             const DeviceCaps& caps);
+
+// What a pointwise fusion's kernel computes, for one element `index` (an expression): buffer declarations
+// (bindings numbered after `bindings`), operand loads, the nodes in order, the stores of `stored` nodes. Nodes in
+// `given` are computed elsewhere in the kernel (a local `v<id>` the caller declares before the body).
+struct PointwiseBody {
+  std::string decls, loads, body, stores, ops;
+  std::vector<Binding> bindings;
+  int written = 0;
+  size_t read = 0;  // outside operands
+};
+PointwiseBody pointwise_body(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                             const std::set<int>& given, std::vector<Binding> bindings, const std::string& index);
 
 // The fusions of the nodes `needed` marks (each list ascending, at least two nodes), such that running
 // each as one dispatch keeps the dispatch graph acyclic and adds no dependency level: a fusion only grows

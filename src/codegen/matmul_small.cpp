@@ -174,4 +174,79 @@ ${STORES}  }
   return gl::one_kernel(std::move(k));
 }
 
+bool gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes) {
+  if (nodes.size() < 2) return false;
+  int matmuls = 0;
+  for (int id : nodes) {
+    const ir::Node& n = g.node(id);
+    if (n.op == ir::Op::MatMul) ++matmuls;
+    else if (!pointwise_fusible(n)) return false;
+  }
+  return matmuls == 1;
+}
+
+// small_gemm_kernel's workgroup-per-output reduction of the one matmul (the same partial sums and tree, so its
+// value is bitwise what its own dispatch computes), then its pointwise readers at that output's element.
+Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                             const DeviceCaps& caps) {
+  size_t km = nodes.size();
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (g.node(nodes[k]).op == ir::Op::MatMul) km = k;
+  if (!gemv_epilogue(g, nodes) || gemv_sibling_key(g, g.node(nodes[km])).empty())
+    throw Error("internal: " + g.describe(nodes[0]) + "... is no GEMV epilogue");
+  const ir::Node& mm = g.node(nodes[km]);
+  const GemmShape s = gemm_shape_of(g, mm);
+  for (int id : nodes)
+    if (g.node(id).shape != mm.shape)
+      throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));
+  uint32_t wg = std::max<uint32_t>(32, std::min<uint32_t>(caps.subgroup_size * 2, 128));
+  wg = std::min(wg, caps.max_workgroup_invocations);
+  uint32_t p2 = 1;
+  while (p2 * 2 <= wg) p2 *= 2;
+  wg = p2;
+  const std::string v = "v" + std::to_string(mm.id);
+  PointwiseBody b = pointwise_body(g, nodes, stored, {mm.id},
+                                   {{BindingKind::Input, 0, false, int(km)}, {BindingKind::Input, 1, false, int(km)}},
+                                   "gid");
+  if (b.written == 0) throw Error("internal: the GEMV epilogue of " + g.describe(mm.id) + " writes nothing");
+  Kernel k;
+  k.name = "matmul_small_epilogue" + su(nodes.size() - 1) + "_" + transposes(s);
+  const gl::Grid grid = gl::flat_groups(s.m * s.n, caps, k.name);
+  k.glsl = gl::render(R"(#version 450
+// archetype: matmul small ${T} ${DIMS}: workgroup-per-output K reduction, then ${OPS}
+layout(local_size_x = ${WG}) in;
+${DECLS}shared float partial[${WG}];
+void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  uint m = gid / ${N}, n = gid % ${N};
+  float acc = 0.0;
+  for (uint k = t; k < ${K}; k += ${WG}u)
+    acc = fma(A[${AI}], W[${BI}], acc);
+  partial[t] = acc;
+  barrier();
+${REDUCE}  if (t != 0u) return;
+  float ${V} = partial[0];
+${LOADS}${BODY}${STORES}}
+)",
+                      {{"T", transposes(s)},
+                       {"DIMS", gemm_dims(s)},
+                       {"OPS", b.ops},
+                       {"WG", std::to_string(wg)},
+                       {"DECLS", gl::buffer(0, "A", DType::F32, true) + gl::buffer(1, "W", DType::F32, true) + b.decls +
+                                     gl::math_lib()},
+                       {"GRID", grid.glsl},
+                       {"N", su(s.n)},
+                       {"K", su(s.k)},
+                       {"AI", a_index(s, "m", "k")},
+                       {"BI", b_index(s, "k", "n")},
+                       {"REDUCE", gl::tree_reduce(wg, " partial[t] += partial[t + s];", "  ")},
+                       {"V", v},
+                       {"LOADS", b.loads},
+                       {"BODY", b.body},
+                       {"STORES", b.stores}});
+  k.bindings = std::move(b.bindings);
+  k.groups = grid.groups;
+  return gl::one_kernel(std::move(k));
+}
+
 }  // namespace mgn::codegen

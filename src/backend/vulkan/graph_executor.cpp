@@ -240,9 +240,11 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
     if (f < 0) dispatches.push_back({{i}});
     else if (fusions[size_t(f)][0] == i) dispatches.push_back({fusions[size_t(f)]});
   }
-  // Lowerings by the dispatch's first node. A pointwise fusion waits for the plan (which nodes it writes).
+  // Lowerings by the dispatch's first node. A pointwise fusion (and a GEMV epilogue, a pointwise fusion behind a
+  // small matmul) waits for the plan (which nodes it writes).
+  auto gemv_epilogue = [&](const plan::Dispatch& d) { return codegen::gemv_epilogue(g_, d.nodes); };
   auto pointwise_fusion = [&](const plan::Dispatch& d) {
-    return d.nodes.size() > 1 && codegen::pointwise_fusible(g_.node(d.nodes[0]));
+    return d.nodes.size() > 1 && (codegen::pointwise_fusible(g_.node(d.nodes[0])) || gemv_epilogue(d));
   };
   std::map<int, codegen::Lowering> lows;
   std::map<int, const CachedDispatch*> low_cached;  // lowerings that came from the entry, by first node
@@ -299,8 +301,8 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   // before it stores anything, and an operand of the fusion's shape (or of its element count: any view of
   // it) is read at the invocation's own element only, so the overwrite is safe. The dK+dV kernel never.
   po.in_place_ok = [&](const ir::Graph& g, const plan::Dispatch& d, int node, int input) {
-    if (d.nodes.size() > 1)
-      return pointwise_fusion(d) && g.node(input).shape == g.node(node).shape &&
+    if (d.nodes.size() > 1)  // not behind a matmul: every workgroup of it reads all of the matmul's operands
+      return pointwise_fusion(d) && !gemv_epilogue(d) && g.node(input).shape == g.node(node).shape &&
              std::find(d.nodes.begin(), d.nodes.end(), node) != d.nodes.end();
     const codegen::Lowering& low = lows.at(node);
     return low.kernels.size() == 1 && low.scratch_words.empty() && !low.output_zero_filled &&
