@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct DeviceCaps {
 struct CodegenOptions {
   KernelOptions kernels;
   Precision default_precision = Precision::Strict;
+  // Measured kernel choice (docs/tuning.md): the f32 SIMT tile of matmuls whose tunable_gemm_key (matmul.h) is
+  // listed; the others keep the heuristics' tile. Filled by the Vulkan backend's tuner before lowering.
+  std::map<std::string, GemmTile> gemm_tuned;
 };
 
 enum class BindingKind : uint8_t {
