@@ -114,6 +114,7 @@ vk::GraphExecutorOptions executor_options(const CompileOptions& co, const std::s
   o.pipelines = shared_pipelines(ctx, co.cache_dir);
   o.codegen.kernels = co.kernels;
   o.codegen.default_precision = co.default_precision;
+  o.tune = co.tune;
   o.plan = plan_options(co.planning);
   limit_to_device(o.plan, *ctx);
   o.plan.submissions = co.submissions;
@@ -183,6 +184,11 @@ class VulkanEngine final : public Engine {
     r.pipeline_ms = c.pipeline_ms;
     r.record_ms = c.record_ms;
     r.store_ms = c.store_ms;
+    r.tune_ms = c.tune_ms;
+    r.tune_measured = c.tune_measured;
+    r.tune_cached = c.tune_cached;
+    r.tune_timed = c.tune_timed;
+    r.tune_file = c.tune_file;
     r.upload_ms = c.upload_ms;
     r.kernels = c.kernels;
     r.unique_kernels = c.unique_kernels;
