@@ -48,6 +48,9 @@ struct CodegenOptions {
   // Measured kernel choice (docs/tuning.md): the f32 SIMT tile of matmuls whose tunable_gemm_key (matmul.h) is
   // listed; the others keep the heuristics' tile. Filled by the Vulkan backend's tuner before lowering.
   std::map<std::string, GemmTile> gemm_tuned;
+  // Likewise the implicit-GEMM tile of convolutions whose tunable_conv_key (tuning.h) is listed (an auto tile:
+  // the heuristics, measured fastest).
+  std::map<std::string, ConvTile> conv_tuned;
 };
 
 enum class BindingKind : uint8_t {

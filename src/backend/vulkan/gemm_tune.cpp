@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "backend/vulkan/command.h"
@@ -15,6 +16,7 @@
 #include "backend/vulkan/session_cache.h"
 #include "codegen/matmul.h"
 #include "codegen/shader_compiler.h"
+#include "codegen/tuning.h"
 #include "support/atomic_file.h"
 #include "support/parallel.h"
 
@@ -58,26 +60,30 @@ bool parse_ms(const std::string& t, double* out) {
   return true;
 }
 
-bool parse_tile(const std::string& t, GemmTile* out) {
+// A tile's text in its canonical form: a fully specified SIMT tile (gemm), or a conv tile / "auto" (conv).
+bool valid_tile(const std::string& kind, const std::string& t) {
   try {
-    *out = parse_gemm_tile(t, false);
+    if (kind == "gemm") {
+      const GemmTile g = parse_gemm_tile(t, false);
+      return !g.is_auto() && gemm_tile_str(g, false) == t;
+    }
+    return kind == "conv" && conv_tile_str(parse_conv_tile(t)) == t;
   } catch (const Error&) {
     return false;
   }
-  return !out->is_auto() && gemm_tile_str(*out, false) == t;
 }
 
-// "gemm <key> <tile> <ms> <tile>=<ms>..."
+// "<gemm|conv> <key> <tile> <ms> <tile>=<ms>..."
 bool parse_entry(const std::string& line, std::string* key, GemmTuneEntry* e) {
   std::istringstream in(line);
-  std::string word, tile, ms;
-  if (!(in >> word) || word != "gemm" || !(in >> *key >> tile >> ms)) return false;
-  if (!parse_tile(tile, &e->tile) || !parse_ms(ms, &e->ms)) return false;
+  std::string word, ms;
+  if (!(in >> e->kind) || (e->kind != "gemm" && e->kind != "conv") || !(in >> *key >> e->tile >> ms)) return false;
+  if (!valid_tile(e->kind, e->tile) || !parse_ms(ms, &e->ms)) return false;
   while (in >> word) {
     const size_t eq = word.find('=');
     if (eq == std::string::npos) return false;
-    std::pair<GemmTile, double> c;
-    if (!parse_tile(word.substr(0, eq), &c.first) || !parse_ms(word.substr(eq + 1), &c.second)) return false;
+    std::pair<std::string, double> c{word.substr(0, eq), 0.0};
+    if (!valid_tile(e->kind, c.first) || !parse_ms(word.substr(eq + 1), &c.second)) return false;
     e->candidates.push_back(c);
   }
   return true;
@@ -94,107 +100,167 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Times each candidate of `s` (all its kernels compiled first, in parallel) on zero-filled scratch operands;
-// returns false (nothing measured) when an operand exceeds one binding's range.
-bool measure(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCache& pipelines,
-             codegen::ShaderCompiler& compiler, const codegen::GemmShape& s, const codegen::DeviceCaps& caps,
-             GemmTuneEntry* entry) {
-  const std::vector<GemmTile> cands = codegen::gemm_tune_candidates(s, caps);
-  if (cands.empty()) return false;
-  std::vector<codegen::Lowering> lows;
-  for (const GemmTile& t : cands) {
-    codegen::GemmOptions o;
-    o.variant = codegen::GemmVariant::Tiled;
-    o.tile = t;
-    lows.push_back(codegen::lower_gemm(s, caps, o));
-  }
-  const uint64_t batch = product_where(s.batch, std::vector<uint64_t>(s.batch.size(), 1));
-  const uint64_t words_a = s.m * s.k * product_where(s.batch, s.a_stride);
-  const uint64_t words_b = s.k * s.n * product_where(s.batch, s.b_stride);
-  const uint64_t words_c = s.m * s.n * batch;
-  uint64_t most = std::max({words_a, words_b, words_c});
-  for (const codegen::Lowering& l : lows)
-    for (uint64_t w : l.scratch_words) most = std::max(most, w);
-  if (most * 4 > ctx.limits().max_storage_buffer_range) return false;
+struct Tuner {
+  Context& ctx;
+  Allocator& alloc;
+  Transfer& transfer;
+  PipelineCache& pipelines;
+  codegen::ShaderCompiler& compiler;
 
-  // SPIR-V of every kernel, then the pipelines (the winner's are the session's own later: same SPIR-V).
-  std::vector<const codegen::Kernel*> kernels;
-  for (const codegen::Lowering& l : lows)
-    for (const codegen::Kernel& k : l.kernels) kernels.push_back(&k);
-  std::vector<PipelineDesc> descs(kernels.size());
-  support::parallel_for(kernels.size(), 0, [&](size_t i) {
-    codegen::ShaderOptions so;
-    so.name = kernels[i]->name;
-    so.scalar_block_layout = kernels[i]->scalar_block_layout;
-    descs[i].spirv = compiler.compile(kernels[i]->glsl, so).words;
-    descs[i].num_buffers = uint32_t(kernels[i]->bindings.size());
-    descs[i].required_subgroup_size = kernels[i]->required_subgroup_size;
-    descs[i].name = kernels[i]->name;
-  });
-  const std::vector<const Pipeline*> pipes = pipelines.get_all(descs);
+  // Times each lowering (all its kernels compiled first, in parallel) on zero-filled buffers: binding Input i
+  // gets `inputs[i]` words, Output `output` words. Returns false (nothing timed) when a buffer exceeds one
+  // binding's range; else the median ms per call of each lowering, in order.
+  bool time(const std::vector<codegen::Lowering>& lows, const std::vector<uint64_t>& inputs, uint64_t output,
+            std::vector<double>* out) {
+    uint64_t most = output;
+    for (uint64_t w : inputs) most = std::max(most, w);
+    for (const codegen::Lowering& l : lows)
+      for (uint64_t w : l.scratch_words) most = std::max(most, w);
+    if (most * 4 > ctx.limits().max_storage_buffer_range) return false;
+    // SPIR-V of every kernel, then the pipelines (the winner's are the session's own later: same SPIR-V).
+    std::vector<const codegen::Kernel*> kernels;
+    for (const codegen::Lowering& l : lows)
+      for (const codegen::Kernel& k : l.kernels) kernels.push_back(&k);
+    std::vector<PipelineDesc> descs(kernels.size());
+    support::parallel_for(kernels.size(), 0, [&](size_t i) {
+      codegen::ShaderOptions so;
+      so.name = kernels[i]->name;
+      so.scalar_block_layout = kernels[i]->scalar_block_layout;
+      descs[i].spirv = compiler.compile(kernels[i]->glsl, so).words;
+      descs[i].num_buffers = uint32_t(kernels[i]->bindings.size());
+      descs[i].required_subgroup_size = kernels[i]->required_subgroup_size;
+      descs[i].name = kernels[i]->name;
+    });
+    const std::vector<const Pipeline*> pipes = pipelines.get_all(descs);
 
-  std::vector<Buffer> operands;
-  std::vector<Buffer> scratch;
-  auto release = [&] {
-    for (Buffer& b : scratch) alloc.free(b);
-    for (Buffer& b : operands) alloc.free(b);
-    scratch.clear();
-    operands.clear();
-  };
-  entry->candidates.clear();
-  try {
-    for (uint64_t w : {words_a, words_b, words_c}) {
-      operands.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "tuning operand"));
-      transfer.fill_zero(operands.back());
-    }
-    size_t first = 0;
-    for (size_t c = 0; c < cands.size(); ++c) {
-      const codegen::Lowering& low = lows[c];
-      for (uint64_t w : low.scratch_words)
-        scratch.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "tuning scratch"));
-      CommandStream stream(ctx, /*timestamps=*/true);
-      for (int rep = 0; rep < kReps; ++rep)
-        for (size_t i = 0; i < low.kernels.size(); ++i) {
-          const codegen::Kernel& k = low.kernels[i];
-          std::vector<Buffer> bind;
-          for (const codegen::Binding& bd : k.bindings)
-            bind.push_back(bd.kind == codegen::BindingKind::Input    ? operands.at(bd.index == 0 ? 0 : 1)
-                           : bd.kind == codegen::BindingKind::Output ? operands[2]
-                                                                     : scratch.at(size_t(bd.index)));
-          if (rep > 0 || i > 0) stream.barrier();
-          stream.dispatch(*pipes[first + i], bind, k.groups, nullptr, 0, k.name);
-        }
-      for (int w = 0; w < kWarmup; ++w) stream.submit();
-      std::vector<double> times;
-      for (int t = 0; t < kTimed; ++t) {
-        const auto t0 = std::chrono::steady_clock::now();
-        stream.submit();
-        double ms = ms_since(t0);
-        if (stream.timestamps_enabled()) {
-          ms = 0;
-          for (const DispatchTiming& d : stream.timings()) ms += d.ms;
-        }
-        times.push_back(ms / kReps);
-      }
-      std::sort(times.begin(), times.end());
-      entry->candidates.push_back({cands[c], times[times.size() / 2]});
-      first += low.kernels.size();
+    std::vector<Buffer> operands, scratch;  // operands: the inputs, then the output
+    auto release = [&] {
       for (Buffer& b : scratch) alloc.free(b);
+      for (Buffer& b : operands) alloc.free(b);
       scratch.clear();
+      operands.clear();
+    };
+    out->clear();
+    try {
+      std::vector<uint64_t> words = inputs;
+      words.push_back(output);
+      for (uint64_t w : words) {
+        operands.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "tuning operand"));
+        transfer.fill_zero(operands.back());
+      }
+      size_t first = 0;
+      for (const codegen::Lowering& low : lows) {
+        for (uint64_t w : low.scratch_words)
+          scratch.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "tuning scratch"));
+        CommandStream stream(ctx, /*timestamps=*/true);
+        for (int rep = 0; rep < kReps; ++rep)
+          for (size_t i = 0; i < low.kernels.size(); ++i) {
+            const codegen::Kernel& k = low.kernels[i];
+            std::vector<Buffer> bind;
+            for (const codegen::Binding& bd : k.bindings)
+              bind.push_back(bd.kind == codegen::BindingKind::Input    ? operands.at(size_t(bd.index))
+                             : bd.kind == codegen::BindingKind::Output ? operands.back()
+                                                                       : scratch.at(size_t(bd.index)));
+            if (rep > 0 || i > 0) stream.barrier();
+            stream.dispatch(*pipes[first + i], bind, k.groups, nullptr, 0, k.name);
+          }
+        for (int w = 0; w < kWarmup; ++w) stream.submit();
+        std::vector<double> times;
+        for (int t = 0; t < kTimed; ++t) {
+          const auto t0 = std::chrono::steady_clock::now();
+          stream.submit();
+          double ms = ms_since(t0);
+          if (stream.timestamps_enabled()) {
+            ms = 0;
+            for (const DispatchTiming& d : stream.timings()) ms += d.ms;
+          }
+          times.push_back(ms / kReps);
+        }
+        std::sort(times.begin(), times.end());
+        out->push_back(times[times.size() / 2]);
+        first += low.kernels.size();
+        for (Buffer& b : scratch) alloc.free(b);
+        scratch.clear();
+      }
+    } catch (...) {
+      release();
+      throw;
     }
-  } catch (...) {
     release();
-    throw;
+    return true;
   }
-  release();
-  // The fastest; on a tie the earlier candidate (the heuristics' choice comes first).
-  size_t best = 0;
-  for (size_t c = 1; c < entry->candidates.size(); ++c)
-    if (entry->candidates[c].second < entry->candidates[best].second) best = c;
-  entry->tile = entry->candidates[best].first;
-  entry->ms = entry->candidates[best].second;
-  return true;
-}
+
+  // The fastest candidate; on a tie the earlier one (the heuristics' choice comes first).
+  static void choose(GemmTuneEntry* e) {
+    size_t best = 0;
+    for (size_t c = 1; c < e->candidates.size(); ++c)
+      if (e->candidates[c].second < e->candidates[best].second) best = c;
+    e->tile = e->candidates[best].first;
+    e->ms = e->candidates[best].second;
+  }
+
+  bool measure_gemm(const codegen::GemmShape& s, const codegen::DeviceCaps& caps, GemmTuneEntry* e) {
+    const std::vector<GemmTile> cands = codegen::gemm_tune_candidates(s, caps);
+    if (cands.empty()) return false;
+    std::vector<codegen::Lowering> lows;
+    for (const GemmTile& t : cands) {
+      codegen::GemmOptions o;
+      o.variant = codegen::GemmVariant::Tiled;
+      o.tile = t;
+      lows.push_back(codegen::lower_gemm(s, caps, o));
+    }
+    const uint64_t batch = product_where(s.batch, std::vector<uint64_t>(s.batch.size(), 1));
+    std::vector<double> ms;
+    if (!time(lows, {s.m * s.k * product_where(s.batch, s.a_stride), s.k * s.n * product_where(s.batch, s.b_stride)},
+              s.m * s.n * batch, &ms))
+      return false;
+    e->kind = "gemm";
+    e->candidates.clear();
+    for (size_t c = 0; c < cands.size(); ++c) e->candidates.push_back({gemm_tile_str(cands[c], false), ms[c]});
+    choose(e);
+    return true;
+  }
+
+  // The node's lowering with each conv candidate; candidates that give the same program as an earlier one are
+  // dropped (a direct kernel ignores the tile; the heuristics may pick a candidate's tile themselves).
+  bool measure_conv(const ir::Graph& g, const ir::Node& n, const codegen::DeviceCaps& caps,
+                    const codegen::CodegenOptions& codegen, GemmTuneEntry* e) {
+    std::vector<ConvTile> cands;
+    std::vector<codegen::Lowering> lows;
+    std::vector<std::string> programs;
+    for (const ConvTile& t : codegen::conv_tune_candidates()) {
+      codegen::CodegenOptions o = codegen;
+      o.kernels.conv_tile = t;
+      o.conv_tuned.clear();
+      codegen::Lowering l;
+      try {
+        l = codegen::lower_node({g, n, caps, o});
+      } catch (const Error&) {
+        continue;  // not valid for this device
+      }
+      std::string program;
+      for (const codegen::Kernel& k : l.kernels) program += k.glsl;
+      if (std::find(programs.begin(), programs.end(), program) != programs.end()) continue;
+      programs.push_back(program);
+      cands.push_back(t);
+      lows.push_back(std::move(l));
+    }
+    e->kind = "conv";
+    e->candidates.clear();
+    if (cands.size() <= 1) {  // one program: nothing to time
+      e->tile = "auto";
+      e->ms = 0;
+      return true;
+    }
+    std::vector<uint64_t> inputs;
+    for (int in : n.inputs) inputs.push_back(uint64_t(std::max<int64_t>(numel(g.node(in).shape), 1)));
+    std::vector<double> ms;
+    if (!time(lows, inputs, uint64_t(std::max<int64_t>(numel(n.shape), 1)), &ms)) return false;
+    for (size_t c = 0; c < cands.size(); ++c) e->candidates.push_back({conv_tile_str(cands[c]), ms[c]});
+    choose(e);
+    return true;
+  }
+};
 
 }  // namespace
 
@@ -250,8 +316,8 @@ std::string store_gemm_tuning(const std::string& path, const std::string& key_he
   std::replace(who.begin(), who.end(), '\n', ' ');
   std::string text = std::string(kMagic) + "\nkey " + key_hex + "\ndevice " + who + "\n";
   for (const auto& [key, e] : entries) {
-    text += "gemm " + key + " " + gemm_tile_str(e.tile, false) + " " + ms_text(e.ms);
-    for (const auto& [t, ms] : e.candidates) text += " " + gemm_tile_str(t, false) + "=" + ms_text(ms);
+    text += e.kind + " " + key + " " + e.tile + " " + ms_text(e.ms);
+    for (const auto& [t, ms] : e.candidates) text += " " + t + "=" + ms_text(ms);
     text += "\n";
   }
   text += "checksum " + hex64(fnv1a(text)) + "\n";
@@ -268,13 +334,18 @@ GemmTuneResult tune_gemms(Context& ctx, Allocator& alloc, Transfer& transfer, Pi
   GemmTuneResult r;
   if (mode == TuneMode::Off) return r;
   std::map<std::string, codegen::GemmShape> shapes;
+  std::map<std::string, const ir::Node*> convs;
   for (const ir::Node& n : g.nodes()) {
-    if (n.op != ir::Op::MatMul) continue;
     const codegen::LowerContext lc{g, n, caps, codegen};
-    const std::string key = codegen::tunable_gemm_key(lc);
-    if (!key.empty()) shapes.emplace(key, codegen::matmul_shape(g, n));
+    if (n.op == ir::Op::MatMul) {
+      const std::string key = codegen::tunable_gemm_key(lc);
+      if (!key.empty()) shapes.emplace(key, codegen::matmul_shape(g, n));
+    } else {
+      const std::string key = codegen::tunable_conv_key(lc);
+      if (!key.empty()) convs.emplace(key, &n);
+    }
   }
-  if (shapes.empty()) {
+  if (shapes.empty() && convs.empty()) {
     r.ms = ms_since(t0);
     return r;
   }
@@ -286,31 +357,54 @@ GemmTuneResult tune_gemms(Context& ctx, Allocator& alloc, Transfer& transfer, Pi
     r.file = load_gemm_tuning(path, key_hex, &entries);
   }
   bool changed = r.file == TuneFile::Damaged;
-  for (const auto& [key, s] : shapes) {
+  Tuner tuner{ctx, alloc, transfer, pipelines, compiler};
+  // A kept entry is used only where it is of the right kind and (gemm) still a valid, fully specified tile of
+  // this shape and device; otherwise it is dropped (and measured again when measuring).
+  auto kept = [&](const std::string& key, const std::string& kind, const std::function<bool(const std::string&)>& use) {
     auto it = entries.find(key);
-    if (it != entries.end()) {
-      // A kept tile is used only where it is still a valid, fully specified tile of this shape and device.
-      bool valid = false;
-      try {
-        valid = codegen::resolve_simt_tile(s, caps, it->second.tile) == it->second.tile;
-      } catch (const Error&) {
-      }
-      if (valid) {
-        r.choices[key] = it->second.tile;
-        ++r.cached;
-        continue;
-      }
-      entries.erase(it);
-      changed = true;
+    if (it == entries.end()) return false;
+    if (it->second.kind == kind && use(it->second.tile)) {
+      ++r.cached;
+      return true;
     }
-    if (mode != TuneMode::Measure) continue;
-    GemmTuneEntry e;
-    if (!measure(ctx, alloc, transfer, pipelines, compiler, s, caps, &e)) continue;
+    entries.erase(it);
+    changed = true;
+    return false;
+  };
+  auto add = [&](const std::string& key, GemmTuneEntry e) {
     r.timed += e.candidates.size();
     ++r.measured;
-    r.choices[key] = e.tile;
     entries[key] = std::move(e);
     changed = true;
+  };
+  for (const auto& [key, s] : shapes) {
+    const bool found = kept(key, "gemm", [&, &s = s, &key = key](const std::string& text) {
+      try {
+        const GemmTile t = parse_gemm_tile(text, false);
+        if (codegen::resolve_simt_tile(s, caps, t) != t) return false;
+        r.choices[key] = t;
+        return true;
+      } catch (const Error&) {
+        return false;
+      }
+    });
+    if (found || mode != TuneMode::Measure) continue;
+    GemmTuneEntry e;
+    if (!tuner.measure_gemm(s, caps, &e)) continue;
+    r.choices[key] = parse_gemm_tile(e.tile, false);
+    add(key, std::move(e));
+  }
+  for (const auto& [key, n] : convs) {
+    auto use = [&, &key = key](const std::string& text) {
+      const ConvTile t = parse_conv_tile(text);
+      if (!t.is_auto()) r.conv_choices[key] = t;
+      return true;
+    };
+    if (kept(key, "conv", use) || mode != TuneMode::Measure) continue;
+    GemmTuneEntry e;
+    if (!tuner.measure_conv(g, *n, caps, codegen, &e)) continue;
+    use(e.tile);
+    add(key, std::move(e));
   }
   if (changed && mode == TuneMode::Measure && !path.empty()) (void)store_gemm_tuning(path, key_hex, ctx.info(), entries);
   r.ms = ms_since(t0);

@@ -1,6 +1,7 @@
 // Measured kernel choice (docs/tuning.md): for every f32 SIMT GEMM shape of a graph, the candidate kernels
-// (codegen::gemm_tune_candidates: block tiles and split-K counts valid for the shape) are timed on the device
-// on scratch buffers and the fastest is used for the session's lowering (CodegenOptions::gemm_tuned). Every
+// (codegen::gemm_tune_candidates: block tiles and split-K counts valid for the shape), and for every
+// convolution the implicit-GEMM tiles (codegen::conv_tune_candidates), are timed on the device on scratch
+// buffers and the fastest is used for the session's lowering (CodegenOptions::gemm_tuned, conv_tuned). Every
 // candidate is a correct kernel of the same product; the choice changes speed, and (split K) the order in
 // which partial sums are added, never the product computed.
 //
@@ -29,12 +30,14 @@ class Allocator;
 class Transfer;
 class PipelineCache;
 
-// One shape's measured choice: the tile used and every candidate's time (ms per GEMM, GPU timestamps where the
-// device has them, else host wall time around the fence).
+// One shape's measured choice: the tile used and every candidate's time (ms per call, GPU timestamps where the
+// device has them, else host wall time around the fence). Tiles in their text forms: gemm_tile_str (a fully
+// specified SIMT tile) for kind "gemm", conv_tile_str ("auto": the heuristics) for kind "conv".
 struct GemmTuneEntry {
-  GemmTile tile;
+  std::string kind = "gemm";
+  std::string tile;
   double ms = 0;
-  std::vector<std::pair<GemmTile, double>> candidates;
+  std::vector<std::pair<std::string, double>> candidates;
 };
 
 enum class TuneFile : uint8_t { Off, Miss, Hit, Damaged };
@@ -52,15 +55,16 @@ std::string store_gemm_tuning(const std::string& path, const std::string& key_he
                               const std::map<std::string, GemmTuneEntry>& entries);
 
 struct GemmTuneResult {
-  std::map<std::string, GemmTile> choices;  // tunable_gemm_key -> tile (CodegenOptions::gemm_tuned)
-  size_t measured = 0;  // shapes timed now
+  std::map<std::string, GemmTile> choices;       // tunable_gemm_key -> tile (CodegenOptions::gemm_tuned)
+  std::map<std::string, ConvTile> conv_choices;  // tunable_conv_key -> tile (CodegenOptions::conv_tuned)
+  size_t measured = 0;  // shapes decided now (timed, or a conv whose candidates are all one program)
   size_t cached = 0;    // shapes whose choice came from the file
   size_t timed = 0;     // candidate kernels timed
   TuneFile file = TuneFile::Off;
   double ms = 0;
 };
 
-// The choices for the tunable matmuls of `g` (mode Use: from the file only; Measure: the missing ones timed and
+// The choices for the tunable matmuls and convolutions of `g` (mode Use: from the file only; Measure: the missing ones timed and
 // the file rewritten with them). `codegen` and `caps` are the session's, so the keys are the ones its lowering
 // asks for.
 GemmTuneResult tune_gemms(Context& ctx, Allocator& alloc, Transfer& transfer, PipelineCache& pipelines,

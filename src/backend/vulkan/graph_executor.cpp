@@ -88,6 +88,7 @@ void GraphExecutor::build() {
     const GemmTuneResult t =
         tune_gemms(ctx_, *alloc_, *transfer_, *pipelines_, *compiler_, g_, caps, opt_.codegen, opt_.tune, opt_.cache_dir);
     opt_.codegen.gemm_tuned = t.choices;
+    opt_.codegen.conv_tuned = t.conv_choices;
     stats_.tune_ms = t.ms;
     stats_.tune_measured = t.measured;
     stats_.tune_cached = t.cached;

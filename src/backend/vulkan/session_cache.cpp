@@ -353,6 +353,11 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
     h.str(key);
     for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn, t.lx, t.ly, t.wm, t.wn, t.group_m, t.splits}) h.pod(v);
   }
+  h.pod<uint64_t>(codegen.conv_tuned.size());
+  for (const auto& [key, t] : codegen.conv_tuned) {
+    h.str(key);
+    for (uint32_t v : {t.bp, t.bq, t.bk}) h.pod(v);
+  }
   h.pod(plan.in_place);
   h.pod(plan.in_place_assign);
   h.pod(plan.reuse);
