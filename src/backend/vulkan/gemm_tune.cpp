@@ -100,6 +100,17 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One shape to measure: its candidates (tile text) and their lowerings, the words of each input binding and of
+// the output.
+struct Job {
+  std::string key, kind;
+  std::vector<std::string> tiles;
+  std::vector<codegen::Lowering> lows;
+  std::vector<uint64_t> inputs;
+  uint64_t output = 0;
+  std::vector<const Pipeline*> pipes;  // every kernel of lows, in order
+};
+
 struct Tuner {
   Context& ctx;
   Allocator& alloc;
@@ -107,20 +118,22 @@ struct Tuner {
   PipelineCache& pipelines;
   codegen::ShaderCompiler& compiler;
 
-  // Times each lowering (all its kernels compiled first, in parallel) on zero-filled buffers: binding Input i
-  // gets `inputs[i]` words, Output `output` words. Returns false (nothing timed) when a buffer exceeds one
-  // binding's range; else the median ms per call of each lowering, in order.
-  bool time(const std::vector<codegen::Lowering>& lows, const std::vector<uint64_t>& inputs, uint64_t output,
-            std::vector<double>* out) {
-    uint64_t most = output;
-    for (uint64_t w : inputs) most = std::max(most, w);
-    for (const codegen::Lowering& l : lows)
+  // Whether every buffer of the job fits one binding's range (else the heuristics stay).
+  bool fits(const Job& j) const {
+    uint64_t most = j.output;
+    for (uint64_t w : j.inputs) most = std::max(most, w);
+    for (const codegen::Lowering& l : j.lows)
       for (uint64_t w : l.scratch_words) most = std::max(most, w);
-    if (most * 4 > ctx.limits().max_storage_buffer_range) return false;
-    // SPIR-V of every kernel, then the pipelines (the winner's are the session's own later: same SPIR-V).
+    return most * 4 <= ctx.limits().max_storage_buffer_range;
+  }
+
+  // The SPIR-V of every kernel of every job in parallel, then the pipelines (the winners' are the sessions' own
+  // later: same SPIR-V, same pipeline cache).
+  void compile(std::vector<Job>& jobs) {
     std::vector<const codegen::Kernel*> kernels;
-    for (const codegen::Lowering& l : lows)
-      for (const codegen::Kernel& k : l.kernels) kernels.push_back(&k);
+    for (const Job& j : jobs)
+      for (const codegen::Lowering& l : j.lows)
+        for (const codegen::Kernel& k : l.kernels) kernels.push_back(&k);
     std::vector<PipelineDesc> descs(kernels.size());
     support::parallel_for(kernels.size(), 0, [&](size_t i) {
       codegen::ShaderOptions so;
@@ -132,7 +145,16 @@ struct Tuner {
       descs[i].name = kernels[i]->name;
     });
     const std::vector<const Pipeline*> pipes = pipelines.get_all(descs);
+    size_t next = 0;
+    for (Job& j : jobs)
+      for (const codegen::Lowering& l : j.lows)
+        for (size_t k = 0; k < l.kernels.size(); ++k) j.pipes.push_back(pipes[next++]);
+  }
 
+  // Times each candidate of a compiled job on zero-filled buffers (binding Input i: inputs[i] words, Output: the
+  // output's); the median ms per call of each, in order.
+  std::vector<double> time(const Job& j) {
+    std::vector<double> out;
     std::vector<Buffer> operands, scratch;  // operands: the inputs, then the output
     auto release = [&] {
       for (Buffer& b : scratch) alloc.free(b);
@@ -140,16 +162,15 @@ struct Tuner {
       scratch.clear();
       operands.clear();
     };
-    out->clear();
     try {
-      std::vector<uint64_t> words = inputs;
-      words.push_back(output);
+      std::vector<uint64_t> words = j.inputs;
+      words.push_back(j.output);
       for (uint64_t w : words) {
         operands.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "tuning operand"));
         transfer.fill_zero(operands.back());
       }
       size_t first = 0;
-      for (const codegen::Lowering& low : lows) {
+      for (const codegen::Lowering& low : j.lows) {
         for (uint64_t w : low.scratch_words)
           scratch.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "tuning scratch"));
         CommandStream stream(ctx, /*timestamps=*/true);
@@ -162,7 +183,7 @@ struct Tuner {
                              : bd.kind == codegen::BindingKind::Output ? operands.back()
                                                                        : scratch.at(size_t(bd.index)));
             if (rep > 0 || i > 0) stream.barrier();
-            stream.dispatch(*pipes[first + i], bind, k.groups, nullptr, 0, k.name);
+            stream.dispatch(*j.pipes[first + i], bind, k.groups, nullptr, 0, k.name);
           }
         for (int w = 0; w < kWarmup; ++w) stream.submit();
         std::vector<double> times;
@@ -177,7 +198,7 @@ struct Tuner {
           times.push_back(ms / kReps);
         }
         std::sort(times.begin(), times.end());
-        out->push_back(times[times.size() / 2]);
+        out.push_back(times[times.size() / 2]);
         first += low.kernels.size();
         for (Buffer& b : scratch) alloc.free(b);
         scratch.clear();
@@ -187,80 +208,57 @@ struct Tuner {
       throw;
     }
     release();
-    return true;
-  }
-
-  // The fastest candidate; on a tie the earlier one (the heuristics' choice comes first).
-  static void choose(GemmTuneEntry* e) {
-    size_t best = 0;
-    for (size_t c = 1; c < e->candidates.size(); ++c)
-      if (e->candidates[c].second < e->candidates[best].second) best = c;
-    e->tile = e->candidates[best].first;
-    e->ms = e->candidates[best].second;
-  }
-
-  bool measure_gemm(const codegen::GemmShape& s, const codegen::DeviceCaps& caps, GemmTuneEntry* e) {
-    const std::vector<GemmTile> cands = codegen::gemm_tune_candidates(s, caps);
-    if (cands.empty()) return false;
-    std::vector<codegen::Lowering> lows;
-    for (const GemmTile& t : cands) {
-      codegen::GemmOptions o;
-      o.variant = codegen::GemmVariant::Tiled;
-      o.tile = t;
-      lows.push_back(codegen::lower_gemm(s, caps, o));
-    }
-    const uint64_t batch = product_where(s.batch, std::vector<uint64_t>(s.batch.size(), 1));
-    std::vector<double> ms;
-    if (!time(lows, {s.m * s.k * product_where(s.batch, s.a_stride), s.k * s.n * product_where(s.batch, s.b_stride)},
-              s.m * s.n * batch, &ms))
-      return false;
-    e->kind = "gemm";
-    e->candidates.clear();
-    for (size_t c = 0; c < cands.size(); ++c) e->candidates.push_back({gemm_tile_str(cands[c], false), ms[c]});
-    choose(e);
-    return true;
-  }
-
-  // The node's lowering with each conv candidate; candidates that give the same program as an earlier one are
-  // dropped (a direct kernel ignores the tile; the heuristics may pick a candidate's tile themselves).
-  bool measure_conv(const ir::Graph& g, const ir::Node& n, const codegen::DeviceCaps& caps,
-                    const codegen::CodegenOptions& codegen, GemmTuneEntry* e) {
-    std::vector<ConvTile> cands;
-    std::vector<codegen::Lowering> lows;
-    std::vector<std::string> programs;
-    for (const ConvTile& t : codegen::conv_tune_candidates()) {
-      codegen::CodegenOptions o = codegen;
-      o.kernels.conv_tile = t;
-      o.conv_tuned.clear();
-      codegen::Lowering l;
-      try {
-        l = codegen::lower_node({g, n, caps, o});
-      } catch (const Error&) {
-        continue;  // not valid for this device
-      }
-      std::string program;
-      for (const codegen::Kernel& k : l.kernels) program += k.glsl;
-      if (std::find(programs.begin(), programs.end(), program) != programs.end()) continue;
-      programs.push_back(program);
-      cands.push_back(t);
-      lows.push_back(std::move(l));
-    }
-    e->kind = "conv";
-    e->candidates.clear();
-    if (cands.size() <= 1) {  // one program: nothing to time
-      e->tile = "auto";
-      e->ms = 0;
-      return true;
-    }
-    std::vector<uint64_t> inputs;
-    for (int in : n.inputs) inputs.push_back(uint64_t(std::max<int64_t>(numel(g.node(in).shape), 1)));
-    std::vector<double> ms;
-    if (!time(lows, inputs, uint64_t(std::max<int64_t>(numel(n.shape), 1)), &ms)) return false;
-    for (size_t c = 0; c < cands.size(); ++c) e->candidates.push_back({conv_tile_str(cands[c]), ms[c]});
-    choose(e);
-    return true;
+    return out;
   }
 };
+
+// The candidates of a GEMM shape (empty when it has none).
+Job gemm_job(const std::string& key, const codegen::GemmShape& s, const codegen::DeviceCaps& caps) {
+  Job j;
+  j.key = key;
+  j.kind = "gemm";
+  for (const GemmTile& t : codegen::gemm_tune_candidates(s, caps)) {
+    codegen::GemmOptions o;
+    o.variant = codegen::GemmVariant::Tiled;
+    o.tile = t;
+    j.tiles.push_back(gemm_tile_str(t, false));
+    j.lows.push_back(codegen::lower_gemm(s, caps, o));
+  }
+  const uint64_t batch = product_where(s.batch, std::vector<uint64_t>(s.batch.size(), 1));
+  j.inputs = {s.m * s.k * product_where(s.batch, s.a_stride), s.k * s.n * product_where(s.batch, s.b_stride)};
+  j.output = s.m * s.n * batch;
+  return j;
+}
+
+// The conv node's lowering with each candidate tile; candidates that give the same program as an earlier one are
+// dropped (a direct kernel ignores the tile; the heuristics may pick a candidate's tile themselves).
+Job conv_job(const std::string& key, const ir::Graph& g, const ir::Node& n, const codegen::DeviceCaps& caps,
+             const codegen::CodegenOptions& codegen) {
+  Job j;
+  j.key = key;
+  j.kind = "conv";
+  std::vector<std::string> programs;
+  for (const ConvTile& t : codegen::conv_tune_candidates()) {
+    codegen::CodegenOptions o = codegen;
+    o.kernels.conv_tile = t;
+    o.conv_tuned.clear();
+    codegen::Lowering l;
+    try {
+      l = codegen::lower_node({g, n, caps, o});
+    } catch (const Error&) {
+      continue;  // not valid for this device
+    }
+    std::string program;
+    for (const codegen::Kernel& k : l.kernels) program += k.glsl;
+    if (std::find(programs.begin(), programs.end(), program) != programs.end()) continue;
+    programs.push_back(program);
+    j.tiles.push_back(conv_tile_str(t));
+    j.lows.push_back(std::move(l));
+  }
+  for (int in : n.inputs) j.inputs.push_back(uint64_t(std::max<int64_t>(numel(g.node(in).shape), 1)));
+  j.output = uint64_t(std::max<int64_t>(numel(n.shape), 1));
+  return j;
+}
 
 }  // namespace
 
@@ -357,7 +355,6 @@ GemmTuneResult tune_gemms(Context& ctx, Allocator& alloc, Transfer& transfer, Pi
     r.file = load_gemm_tuning(path, key_hex, &entries);
   }
   bool changed = r.file == TuneFile::Damaged;
-  Tuner tuner{ctx, alloc, transfer, pipelines, compiler};
   // A kept entry is used only where it is of the right kind and (gemm) still a valid, fully specified tile of
   // this shape and device; otherwise it is dropped (and measured again when measuring).
   auto kept = [&](const std::string& key, const std::string& kind, const std::function<bool(const std::string&)>& use) {
@@ -371,40 +368,69 @@ GemmTuneResult tune_gemms(Context& ctx, Allocator& alloc, Transfer& transfer, Pi
     changed = true;
     return false;
   };
-  auto add = [&](const std::string& key, GemmTuneEntry e) {
-    r.timed += e.candidates.size();
-    ++r.measured;
-    entries[key] = std::move(e);
-    changed = true;
+  auto use_gemm = [&](const std::string& key, const codegen::GemmShape& s, const std::string& text) {
+    try {
+      const GemmTile t = parse_gemm_tile(text, false);
+      if (codegen::resolve_simt_tile(s, caps, t) != t) return false;
+      r.choices[key] = t;
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
   };
+  auto use_conv = [&](const std::string& key, const std::string& text) {
+    const ConvTile t = parse_conv_tile(text);
+    if (!t.is_auto()) r.conv_choices[key] = t;
+    return true;
+  };
+  // The shapes to measure: every candidate lowered, then all compiled at once, then timed one shape at a time.
+  std::vector<Job> jobs;
   for (const auto& [key, s] : shapes) {
-    const bool found = kept(key, "gemm", [&, &s = s, &key = key](const std::string& text) {
-      try {
-        const GemmTile t = parse_gemm_tile(text, false);
-        if (codegen::resolve_simt_tile(s, caps, t) != t) return false;
-        r.choices[key] = t;
-        return true;
-      } catch (const Error&) {
-        return false;
-      }
-    });
-    if (found || mode != TuneMode::Measure) continue;
-    GemmTuneEntry e;
-    if (!tuner.measure_gemm(s, caps, &e)) continue;
-    r.choices[key] = parse_gemm_tile(e.tile, false);
-    add(key, std::move(e));
+    const std::string& k = key;
+    const codegen::GemmShape& sh = s;
+    if (kept(k, "gemm", [&](const std::string& t) { return use_gemm(k, sh, t); }) || mode != TuneMode::Measure)
+      continue;
+    jobs.push_back(gemm_job(k, sh, caps));
   }
   for (const auto& [key, n] : convs) {
-    auto use = [&, &key = key](const std::string& text) {
-      const ConvTile t = parse_conv_tile(text);
-      if (!t.is_auto()) r.conv_choices[key] = t;
-      return true;
-    };
-    if (kept(key, "conv", use) || mode != TuneMode::Measure) continue;
+    const std::string& k = key;
+    if (kept(k, "conv", [&](const std::string& t) { return use_conv(k, t); }) || mode != TuneMode::Measure) continue;
+    jobs.push_back(conv_job(k, g, *n, caps, codegen));
+  }
+  Tuner tuner{ctx, alloc, transfer, pipelines, compiler};
+  std::vector<Job> timed;
+  for (Job& j : jobs) {
+    if (j.tiles.empty() || !tuner.fits(j)) continue;  // the heuristics stay
+    if (j.tiles.size() == 1) {  // one program: nothing to time
+      GemmTuneEntry e;
+      e.kind = j.kind;
+      e.tile = j.tiles[0];
+      if (j.kind == "gemm" ? use_gemm(j.key, shapes.at(j.key), e.tile) : use_conv(j.key, e.tile)) {
+        ++r.measured;
+        entries[j.key] = std::move(e);
+        changed = true;
+      }
+      continue;
+    }
+    timed.push_back(std::move(j));
+  }
+  tuner.compile(timed);
+  for (const Job& j : timed) {
+    const std::vector<double> ms = tuner.time(j);
     GemmTuneEntry e;
-    if (!tuner.measure_conv(g, *n, caps, codegen, &e)) continue;
-    use(e.tile);
-    add(key, std::move(e));
+    e.kind = j.kind;
+    for (size_t c = 0; c < j.tiles.size(); ++c) e.candidates.push_back({j.tiles[c], ms[c]});
+    // The fastest; on a tie the earlier candidate (the heuristics' choice comes first).
+    size_t best = 0;
+    for (size_t c = 1; c < ms.size(); ++c)
+      if (ms[c] < ms[best]) best = c;
+    e.tile = j.tiles[best];
+    e.ms = ms[best];
+    if (j.kind == "gemm" ? !use_gemm(j.key, shapes.at(j.key), e.tile) : !use_conv(j.key, e.tile)) continue;
+    r.timed += j.tiles.size();
+    ++r.measured;
+    entries[j.key] = std::move(e);
+    changed = true;
   }
   if (changed && mode == TuneMode::Measure && !path.empty()) (void)store_gemm_tuning(path, key_hex, ctx.info(), entries);
   r.ms = ms_since(t0);
