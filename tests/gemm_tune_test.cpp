@@ -5,6 +5,7 @@
 // the file.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <iterator>
 
 #include "backend/vulkan/gemm_tune.h"
+#include "codegen/matmul.h"
 #include "mgn/graph.h"
 #include "mgn/session.h"
 #include "support/test_util.h"
@@ -260,6 +262,63 @@ TEST(GemmTune, ADamagedFileIsIgnoredAndRewritten) {
         << what << ": rewritten";
     EXPECT_EQ(again.size(), kShapes) << what;
   }
+}
+
+// The candidate set, on the default caps and a device limited to 256 invocations and 16 KiB of shared memory:
+// the heuristics' tile first, every candidate fully specified and canonical (resolving it again changes
+// nothing), no duplicates, and the split-K counts where K allows them.
+TEST(GemmTune, CandidatesAreResolvedDistinctAndStartWithTheHeuristics) {
+  codegen::DeviceCaps big;
+  codegen::DeviceCaps small;
+  small.max_workgroup_invocations = 256;
+  small.max_shared_bytes = 16384;
+  for (const codegen::DeviceCaps& caps : {big, small})
+    for (auto [m, n, k] : {std::array<uint64_t, 3>{24, 36, 40}, {16, 12, 512}, {128, 576, 1536}, {4096, 4096, 64}}) {
+      codegen::GemmShape s;
+      s.m = m, s.n = n, s.k = k;
+      const std::vector<GemmTile> c = codegen::gemm_tune_candidates(s, caps);
+      ASSERT_GE(c.size(), 3u) << m << "x" << n << "x" << k;
+      EXPECT_EQ(c[0], codegen::resolve_simt_tile(s, caps)) << "the heuristics' tile comes first";
+      for (size_t i = 0; i < c.size(); ++i) {
+        EXPECT_EQ(codegen::resolve_simt_tile(s, caps, c[i]), c[i]) << gemm_tile_str(c[i], false);
+        EXPECT_NE(c[i].tm, 0u);
+        EXPECT_NE(c[i].splits, 0u);
+        EXPECT_LE(uint64_t(c[i].bm / c[i].tm) * (c[i].bn / c[i].tn), caps.max_workgroup_invocations);
+        for (size_t j = 0; j < i; ++j) EXPECT_NE(c[i], c[j]);
+      }
+      bool split = false;
+      for (const GemmTile& t : c) split |= t.splits > 1;
+      EXPECT_EQ(split, k >= 256) << m << "x" << n << "x" << k << ": split-K candidates where each split keeps 64 of K";
+    }
+}
+
+// A kept tile that parses but is no kernel of the shape (a per-thread tile that is not a multiple of 4) is not
+// used: Use falls back to the heuristics for that shape, Measure measures it again.
+TEST(GemmTune, AnInvalidKeptTileIsNotUsed) {
+  TempDir dir;
+  std::map<std::string, vk::GemmTuneEntry> entries;
+  const fs::path file = measure_into(dir.path, &entries);
+  ASSERT_FALSE(file.empty());
+  const std::string key = "f32/strict/16x12x512/t00/";
+  ASSERT_TRUE(entries.count(key));
+  entries[key].tile = "64x64x16,t6x4,l16x2,g8,s1";
+  vk::DeviceInfo info;
+  ASSERT_EQ(vk::store_gemm_tuning(file.string(), file.stem().string(), info, entries), "");
+  {
+    Session use = compile_vk(TuneMode::Use, dir.path);
+    EXPECT_EQ(use.compile_report().tune_file, "hit");
+    EXPECT_EQ(use.compile_report().tune_cached, kShapes - 1);
+    EXPECT_EQ(use.compile_report().tune_measured, 0u);
+    EXPECT_FALSE(has_kernel(use, "matmul_tiled_64x64x16_6x4"));
+    expect_matches_cpu(use);
+  }
+  Session m = compile_vk(TuneMode::Measure, dir.path);
+  EXPECT_EQ(m.compile_report().tune_cached, kShapes - 1);
+  EXPECT_EQ(m.compile_report().tune_measured, 1u);
+  std::map<std::string, vk::GemmTuneEntry> again;
+  ASSERT_EQ(vk::load_gemm_tuning(file.string(), file.stem().string(), &again), vk::TuneFile::Hit);
+  EXPECT_NE(again.at(key).tile, "64x64x16,t6x4,l16x2,g8,s1");
+  expect_matches_cpu(m);
 }
 
 TEST(GemmTune, OffNeverTouchesTheFile) {
