@@ -432,6 +432,7 @@ GemmTuneResult tune_gemms(Context& ctx, Allocator& alloc, Transfer& transfer, Pi
     entries[j.key] = std::move(e);
     changed = true;
   }
+  if (!timed.empty()) alloc.trim();  // the tuning buffers' memory blocks go back (the session's memory report)
   if (changed && mode == TuneMode::Measure && !path.empty()) (void)store_gemm_tuning(path, key_hex, ctx.info(), entries);
   r.ms = ms_since(t0);
   return r;
