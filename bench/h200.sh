@@ -97,6 +97,12 @@
 #                S=$LLAMA_CPP_PROMPT (128), N=$LLAMA_CPP_GEN (128), R=$LLAMA_CPP_REPS (20),
 #                $LLAMA_CPP_WORKLOAD (smollm2-135m; llama-tiny for a dry run) -> llama_cpp_table.md,
 #                llama_cpp_bench.jsonl, llama_cpp_mgn.jsonl, llama_cpp_log.txt (about 2-4 minutes)
+#   tune         measured GEMM kernel choice (docs/tuning.md): mgn bench of each $TUNE_WORKLOADS (default
+#                "smollm2-135m resnet50"; batch 1 and 4), phases compile, inference, flb, step, untuned (fresh cache),
+#                then --tune cold (fresh cache: every shape measured) and --tune warm (second process, same cache:
+#                nothing measured), each --verbose, capped at $TUNE_TIMEOUT s (default 900) -> tune_W_{untuned,cold,
+#                warm}.jsonl, tune_table.md (tuning time, shapes measured/cached, phase medians vs untuned),
+#                tune_W.txt (the tuning file: every shape's candidates and times), tune_log.txt (about 5-10 minutes)
 set -uo pipefail
 B=${1:-build-release}
 DATA=${2:-.fmdata}
@@ -212,6 +218,39 @@ for job in "$@"; do
           *) echo "compile-times: unknown workload $w" >> "$OUT/compile_times_log.txt" ;;
         esac
       done
+      ;;
+    tune)
+      L="$OUT/tune_log.txt" T=/tmp/tune
+      rm -rf "$T" && mkdir -p "$T"
+      for w in ${TUNE_WORKLOADS:-smollm2-135m resnet50}; do
+        batch=1; [ "$w" = resnet50 ] && batch=4
+        for run in untuned cold warm; do
+          C="$T/$w-tuned"; TF=(--tune)
+          [ $run = untuned ] && C="$T/$w-untuned" && TF=()
+          MGN_CACHE_DIR="$C" __GL_SHADER_DISK_CACHE_PATH="$C/nv" timeout "${TUNE_TIMEOUT:-900}" "$B/mgn" bench "$w" \
+            --batch "$batch" --phases compile,inference,flb,step --verbose "${TF[@]}" --json "$OUT/tune_${w}_$run.jsonl" \
+            > /dev/null 2>> "$L"
+          echo "mgn bench $w $run rc=$? (124: timed out)" >> "$L"
+        done
+        cat "$T/$w-tuned"/tuning/*.txt > "$OUT/tune_$w.txt" 2>/dev/null
+      done
+      python3 - "$OUT" ${TUNE_WORKLOADS:-smollm2-135m resnet50} > "$OUT/tune_table.md" 2>> "$L" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+print("| workload | run | tune_ms | measured | cached | timed | compile ms | inference | flb | step |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for w in sys.argv[2:]:
+    for run in ("untuned", "cold", "warm"):
+        p = os.path.join(out, f"tune_{w}_{run}.jsonl")
+        rows = [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+        by = {r["phase"]: r for r in rows}
+        c = by.get("compile", {}).get("phase_totals", {})
+        med = lambda ph: f'{by[ph]["median_ms"]:.3f}' if ph in by else "-"
+        comp = f'{by["compile"]["median_ms"]:.0f}' if "compile" in by else "-"
+        print(f'| {w} | {run} | {c.get("tune_ms", 0):.0f} | {c.get("tune_measured", 0):.0f} | '
+              f'{c.get("tune_cached", 0):.0f} | {c.get("tune_timed", 0):.0f} | {comp} | {med("inference")} | '
+              f'{med("flb")} | {med("step")} |')
+PY
       ;;
     gemm)
       SHAPES="512x512x512 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192 128x1536x576 128x576x1536"

@@ -106,6 +106,15 @@ def main():
         h, _ = mgn_run([cmd, "-h"] + valid[cmd])
         check(h.returncode == 0 and h.stdout == r.stdout, f"mgn {cmd} -h ... prints the help and does nothing else")
 
+    # --tune (measured GEMM kernel choice, docs/tuning.md) on the commands that take the common compile flags
+    for cmd in ["train-fashion-mnist", "bench", "generate", "finetune", "llama-check", "run", "whisper-encode",
+                "dinov3-embed", "dinovision", "smolvla", "unet"]:
+        r, _ = mgn_run([cmd, "--help"])
+        check(re.search(r"^\s+--tune\s", r.stdout, re.M) is not None, f"mgn {cmd} --help shows --tune")
+    for cmd in ["bench-gemm", "plan", "onnx-conformance"]:
+        r, _ = mgn_run([cmd, "--help"])
+        check("--tune" not in r.stdout, f"mgn {cmd} has no --tune")
+
     # ---- unknown flags: exit 2, one line naming the command once and the flag
     def one_usage_error(cmd, args, want, env_extra=None, label=None):
         label = label or " ".join([cmd] + args)
@@ -304,6 +313,28 @@ def main():
         check(warm and all(p["session_cache"] == "hit" and p["emitted"] == 0 and p["compiled"] == 0
                            and p["spirv_from_session"] == p["unique_kernels"] for p in warm.values()),
               f"a warm compile in a new process emits no GLSL and runs no shaderc: {warm}")
+        # --tune: the first compile measures the GEMM shapes and writes the tuning file; the second (a new process,
+        # same folder) takes every choice from the file; without --tune the file is not read.
+        tuned_dir = os.path.join(work, "tune-cache")
+        tuned = []
+        for run, flags in (("tune-cold", ["--tune"]), ("tune-warm", ["--tune"]), ("untuned", [])):
+            j = os.path.join(work, f"compile_{run}.jsonl")
+            r, _ = mgn_run(["bench", "fashion-mlp", "--phases", "compile", "--json", j] + flags, {"MGN_CACHE_DIR": tuned_dir})
+            check(r.returncode == 0, f"mgn bench fashion-mlp --phases compile {flags} ({run}): {r.stderr.strip()[-300:]}")
+            line = json.loads(open(j).readline()) if r.returncode == 0 else {}
+            tuned.append(line)
+        t_cold, t_warm, t_off = tuned
+        if t_cold and t_warm and t_off:
+            c, w = t_cold["phase_totals"], t_warm["phase_totals"]
+            check(t_cold["tune"] == "measure" and c["tune_measured"] > 0 and c["tune_timed"] >= c["tune_measured"],
+                  f"mgn bench --tune measures GEMM shapes: {c}")
+            check(w["tune_measured"] == 0 and w["tune_cached"] >= c["tune_measured"] and
+                  all(p["tune_file"] == "hit" for p in t_warm["phases"].values()),
+                  f"a second mgn bench --tune measures nothing: {w}")
+            check(t_off["tune"] == "off" and all(p["tune_file"] == "off" and p["tune_cached"] == 0
+                                                 for p in t_off["phases"].values()),
+                  f"without --tune the tuning file is not read: {t_off['phases']}")
+            check(len(os.listdir(os.path.join(tuned_dir, "tuning"))) == 1, "one tuning file for the device")
         r, _ = mgn_run(["cache", "info", "--dir", own])
         m = re.search(r"compiled sessions\s+(\d+)", r.stdout)
         check(r.returncode == 0 and m and int(m.group(1)) == len(warm), f"mgn cache info counts the sessions: {r.stdout}")

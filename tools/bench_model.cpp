@@ -91,6 +91,9 @@ Json report_json(double graph_ms, const CompileReport& r) {
           {"shaderc_cpu_ms", r.shaderc_cpu_ms}, {"validate_cpu_ms", r.validate_cpu_ms},
           {"pipeline_ms", r.pipeline_ms},   {"record_ms", r.record_ms},
           {"store_ms", r.store_ms},         {"upload_ms", r.upload_ms},
+          {"tune_ms", r.tune_ms},           {"tune_measured", r.tune_measured},
+          {"tune_cached", r.tune_cached},   {"tune_timed", r.tune_timed},
+          {"tune_file", r.tune_file},
           {"compile_ms", r.total_ms},       {"kernels", r.kernels},
           {"unique_kernels", r.unique_kernels}, {"emitted", r.emitted},
           {"compiled", r.compiled},         {"spirv_memory_hits", r.spirv_memory_hits},
@@ -101,10 +104,11 @@ Json report_json(double graph_ms, const CompileReport& r) {
 void print_report(const std::string& workload, const std::map<std::string, Json>& sessions) {
   static const char* kRows[] = {"graph_build_ms", "autodiff_ms", "optimizer_ms", "verify_ms", "device_ms",
                                 "setup_ms", "hash_ms", "cache_ms", "fusion_ms", "emit_ms", "plan_ms", "shaderc_ms", "shaderc_cpu_ms",
-                                "validate_cpu_ms", "pipeline_ms", "record_ms", "store_ms", "compile_ms",
+                                "validate_cpu_ms", "pipeline_ms", "record_ms", "store_ms", "tune_ms", "compile_ms",
                                 "upload_ms"};
   static const char* kCounts[] = {"kernels", "unique_kernels", "emitted", "compiled", "spirv_memory_hits",
-                                  "spirv_disk_hits", "spirv_from_session", "pipelines_created"};
+                                  "spirv_disk_hits", "spirv_from_session", "pipelines_created",
+                                  "tune_measured", "tune_cached", "tune_timed"};
   std::fprintf(stderr, "compile phases of %s (ms; graph build is outside compile, upload not counted)\n%-20s",
                workload.c_str(), "");
   for (auto& [name, j] : sessions) std::fprintf(stderr, " %11s", name.c_str());
@@ -119,9 +123,11 @@ void print_report(const std::string& workload, const std::map<std::string, Json>
     for (auto& [name, j] : sessions) std::fprintf(stderr, " %11llu", (unsigned long long)j.at(row).get<uint64_t>());
     std::fprintf(stderr, "\n");
   }
-  std::fprintf(stderr, "%-20s", "session_cache");
-  for (auto& [name, j] : sessions) std::fprintf(stderr, " %11s", j.at("session_cache").get<std::string>().c_str());
-  std::fprintf(stderr, "\n");
+  for (const char* row : {"session_cache", "tune_file"}) {
+    std::fprintf(stderr, "%-20s", row);
+    for (auto& [name, j] : sessions) std::fprintf(stderr, " %11s", j.at(row).get<std::string>().c_str());
+    std::fprintf(stderr, "\n");
+  }
 }
 
 int run_model(const Args& a, const ModelSpec& m) {
@@ -224,6 +230,7 @@ int run_model(const Args& a, const ModelSpec& m) {
                  {"batch", m.batch}};
   for (auto& [k, v] : m.extra.items()) common[k] = v;
   common["cache"] = a.cold_cache ? "cold" : "default";
+  common["tune"] = tune_mode_name(a.base.tune);
   common["params"] = n_params;
   std::fprintf(stderr, "bench %s: batch %lld, %lld parameters, backend %s (%s), mode %s\n",
                a.workload.c_str(), (long long)m.batch, (long long)n_params, infer.backend(),

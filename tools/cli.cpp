@@ -119,6 +119,11 @@ void add_compile_flags(CLI::App& app, CompileFlags& f, unsigned which, const std
            "precision of nodes that leave theirs unset; accelerated lets matmuls round their inputs to "
            "f16 where the device's self-test passed; overrides MGN_PRECISION (default strict)")
         ->check(CLI::IsMember({"strict", "accelerated"}));
+  if (which & kTuneFlag)
+    app.add_flag("--tune", f.tune,
+                 "time the candidate kernels of each f32 GEMM shape on the device while compiling and use the "
+                 "fastest; choices are kept per device and driver in the cache folder, so only new shapes are "
+                 "measured (docs/tuning.md)");
 }
 
 Precision precision_from_name(const std::string& name) {
@@ -140,6 +145,7 @@ CompileOptions compile_options(const Context& c, const CompileFlags& f, Mode mod
   o.backend = backend_from_name(f.backend);
   if (!f.device.empty()) o.device.device = f.device;
   if (!f.precision.empty()) o.default_precision = precision_from_name(f.precision);
+  if (f.tune) o.tune = TuneMode::Measure;
   o.on_progress = compile_progress(mode == Mode::Train ? "the training session" : "the inference session");
   return o;
 }

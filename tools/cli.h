@@ -54,8 +54,15 @@ struct CompileFlags {
   std::string backend = "auto";
   std::string device;     // empty: the environment's (MGN_DEVICE)
   std::string precision;  // empty: the environment's (MGN_PRECISION)
+  bool tune = false;      // --tune: measured GEMM kernel choice (TuneMode::Measure, docs/tuning.md)
 };
-enum CompileFlag : unsigned { kBackendFlag = 1, kDeviceFlag = 2, kPrecisionFlag = 4, kAllCompileFlags = 7 };
+enum CompileFlag : unsigned {
+  kBackendFlag = 1,
+  kDeviceFlag = 2,
+  kPrecisionFlag = 4,
+  kTuneFlag = 8,
+  kAllCompileFlags = 15
+};
 // `precision_names`: the flag's names ("--precision", or "--mode,--precision" where --mode came first).
 void add_compile_flags(CLI::App& app, CompileFlags& flags, unsigned which = kAllCompileFlags,
                        const std::string& precision_names = "--precision");

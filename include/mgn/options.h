@@ -57,6 +57,13 @@ struct ConvTile {
   bool is_auto() const { return *this == ConvTile{}; }
 };
 
+// Measured kernel choice (docs/tuning.md): where a GEMM has several valid kernels (block tile, split K), time
+// them on the session's device while compiling and lower with the fastest, remembered per device and driver
+// in <cache_dir>/tuning/. Off: the heuristics alone, the tuning file is never read or written. Use: choices
+// found in the file, the heuristics for the rest (never measures). Measure: as Use, and shapes missing from
+// the file are measured now and added to it (without a cache_dir: measured, kept for this session only).
+enum class TuneMode : uint8_t { Off, Use, Measure };
+
 // Which kernels the code generator emits.
 struct KernelOptions {
   // Connected pointwise nodes of one shape as one kernel; attention_grad_k + attention_grad_v of one
@@ -158,5 +165,7 @@ const char* attention_kernel_name(AttentionKernel k);  // "auto", "row", "tiled"
 const char* gemm_ablation_name(GemmAblation a);        // "", "noload", "nomma", "mmaonly", "fragonly"
 std::string gemm_tile_str(const GemmTile& t, bool coopmat);  // "auto" when every field is unset
 std::string conv_tile_str(const ConvTile& t);                // "auto" when every field is unset
+TuneMode parse_tune_mode(const std::string& text, const std::string& who = "tuning");  // off, use, measure
+const char* tune_mode_name(TuneMode m);                                                  // "off", "use", "measure"
 
 }  // namespace mgn

@@ -64,6 +64,10 @@ struct CompileOptions {
   // Vulkan: bound on the compiled-session cache in cache_dir (least recently used entries are removed);
   // 0 turns it off (every compile emits and compiles again, from the per-kernel SPIR-V cache).
   uint64_t session_cache_bytes = 512ull << 20;
+  // Vulkan: measured GEMM kernel choice (TuneMode, options.h; docs/tuning.md). Off (the default) keeps compiling
+  // as fast as before; Measure times the candidate kernels of every f32 GEMM shape the tuning file in cache_dir
+  // lacks (seconds on a big model, once per device and driver) and CompileReport says how long it took.
+  TuneMode tune = TuneMode::Off;
   // Per-kernel GPU time (timestamp queries, summed over the session's runs, heaviest first) and compile time
   // per phase, printed on stderr when the session ends.
   bool profile = false;
@@ -117,6 +121,7 @@ struct CompileReport {
   double pipeline_ms = 0;      // vkCreateComputePipelines (from the persisted pipeline cache when warm)
   double record_ms = 0;        // allocation, step building, command recording
   double store_ms = 0;         // writing the compiled-session cache entry (a miss)
+  double tune_ms = 0;          // measured kernel choice (CompileOptions::tune): reading, timing, writing the file
   double upload_ms = 0;        // initial parameter / constant values (not compile time)
   size_t kernels = 0;          // dispatches of the step
   size_t unique_kernels = 0;   // distinct GLSL among them
@@ -126,6 +131,10 @@ struct CompileReport {
   size_t spirv_disk_hits = 0;     // SPIR-V from the per-kernel disk cache
   size_t spirv_from_session = 0;  // SPIR-V from the compiled-session cache entry
   size_t pipelines_created = 0;
+  size_t tune_measured = 0;    // GEMM shapes whose candidates were timed by this compile
+  size_t tune_cached = 0;      // GEMM shapes whose choice came from the tuning file
+  size_t tune_timed = 0;       // candidate kernels timed (over the measured shapes)
+  std::string tune_file = "off";  // off, miss (no file), hit, damaged (ignored; rewritten by Measure)
   std::string session_cache = "off";  // off (no cache_dir, or CPU), miss, hit, corrupt (rebuilt)
 };
 

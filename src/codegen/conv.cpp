@@ -31,6 +31,7 @@
 // docs/perf-notes.md ("Convolution as implicit GEMM") has the reasoning and the H200 expectations.
 #include "codegen/conv_common.h"
 #include "codegen/glsl.h"
+#include "codegen/tuning.h"
 #include "mgn/types.h"
 
 namespace mgn::codegen {
@@ -170,6 +171,26 @@ std::string window_taps(const Win& w, uint64_t H, uint64_t W, const std::string&
 std::string containing_windows(const Win& w, uint64_t OH, uint64_t OW, const std::string& body,
                                const std::string& indent) {
   return tap_loops(axis_h(w, OH, 0), axis_w(w, OW, 0), output_of_tap, body, indent);
+}
+
+std::string tunable_conv_key(const LowerContext& ctx) {
+  const ir::Node& n = ctx.node;
+  const bool conv = n.op == ir::Op::Conv2d || n.op == ir::Op::Conv2dGradInput || n.op == ir::Op::Conv2dGradWeight;
+  if (!conv || !ctx.options.kernels.conv_tile.is_auto() || gl::numel_u(n.shape) == 0) return "";
+  auto dims = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
+    return s;
+  };
+  return std::string(ir::op_info(n.op).name) + "/" + dtype_name(n.dtype) + "/" +
+         (ctx.precision() == Precision::Accelerated ? "accelerated" : "strict") + "/" + dims(ctx.input(0).shape) +
+         "/" + dims(ctx.input(1).shape) + "/" + dims(n.shape) + "/s" + dims(n.attrs.ints("stride")) + "/p" +
+         dims(n.attrs.ints("padding")) + "/d" + dims(n.attrs.ints("dilation")) + "/g" +
+         std::to_string(n.attrs.i("groups"));
+}
+
+std::vector<ConvTile> conv_tune_candidates() {
+  return {{}, {32, 32, 32}, {64, 64, 32}, {128, 64, 16}, {128, 128, 16}};
 }
 
 Lowering lower_conv(const LowerContext& ctx) {

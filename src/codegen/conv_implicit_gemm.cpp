@@ -9,6 +9,7 @@
 #include "codegen/conv_common.h"
 #include "codegen/gemm_tiled.h"
 #include "codegen/glsl.h"
+#include "codegen/tuning.h"
 #include "mgn/types.h"
 
 namespace mgn::codegen {
@@ -62,8 +63,13 @@ Tile make_tile(uint32_t bp, uint32_t bq, uint32_t bk, uint64_t k, const DeviceCa
 
 // KernelOptions::conv_tile (BPxBQxBK, e.g. 128x64x16) pins the tile of every implicit-GEMM conv kernel: for
 // tests (every configuration runs on lavapipe whatever the shape) and for benchmarking tile choices.
+// A measured choice (CodegenOptions::conv_tuned, docs/tuning.md) counts as pinned for this node.
 std::optional<Tile> forced_tile(uint64_t k, const LowerContext& ctx) {
-  const ConvTile& t = ctx.options.kernels.conv_tile;
+  ConvTile t = ctx.options.kernels.conv_tile;
+  if (t.is_auto() && !ctx.options.conv_tuned.empty()) {
+    auto it = ctx.options.conv_tuned.find(tunable_conv_key(ctx));
+    if (it != ctx.options.conv_tuned.end()) t = it->second;
+  }
   if (t.is_auto()) return std::nullopt;
   // The text form is checked when parsed (parse_conv_tile); a tile built in code is checked here.
   const ConvTile checked = parse_conv_tile(conv_tile_str(t), "KernelOptions::conv_tile");

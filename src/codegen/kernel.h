@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,6 +46,12 @@ struct DeviceCaps {
 struct CodegenOptions {
   KernelOptions kernels;
   Precision default_precision = Precision::Strict;
+  // Measured kernel choice (docs/tuning.md): the f32 SIMT tile of matmuls whose tunable_gemm_key (matmul.h) is
+  // listed; the others keep the heuristics' tile. Filled by the Vulkan backend's tuner before lowering.
+  std::map<std::string, GemmTile> gemm_tuned;
+  // Likewise the implicit-GEMM tile of convolutions whose tunable_conv_key (tuning.h) is listed (an auto tile:
+  // the heuristics, measured fastest).
+  std::map<std::string, ConvTile> conv_tuned;
 };
 
 enum class BindingKind : uint8_t {

@@ -9,6 +9,7 @@
 //    passed.
 #include "codegen/matmul.h"
 
+#include <algorithm>
 #include <string>
 
 #include "codegen/glsl.h"
@@ -127,9 +128,9 @@ Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const Ge
   return coopmat_gemm(s, caps, tile, mma, ablate, emulate, scaling);
 }
 
-GemmShape gemm_shape_of(const ir::Graph& g, const ir::Node& node) {
-  const Shape& as = g.node(node.inputs[0]).shape;
-  const Shape& bs = g.node(node.inputs[1]).shape;
+GemmShape matmul_shape(const ir::Graph& g, const ir::Node& node) {
+  const Shape& as = g.node(node.inputs.at(0)).shape;
+  const Shape& bs = g.node(node.inputs.at(1)).shape;
   const Shape& out = node.shape;
   GemmShape s;
   s.transpose_a = node.attrs.i("transpose_a") != 0;
@@ -159,9 +160,60 @@ GemmShape gemm_shape_of(const ir::Graph& g, const ir::Node& node) {
   return s;
 }
 
+namespace {
+
+// Whether lower_matmul gives this node the f16 cooperative-matrix GEMM: an Accelerated node on a device whose
+// self-test passed, with a product big enough to win back the packing passes (KernelOptions::f16_min_work).
+bool takes_coopmat(const LowerContext& ctx, const GemmShape& s) {
+  const KernelOptions& ko = ctx.options.kernels;
+  const double work = double(s.m) * double(s.n) * double(s.k) * double(batch_count(s));
+  return ctx.precision() == Precision::Accelerated && ko.f16_gemm && caps_allow_coopmat(ctx.caps) &&
+         ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8 && work >= double(ko.f16_min_work);
+}
+
+}  // namespace
+
+std::string tunable_gemm_key(const LowerContext& ctx) {
+  const KernelOptions& ko = ctx.options.kernels;
+  if (ctx.node.op != ir::Op::MatMul || numel(ctx.node.shape) == 0 || !ko.gemm_tile.is_auto()) return "";
+  const GemmShape s = matmul_shape(ctx.graph, ctx.node);
+  if (s.k == 0 || ko.gemm == GemmKernel::Small || takes_coopmat(ctx, s)) return "";
+  if (ko.gemm == GemmKernel::Auto && (s.m <= 8 || s.n <= 8)) return "";  // Auto's Small kernel
+  std::string key = std::string(dtype_name(ctx.node.dtype)) + "/" +
+                    (ctx.precision() == Precision::Accelerated ? "accelerated" : "strict") + "/" + su(s.m) + "x" +
+                    su(s.n) + "x" + su(s.k) + "/t" + su(s.transpose_a) + su(s.transpose_b) + "/";
+  for (size_t d = 0; d < s.batch.size(); ++d)
+    key += (d ? "," : "") + su(s.batch[d]) + "." + su(s.a_stride[d]) + "." + su(s.b_stride[d]);
+  return key;
+}
+
+std::vector<GemmTile> gemm_tune_candidates(const GemmShape& s, const DeviceCaps& caps) {
+  std::vector<GemmTile> out;
+  auto add = [&](const GemmTile& want) {
+    try {
+      GemmTile t = resolve_simt_tile(s, caps, want);
+      t = resolve_simt_tile(s, caps, t);  // canonical: resolving again changes nothing
+      if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    } catch (const Error&) {
+      // Not valid for this shape or device (threads, shared memory): not a candidate.
+    }
+  };
+  add({});
+  if (out.empty()) return out;
+  const GemmTile def = out[0];
+  for (uint32_t b : {32u, 64u, 128u}) add({.bm = b, .bn = b});
+  // Split K around the default's count, each split keeping at least 64 of K.
+  for (uint32_t f : {2u, 4u}) {
+    const uint64_t splits = uint64_t(def.splits) * f;
+    if (splits <= 16 && s.k / splits >= 64) add({.bm = def.bm, .bn = def.bn, .splits = uint32_t(splits)});
+  }
+  if (def.splits > 1) add({.bm = def.bm, .bn = def.bn, .splits = 1});
+  return out;
+}
+
 Lowering lower_matmul(const LowerContext& ctx) {
   const Shape& out = ctx.node.shape;
-  const GemmShape s = gemm_shape_of(ctx.graph, ctx.node);
+  const GemmShape s = matmul_shape(ctx.graph, ctx.node);
   if (numel(out) == 0) return {};
   const KernelOptions& ko = ctx.options.kernels;
   GemmOptions o;
@@ -169,6 +221,10 @@ Lowering lower_matmul(const LowerContext& ctx) {
               : ko.gemm == GemmKernel::Small ? GemmVariant::Small
                                              : GemmVariant::Auto;
   o.tile = ko.gemm_tile;
+  if (!ctx.options.gemm_tuned.empty()) {
+    auto it = ctx.options.gemm_tuned.find(tunable_gemm_key(ctx));
+    if (it != ctx.options.gemm_tuned.end()) o.tile = it->second;
+  }
   o.coopmat_tile = ko.f16_tile;
   o.coopmat_ablate = ko.f16_ablation;
   o.mma = ctx.caps.coopmat_mma;
@@ -177,11 +233,7 @@ Lowering lower_matmul(const LowerContext& ctx) {
   if (ko.f16_operand_scaling)
     o.coopmat_scaling = {ctx.input(0).op != ir::Op::Parameter, ctx.input(1).op != ir::Op::Parameter};
   // f16 inputs are only for nodes that allow reduced precision, on a device whose self-test passed.
-  // And only where the product is big enough to win back the packing passes (KernelOptions::f16_min_work).
-  const double work = double(s.m) * double(s.n) * double(s.k) * double(batch_count(s));
-  if (ctx.precision() == Precision::Accelerated && ko.f16_gemm && caps_allow_coopmat(ctx.caps) &&
-      ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8 && work >= double(ko.f16_min_work))
-    o.variant = GemmVariant::CoopMatF16;
+  if (takes_coopmat(ctx, s)) o.variant = GemmVariant::CoopMatF16;
   return lower_gemm(s, ctx.caps, o);
 }
 

@@ -61,4 +61,20 @@ Lowering lower_gemm_coopmat(const GemmShape& s, const DeviceCaps& caps, const Ge
                             const CoopMatShape& mma = {}, bool emulate = false,
                             GemmAblation ablate = GemmAblation::None, F16Scaling scaling = {});
 
+// ---- Measured kernel choice (docs/tuning.md) -------------------------------------------------------------
+
+// The GEMM of a matmul node (its output shape, the transposes, batch broadcasting of its inputs).
+GemmShape matmul_shape(const ir::Graph& g, const ir::Node& node);
+// The key under which a measured choice for this matmul is kept: "<dtype>/<strict|accelerated>/MxNxK/t<ta><tb>/
+// <batch dim>.<a stride>.<b stride>,...", or "" when its lowering takes no tunable kernel (the f32 SIMT kernel
+// with every tile field on auto: not the Small or f16 cooperative-matrix kernels, not an explicit tile).
+std::string tunable_gemm_key(const LowerContext& ctx);
+// The SIMT tile `want` gives for `s` on `caps` with every field the heuristics fill filled in (a lowering with
+// the result is the same kernel); throws mgn::Error when `want` is not valid for the shape and device.
+GemmTile resolve_simt_tile(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want = {});
+// The candidates timed for `s`: the heuristics' choice first, then other block tiles (32x32, 64x64, 128x128)
+// and split-K counts (x2 and x4 the default's, and no split where the default splits) that are valid for the
+// shape and device; resolved, without duplicates.
+std::vector<GemmTile> gemm_tune_candidates(const GemmShape& s, const DeviceCaps& caps);
+
 }  // namespace mgn::codegen

@@ -34,9 +34,6 @@ uint64_t auto_splits(const GemmShape& s, uint64_t blocks);
 // atomics).
 Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps);
 
-// The GEMM of a matmul node: M, N, K, transposes, batch dims and the operands' batch strides.
-GemmShape gemm_shape_of(const ir::Graph& g, const ir::Node& node);
-
 // The families.
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want);
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps);

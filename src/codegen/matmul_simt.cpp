@@ -158,6 +158,15 @@ ${ITEM}    ${SHARED}[buf][kk][q] = r${X}[it];
 
 }  // namespace
 
+GemmTile resolve_simt_tile(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want) {
+  const SimtConfig c = pick_simt(s, caps, want);
+  GemmTile t;
+  t.bm = c.bm, t.bn = c.bn, t.bk = c.bk, t.tm = c.tm, t.tn = c.tn, t.lx = c.lx, t.ly = c.ly;
+  t.group_m = c.group_m;
+  t.splits = uint32_t(c.splits);
+  return t;
+}
+
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want) {
   const SimtConfig c = pick_simt(s, caps, want);
   const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty, sm = c.tm / 4, sn = c.tn / 4;

@@ -99,7 +99,7 @@ bool gemv_shape(const GemmShape& s) {
 
 std::string gemv_sibling_key(const ir::Graph& g, const ir::Node& n) {
   if (n.op != ir::Op::MatMul || numel(n.shape) == 0) return {};
-  const GemmShape s = gemm_shape_of(g, n);
+  const GemmShape s = matmul_shape(g, n);
   if (!gemv_shape(s)) return {};
   return std::to_string(n.inputs[0]) + " " + su(s.transpose_a) + " " + su(s.m) + " " + su(s.k);
 }
@@ -115,7 +115,7 @@ Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, 
   for (int id : nodes) {
     if (key.empty() || gemv_sibling_key(g, g.node(id)) != key)
       throw Error("internal: " + g.describe(id) + " cannot join the GEMV fusion of " + g.describe(nodes[0]));
-    ss.push_back(gemm_shape_of(g, g.node(id)));
+    ss.push_back(matmul_shape(g, g.node(id)));
   }
   uint32_t wg = std::max<uint32_t>(32, std::min<uint32_t>(caps.subgroup_size * 2, 128));
   wg = std::min(wg, caps.max_workgroup_invocations);
@@ -195,7 +195,7 @@ Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, 
   if (!gemv_epilogue(g, nodes) || gemv_sibling_key(g, g.node(nodes[km])).empty())
     throw Error("internal: " + g.describe(nodes[0]) + "... is no GEMV epilogue");
   const ir::Node& mm = g.node(nodes[km]);
-  const GemmShape s = gemm_shape_of(g, mm);
+  const GemmShape s = matmul_shape(g, mm);
   for (int id : nodes)
     if (g.node(id).shape != mm.shape)
       throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));

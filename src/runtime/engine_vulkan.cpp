@@ -114,6 +114,7 @@ vk::GraphExecutorOptions executor_options(const CompileOptions& co, const std::s
   o.pipelines = shared_pipelines(ctx, co.cache_dir);
   o.codegen.kernels = co.kernels;
   o.codegen.default_precision = co.default_precision;
+  o.tune = co.tune;
   o.plan = plan_options(co.planning);
   limit_to_device(o.plan, *ctx);
   o.plan.submissions = co.submissions;
@@ -183,6 +184,11 @@ class VulkanEngine final : public Engine {
     r.pipeline_ms = c.pipeline_ms;
     r.record_ms = c.record_ms;
     r.store_ms = c.store_ms;
+    r.tune_ms = c.tune_ms;
+    r.tune_measured = c.tune_measured;
+    r.tune_cached = c.tune_cached;
+    r.tune_timed = c.tune_timed;
+    r.tune_file = c.tune_file;
     r.upload_ms = c.upload_ms;
     r.kernels = c.kernels;
     r.unique_kernels = c.unique_kernels;
@@ -219,9 +225,10 @@ class VulkanEngine final : public Engine {
     const vk::CompileStats& c = exec_.compile_stats();
     std::fprintf(stderr, "mgn profile: %s, %d nodes; compile: session cache %s %.1f ms, fusion %.1f ms, emission %.1f ms "
                  "(%zu kernels), plan %.1f ms, shaderc %.1f ms (%zu compiled), pipelines %.1f ms (%zu created), "
-                 "record %.1f ms; initial values %.1f ms\n", name_.c_str(), graph_->size(),
-                 vk::cache_result_name(c.session_cache), c.cache_ms, c.fusion_ms, c.lowering_ms, c.emitted, c.plan_ms,
-                 c.shaderc_ms, c.compiled, c.pipeline_ms, c.pipelines_created, c.record_ms, c.upload_ms);
+                 "record %.1f ms, tuning %.1f ms (%zu shapes measured, %zu from the file); initial values %.1f ms\n",
+                 name_.c_str(), graph_->size(), vk::cache_result_name(c.session_cache), c.cache_ms, c.fusion_ms,
+                 c.lowering_ms, c.emitted, c.plan_ms, c.shaderc_ms, c.compiled, c.pipeline_ms, c.pipelines_created,
+                 c.record_ms, c.tune_ms, c.tune_measured, c.tune_cached, c.upload_ms);
     if (runs_ == 0) return;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(kernel_ms_.begin(), kernel_ms_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });

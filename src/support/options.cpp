@@ -117,6 +117,22 @@ ConvTile parse_conv_tile(const std::string& text, const std::string& who) {
   return {d[0], d[1], d[2]};
 }
 
+TuneMode parse_tune_mode(const std::string& text, const std::string& who) {
+  if (text == "off" || text.empty()) return TuneMode::Off;
+  if (text == "use") return TuneMode::Use;
+  if (text == "measure") return TuneMode::Measure;
+  throw Error(who + ": expected off, use or measure, got '" + text + "'");
+}
+
+const char* tune_mode_name(TuneMode m) {
+  switch (m) {
+    case TuneMode::Off: return "off";
+    case TuneMode::Use: return "use";
+    case TuneMode::Measure: return "measure";
+  }
+  return "?";
+}
+
 const char* gemm_kernel_name(GemmKernel k) {
   switch (k) {
     case GemmKernel::Auto: return "auto";

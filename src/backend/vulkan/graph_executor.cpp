@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "backend/vulkan/gemm_selftest.h"
+#include "backend/vulkan/gemm_tune.h"
 #include "support/numerics_trace.h"
 #include "support/parallel.h"
 
@@ -82,7 +83,19 @@ codegen::DeviceCaps GraphExecutor::device_caps() {
 }
 
 void GraphExecutor::build() {
-  lower(device_caps());
+  const codegen::DeviceCaps caps = device_caps();
+  if (opt_.tune != TuneMode::Off) {
+    const GemmTuneResult t =
+        tune_gemms(ctx_, *alloc_, *transfer_, *pipelines_, *compiler_, g_, caps, opt_.codegen, opt_.tune, opt_.cache_dir);
+    opt_.codegen.gemm_tuned = t.choices;
+    opt_.codegen.conv_tuned = t.conv_choices;
+    stats_.tune_ms = t.ms;
+    stats_.tune_measured = t.measured;
+    stats_.tune_cached = t.cached;
+    stats_.tune_timed = t.timed;
+    stats_.tune_file = tune_file_name(t.file);
+  }
+  lower(caps);
   compile_kernels();
   record();
 }

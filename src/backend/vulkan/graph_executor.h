@@ -53,6 +53,8 @@ struct GraphExecutorOptions {
   // the fusion), attention_grad_k + attention_grad_v of one attention as one kernel, and attention +
   // attention_lse as one (codegen::find_fusions).
   codegen::CodegenOptions codegen;
+  // Measured kernel choice (gemm_tune.h, docs/tuning.md): fills codegen.gemm_tuned before lowering.
+  TuneMode tune = TuneMode::Off;
   plan::PlanOptions plan;  // tuning (in_place, reuse, submissions...); sizes, alignment and limits from the device
   // Called after submission i of a step is queued, before submission i + 1 (plan.submissions > 1).
   std::function<void(int)> between_submissions;
@@ -81,6 +83,11 @@ struct CompileStats {
   double shaderc_cpu_ms = 0;   // of which glslang + spirv-opt, summed over threads
   double validate_cpu_ms = 0;  // of which spirv-val, summed over threads
   double store_ms = 0;         // writing the compiled-session cache entry (a miss only)
+  double tune_ms = 0;          // measured kernel choice: the tuning file, timing the candidates
+  size_t tune_measured = 0;    // GEMM shapes timed by this compile
+  size_t tune_cached = 0;      // GEMM shapes whose choice came from the tuning file
+  size_t tune_timed = 0;       // candidate kernels timed
+  const char* tune_file = "off";  // tune_file_name (gemm_tune.h)
   double pipeline_ms = 0;  // pipeline creation (wall time, parallel)
   double record_ms = 0;    // allocation, uploads of parameters/constants, command recording
   double plan_ms = 0;      // of record_ms: the static plan

@@ -306,6 +306,14 @@ SessionKey device_build_key(const DeviceInfo& device, const std::string& what) {
   return h.finish();
 }
 
+SessionKey device_key(const DeviceInfo& device, const std::string& what) {
+  Hasher h;
+  h.str("device key 1");
+  hash_device(h, device);
+  h.str(what);
+  return h.finish();
+}
+
 SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, const codegen::CodegenOptions& codegen,
                        const plan::PlanOptions& plan, const DeviceInfo& device) {
   Hasher h;
@@ -340,6 +348,17 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
   h.pod(k.conv_tile.bp);
   h.pod(k.conv_tile.bq);
   h.pod(k.conv_tile.bk);
+  // Measured kernel choices (docs/tuning.md).
+  h.pod<uint64_t>(codegen.gemm_tuned.size());
+  for (const auto& [key, t] : codegen.gemm_tuned) {
+    h.str(key);
+    for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn, t.lx, t.ly, t.wm, t.wn, t.group_m, t.splits}) h.pod(v);
+  }
+  h.pod<uint64_t>(codegen.conv_tuned.size());
+  for (const auto& [key, t] : codegen.conv_tuned) {
+    h.str(key);
+    for (uint32_t v : {t.bp, t.bq, t.bk}) h.pod(v);
+  }
   h.pod(plan.in_place);
   h.pod(plan.in_place_assign);
   h.pod(plan.reuse);

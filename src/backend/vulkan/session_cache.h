@@ -51,6 +51,11 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
 // its driver (the session key's device part), plus `what`: the cooperative-matrix self-test's persisted verdict.
 SessionKey device_build_key(const DeviceInfo& device, const std::string& what);
 
+// The key of a result that depends only on the device and its driver (vendor, device, API version, name, driver
+// name and info, pipeline-cache UUID), plus `what`: the measured kernel choices (gemm_tune.h), which stay valid
+// kernels whatever this build's generators are.
+SessionKey device_key(const DeviceInfo& device, const std::string& what);
+
 enum class CacheResult : uint8_t {
   Off,      // no cache directory
   Miss,     // no entry
