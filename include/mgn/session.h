@@ -114,8 +114,12 @@ struct CompileReport {
   double shaderc_ms = 0;       // GLSL -> validated SPIR-V (SPIR-V cache lookups included)
   double shaderc_cpu_ms = 0;   // of which glslang + spirv-opt, summed over threads
   double validate_cpu_ms = 0;  // of which spirv-val, summed over threads
-  double pipeline_ms = 0;      // vkCreateComputePipelines (from the persisted pipeline cache when warm)
+  double pipeline_ms = 0;      // pipeline creation wall time after shaderc's last compile (the two overlap)
+  double pipeline_cpu_ms = 0;  // vkCreateComputePipelines (+ its shader module) calls, summed over threads
+  double pipeline_thread_cpu_ms = 0;  // the CPU time those calls used (far below pipeline_cpu_ms: they waited)
   double record_ms = 0;        // allocation, step building, command recording
+  double alloc_ms = 0;         // of record_ms: device memory (the plan's arena, zero-fill sources)
+  double commands_ms = 0;      // of record_ms: the command stream (descriptor sets, vkCmd* recording)
   double store_ms = 0;         // writing the compiled-session cache entry (a miss)
   double upload_ms = 0;        // initial parameter / constant values (not compile time)
   size_t kernels = 0;          // dispatches of the step
@@ -126,6 +130,7 @@ struct CompileReport {
   size_t spirv_disk_hits = 0;     // SPIR-V from the per-kernel disk cache
   size_t spirv_from_session = 0;  // SPIR-V from the compiled-session cache entry
   size_t pipelines_created = 0;
+  size_t pipeline_threads = 0;  // distinct threads that created this session's pipelines
   std::string session_cache = "off";  // off (no cache_dir, or CPU), miss, hit, corrupt (rebuilt)
 };
 

@@ -99,20 +99,20 @@ void CommandStream::dispatch(const Pipeline& pipeline, const std::vector<Buffer>
                              std::string label) {
   require_not_recorded("dispatch");
   if (label.empty()) label = pipeline.name;
-  const std::string who = "dispatch '" + label + "'";
+  auto who = [&] { return "dispatch '" + label + "'"; };  // errors only: recording thousands stays cheap
   if (bindings.size() != pipeline.num_buffers)
-    throw Error(who + " binds " + std::to_string(bindings.size()) + " buffers; pipeline '" + pipeline.name +
+    throw Error(who() + " binds " + std::to_string(bindings.size()) + " buffers; pipeline '" + pipeline.name +
                 "' declares " + std::to_string(pipeline.num_buffers));
   if (push_bytes != pipeline.push_constant_bytes)
-    throw Error(who + " passes " + std::to_string(push_bytes) + " bytes of push constants; pipeline '" +
+    throw Error(who() + " passes " + std::to_string(push_bytes) + " bytes of push constants; pipeline '" +
                 pipeline.name + "' declares " + std::to_string(pipeline.push_constant_bytes));
   const auto& max_count = ctx_.limits().max_workgroup_count;
   for (int i = 0; i < 3; ++i)
     if (groups[i] > max_count[i])
-      throw Error(who + " has " + std::to_string(groups[i]) + " workgroups on axis " + std::to_string(i) +
+      throw Error(who() + " has " + std::to_string(groups[i]) + " workgroups on axis " + std::to_string(i) +
                   "; the device allows " + std::to_string(max_count[i]));
   for (const Buffer& b : bindings) {
-    if (!b) throw Error(who + " binds an empty Buffer");
+    if (!b) throw Error(who() + " binds an empty Buffer");
     assert(b.offset % ctx_.limits().min_storage_buffer_offset_alignment == 0);
     assert(b.size <= ctx_.limits().max_storage_buffer_range);
   }
