@@ -53,8 +53,8 @@ class PipelineCache {
   const Pipeline& get(const PipelineDesc& desc, bool* created = nullptr, double* create_ms = nullptr,
                       double* create_cpu_ms = nullptr);
   // Creates the missing ones on `threads` workers (support::parallel_for; 0: hardware concurrency); same
-  // order as `descs`. Drivers compile at this point: NVIDIA spends ~60 ms per compute pipeline, lavapipe
-  // JITs on first dispatch.
+  // order as `descs`. Drivers compile at this point (lavapipe: ~2 ms of CPU per pipeline, warm or cold, its
+  // cache keeps nothing; NVIDIA: docs/perf-notes.md 2026-12-07).
   std::vector<const Pipeline*> get_all(const std::vector<PipelineDesc>& descs, unsigned threads = 0);
 
   void save() const;  // atomically writes the VkPipelineCache; best effort
