@@ -297,9 +297,9 @@ TEST(CompileCache, ParallelForUsesEveryWorkerAndRethrows) {
 TEST(CompileCache, PipelinesAreCreatedOnSeveralThreads) {
   Graph g;
   Tensor x = g.input("x", {6, 16}), w = g.input("w", {16, 12}), b = g.input("b", {12});
-  Tensor h = matmul(x, w) + b;                       // a GEMM and a pointwise kernel
-  Tensor p = softmax(h, -1);                         // a row reduction
-  Tensor m = max(h, {1});                            // another one
+  Tensor h = matmul(x, w) + b;  // a GEMM and a pointwise kernel
+  Tensor p = softmax(h, -1);    // a row reduction
+  Tensor m = max(h, {1});       // another one
   Tensor n = layer_norm(h, std::nullopt, std::nullopt);
   g.output("p", p);
   g.output("m", m);
@@ -318,8 +318,9 @@ TEST(CompileCache, PipelinesAreCreatedOnSeveralThreads) {
   EXPECT_GT(s.pipeline_cpu_ms, 0.0);
 
   cpu::Executor ref(g.ir());
-  const std::map<std::string, std::vector<double>> in = {
-      {"x", test::random_normal(6 * 16, 11)}, {"w", test::random_normal(16 * 12, 12)}, {"b", test::random_normal(12, 13)}};
+  const std::map<std::string, std::vector<double>> in = {{"x", test::random_normal(6 * 16, 11)},
+                                                         {"w", test::random_normal(16 * 12, 12)},
+                                                         {"b", test::random_normal(12, 13)}};
   for (const auto& [name, v] : in) {
     const std::vector<float> f(v.begin(), v.end());
     ref.set_input(name, f);

@@ -105,8 +105,8 @@ Json report_json(double graph_ms, const CompileReport& r) {
 void print_report(const std::string& workload, const std::map<std::string, Json>& sessions) {
   static const char* kRows[] = {"graph_build_ms", "autodiff_ms", "optimizer_ms", "verify_ms", "device_ms",
                                 "setup_ms", "hash_ms", "cache_ms", "fusion_ms", "emit_ms", "plan_ms", "shaderc_ms", "shaderc_cpu_ms",
-                                "validate_cpu_ms", "pipeline_ms", "pipeline_cpu_ms", "pipeline_thread_cpu_ms", "record_ms", "alloc_ms", "commands_ms", "store_ms", "compile_ms",
-                                "upload_ms"};
+                                "validate_cpu_ms", "pipeline_ms", "pipeline_cpu_ms", "pipeline_thread_cpu_ms",
+                                "record_ms", "alloc_ms", "commands_ms", "store_ms", "compile_ms", "upload_ms"};
   static const char* kCounts[] = {"kernels", "unique_kernels", "emitted", "compiled", "spirv_memory_hits",
                                   "spirv_disk_hits", "spirv_from_session", "pipelines_created",
                                   "pipeline_threads"};

@@ -116,7 +116,7 @@ struct CompileReport {
   double validate_cpu_ms = 0;  // of which spirv-val, summed over threads
   double pipeline_ms = 0;      // pipeline creation wall time after shaderc's last compile (the two overlap)
   double pipeline_cpu_ms = 0;  // vkCreateComputePipelines (+ its shader module) calls, summed over threads
-  double pipeline_thread_cpu_ms = 0;  // the CPU time those calls used (far below pipeline_cpu_ms: they waited)
+  double pipeline_thread_cpu_ms = 0;  // the CPU time those calls used (far below: they waited)
   double record_ms = 0;        // allocation, step building, command recording
   double alloc_ms = 0;         // of record_ms: device memory (the plan's arena, zero-fill sources)
   double commands_ms = 0;      // of record_ms: the command stream (descriptor sets, vkCmd* recording)
@@ -130,7 +130,7 @@ struct CompileReport {
   size_t spirv_disk_hits = 0;     // SPIR-V from the per-kernel disk cache
   size_t spirv_from_session = 0;  // SPIR-V from the compiled-session cache entry
   size_t pipelines_created = 0;
-  size_t pipeline_threads = 0;  // distinct threads that created this session's pipelines
+  size_t pipeline_threads = 0;        // distinct threads that created this session's pipelines
   std::string session_cache = "off";  // off (no cache_dir, or CPU), miss, hit, corrupt (rebuilt)
 };
 

@@ -222,12 +222,15 @@ class VulkanEngine final : public Engine {
  private:
   void print_profile() const {
     const vk::CompileStats& c = exec_.compile_stats();
-    std::fprintf(stderr, "mgn profile: %s, %d nodes; compile: session cache %s %.1f ms, fusion %.1f ms, emission %.1f ms "
-                 "(%zu kernels), plan %.1f ms, shaderc %.1f ms (%zu compiled), pipelines %.1f ms more (%zu created, "
-                 "%.1f ms on %zu threads), record %.1f ms (memory %.1f ms, commands %.1f ms); initial values %.1f ms\n", name_.c_str(), graph_->size(),
-                 vk::cache_result_name(c.session_cache), c.cache_ms, c.fusion_ms, c.lowering_ms, c.emitted, c.plan_ms,
-                 c.shaderc_ms, c.compiled, c.pipeline_ms, c.pipelines_created, c.pipeline_cpu_ms, c.pipeline_threads,
-                 c.record_ms, c.alloc_ms, c.commands_ms, c.upload_ms);
+    std::fprintf(
+        stderr,
+        "mgn profile: %s, %d nodes; compile: session cache %s %.1f ms, fusion %.1f ms, emission %.1f ms "
+        "(%zu kernels), plan %.1f ms, shaderc %.1f ms (%zu compiled), pipelines %.1f ms more (%zu created, "
+        "%.1f ms on %zu threads), record %.1f ms (memory %.1f ms, commands %.1f ms); "
+        "initial values %.1f ms\n",
+        name_.c_str(), graph_->size(), vk::cache_result_name(c.session_cache), c.cache_ms, c.fusion_ms,
+        c.lowering_ms, c.emitted, c.plan_ms, c.shaderc_ms, c.compiled, c.pipeline_ms, c.pipelines_created,
+        c.pipeline_cpu_ms, c.pipeline_threads, c.record_ms, c.alloc_ms, c.commands_ms, c.upload_ms);
     if (runs_ == 0) return;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(kernel_ms_.begin(), kernel_ms_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });

@@ -124,8 +124,8 @@ void GraphExecutor::compile_kernels() {
   // When a compile ended; the creation's wall and thread-CPU time.
   std::vector<double> spirv_ready_ms(n, 0.0), create_ms(n, 0.0), create_cpu_ms(n, 0.0);
   std::vector<std::thread::id> creator(n);  // the thread that created kernel u's pipeline (default: none)
-  // Kernels in order of first appearance (longest-GLSL-first was tried: no gain on lavapipe, docs/perf-notes.md
-  // 2026-12-07); results are stored by index, whatever the order the workers finish in.
+  // Kernels in order of first appearance (longest-GLSL-first was tried: no gain on lavapipe,
+  // docs/perf-notes.md 2026-12-07); results are stored by index, whatever the order the workers finish in.
   const double loop_ms = ms_since(t0);  // dedup and SPIR-V from the session entry
   support::parallel_for(n, opt_.compile_threads, [&](size_t u) {
     const codegen::Kernel& kern = kernels_[first_of[u]];

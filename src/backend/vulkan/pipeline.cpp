@@ -5,14 +5,14 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <utility>
 #include <fstream>
+#include <utility>
 
 #include "codegen/shader_compiler.h"
 #include "mgn/types.h"
@@ -195,7 +195,8 @@ std::pair<double, double> PipelineCache::build(Entry& e) {
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_ms();
   auto elapsed = [&] {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = thread_cpu_ms() - cpu0;
     std::lock_guard lock(mutex_);
     stats_.create_ms += ms;

@@ -64,7 +64,7 @@ class PipelineCache {
   struct Stats {
     uint64_t created = 0;  // vkCreateComputePipelines calls
     uint64_t reused = 0;   // requests answered by an existing pipeline
-    double create_ms = 0;      // vkCreateShaderModule + vkCreateComputePipelines, summed over threads
+    double create_ms = 0;  // vkCreateShaderModule + vkCreateComputePipelines, summed over threads
     double create_cpu_ms = 0;  // the CPU time of the creating threads in those calls
   };
   Stats stats() const;
