@@ -1,17 +1,28 @@
 // The compile pipeline's caches on the Vulkan engine (lavapipe in CI): a second compile of the same graph
 // with the same cache directory emits no GLSL and runs no shaderc (counted, not timed), and computes what the
 // CPU reference executor computes; a corrupt or truncated compiled-session entry is detected, never used,
-// and rebuilt; the cache is bounded; kernel names do not split the SPIR-V cache.
+// and rebuilt; the cache is bounded; kernel names do not split the SPIR-V cache; pipelines are created on
+// several threads.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 
+#include "backend/cpu/executor.h"
 #include "codegen/shader_compiler.h"
 #include "mgn/models.h"
 #include "mgn/session.h"
 #include "support/cache_folder.h"
+#include "support/parallel.h"
 #include "support/test_util.h"
+#ifdef MGN_HAVE_VULKAN
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/graph_executor.h"
+#endif
 
 using namespace mgn;
 namespace fs = std::filesystem;
@@ -254,3 +265,74 @@ TEST(CompileCache, RenumberedKernelsShareOneCompile) {
   EXPECT_EQ(shared.stats().compiled, 2u);
   EXPECT_EQ(fresh.compile(swapped).words, sa.words);
 }
+
+// The compile pool: with 3 workers and 7 items every worker runs at least one item (counted by thread id),
+// every item runs once, and a failing item's error reaches the caller as it was thrown.
+TEST(CompileCache, ParallelForUsesEveryWorkerAndRethrows) {
+  std::mutex m;
+  std::set<std::thread::id> ids;
+  std::vector<int> runs(7, 0);
+  support::parallel_for(runs.size(), 3, [&](size_t i) {
+    std::lock_guard lock(m);
+    ids.insert(std::this_thread::get_id());
+    ++runs[i];
+  });
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_EQ(runs, std::vector<int>(7, 1));
+  try {
+    support::parallel_for(7, 3, [&](size_t i) {
+      if (i == 4) throw Error("pipeline 'kernel 4': vkCreateComputePipelines failed");
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "pipeline 'kernel 4': vkCreateComputePipelines failed");
+  }
+}
+
+#ifdef MGN_HAVE_VULKAN
+// Pipelines are created on the compile workers, each as soon as its kernel's SPIR-V is ready: with three
+// workers and at least three distinct kernels every worker creates one (support::parallel_for gives worker
+// w item w first), counted by thread id, not timed. The session still computes what the CPU reference
+// executor computes, and the step's dispatches point at the pipelines of their own kernels.
+TEST(CompileCache, PipelinesAreCreatedOnSeveralThreads) {
+  Graph g;
+  Tensor x = g.input("x", {6, 16}), w = g.input("w", {16, 12}), b = g.input("b", {12});
+  Tensor h = matmul(x, w) + b;  // a GEMM and a pointwise kernel
+  Tensor p = softmax(h, -1);    // a row reduction
+  Tensor m = max(h, {1});       // another one
+  Tensor n = layer_norm(h, std::nullopt, std::nullopt);
+  g.output("p", p);
+  g.output("m", m);
+  g.output("n", sum(n * n, {0}));
+
+  vk::Context ctx(test::device_options());
+  vk::GraphExecutorOptions o;
+  o.cache_dir = "";  // nothing from disk: every pipeline is created now
+  o.compile_threads = 3;
+  vk::GraphExecutor e(g.ir(), ctx, o);
+  const vk::CompileStats& s = e.compile_stats();
+  ASSERT_GE(s.unique_kernels, 3u);
+  EXPECT_EQ(s.compiled, s.unique_kernels);
+  EXPECT_EQ(s.pipelines_created, s.unique_kernels);  // distinct kernels, distinct SPIR-V
+  EXPECT_EQ(s.pipeline_threads, 3u);
+  EXPECT_GT(s.pipeline_cpu_ms, 0.0);
+
+  cpu::Executor ref(g.ir());
+  const std::map<std::string, std::vector<double>> in = {{"x", test::random_normal(6 * 16, 11)},
+                                                         {"w", test::random_normal(16 * 12, 12)},
+                                                         {"b", test::random_normal(12, 13)}};
+  for (const auto& [name, v] : in) {
+    const std::vector<float> f(v.begin(), v.end());
+    ref.set_input(name, f);
+    e.set_input(name, f);
+  }
+  ref.run();
+  e.run();
+  for (const char* name : {"p", "m", "n"}) {
+    const std::vector<float> got = e.read_output(name);
+    EXPECT_LE(test::rel_l2(std::vector<double>(got.begin(), got.end()), ref.output(name).v), 1e-5) << name;
+  }
+  EXPECT_EQ(ctx.validation_message_count(), 0u);
+  for (const auto& msg : ctx.validation_messages()) ADD_FAILURE() << msg;
+}
+#endif

@@ -89,7 +89,10 @@ Json report_json(double graph_ms, const CompileReport& r) {
           {"fusion_ms", r.fusion_ms},       {"emit_ms", r.emit_ms},
           {"plan_ms", r.plan_ms},           {"shaderc_ms", r.shaderc_ms},
           {"shaderc_cpu_ms", r.shaderc_cpu_ms}, {"validate_cpu_ms", r.validate_cpu_ms},
-          {"pipeline_ms", r.pipeline_ms},   {"record_ms", r.record_ms},
+          {"pipeline_ms", r.pipeline_ms},   {"pipeline_cpu_ms", r.pipeline_cpu_ms},
+          {"pipeline_thread_cpu_ms", r.pipeline_thread_cpu_ms},
+          {"record_ms", r.record_ms},       {"alloc_ms", r.alloc_ms},
+          {"commands_ms", r.commands_ms},
           {"store_ms", r.store_ms},         {"upload_ms", r.upload_ms},
           {"tune_ms", r.tune_ms},           {"tune_measured", r.tune_measured},
           {"tune_cached", r.tune_cached},   {"tune_timed", r.tune_timed},
@@ -98,33 +101,35 @@ Json report_json(double graph_ms, const CompileReport& r) {
           {"unique_kernels", r.unique_kernels}, {"emitted", r.emitted},
           {"compiled", r.compiled},         {"spirv_memory_hits", r.spirv_memory_hits},
           {"spirv_disk_hits", r.spirv_disk_hits}, {"spirv_from_session", r.spirv_from_session},
-          {"pipelines_created", r.pipelines_created}, {"session_cache", r.session_cache}};
+          {"pipelines_created", r.pipelines_created}, {"pipeline_threads", r.pipeline_threads},
+          {"session_cache", r.session_cache}};
 }
 
 void print_report(const std::string& workload, const std::map<std::string, Json>& sessions) {
   static const char* kRows[] = {"graph_build_ms", "autodiff_ms", "optimizer_ms", "verify_ms", "device_ms",
                                 "setup_ms", "hash_ms", "cache_ms", "fusion_ms", "emit_ms", "plan_ms", "shaderc_ms", "shaderc_cpu_ms",
-                                "validate_cpu_ms", "pipeline_ms", "record_ms", "store_ms", "tune_ms", "compile_ms",
+                                "validate_cpu_ms", "pipeline_ms", "pipeline_cpu_ms", "pipeline_thread_cpu_ms",
+                                "record_ms", "alloc_ms", "commands_ms", "store_ms", "tune_ms", "compile_ms",
                                 "upload_ms"};
   static const char* kCounts[] = {"kernels", "unique_kernels", "emitted", "compiled", "spirv_memory_hits",
                                   "spirv_disk_hits", "spirv_from_session", "pipelines_created",
-                                  "tune_measured", "tune_cached", "tune_timed"};
-  std::fprintf(stderr, "compile phases of %s (ms; graph build is outside compile, upload not counted)\n%-20s",
+                                  "pipeline_threads", "tune_measured", "tune_cached", "tune_timed"};
+  std::fprintf(stderr, "compile phases of %s (ms; graph build is outside compile, upload not counted)\n%-23s",
                workload.c_str(), "");
   for (auto& [name, j] : sessions) std::fprintf(stderr, " %11s", name.c_str());
   std::fprintf(stderr, "\n");
   for (const char* row : kRows) {
-    std::fprintf(stderr, "%-20s", row);
+    std::fprintf(stderr, "%-23s", row);
     for (auto& [name, j] : sessions) std::fprintf(stderr, " %11.1f", j.at(row).get<double>());
     std::fprintf(stderr, "\n");
   }
   for (const char* row : kCounts) {
-    std::fprintf(stderr, "%-20s", row);
+    std::fprintf(stderr, "%-23s", row);
     for (auto& [name, j] : sessions) std::fprintf(stderr, " %11llu", (unsigned long long)j.at(row).get<uint64_t>());
     std::fprintf(stderr, "\n");
   }
   for (const char* row : {"session_cache", "tune_file"}) {
-    std::fprintf(stderr, "%-20s", row);
+    std::fprintf(stderr, "%-23s", row);
     for (auto& [name, j] : sessions) std::fprintf(stderr, " %11s", j.at(row).get<std::string>().c_str());
     std::fprintf(stderr, "\n");
   }

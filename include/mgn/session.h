@@ -118,8 +118,12 @@ struct CompileReport {
   double shaderc_ms = 0;       // GLSL -> validated SPIR-V (SPIR-V cache lookups included)
   double shaderc_cpu_ms = 0;   // of which glslang + spirv-opt, summed over threads
   double validate_cpu_ms = 0;  // of which spirv-val, summed over threads
-  double pipeline_ms = 0;      // vkCreateComputePipelines (from the persisted pipeline cache when warm)
+  double pipeline_ms = 0;      // pipeline creation wall time after shaderc's last compile (the two overlap)
+  double pipeline_cpu_ms = 0;  // vkCreateComputePipelines (+ its shader module) calls, summed over threads
+  double pipeline_thread_cpu_ms = 0;  // the CPU time those calls used (far below: they waited)
   double record_ms = 0;        // allocation, step building, command recording
+  double alloc_ms = 0;         // of record_ms: device memory (the plan's arena, zero-fill sources)
+  double commands_ms = 0;      // of record_ms: the command stream (descriptor sets, vkCmd* recording)
   double store_ms = 0;         // writing the compiled-session cache entry (a miss)
   double tune_ms = 0;          // measured kernel choice (CompileOptions::tune): reading, timing, writing the file
   double upload_ms = 0;        // initial parameter / constant values (not compile time)
@@ -135,6 +139,7 @@ struct CompileReport {
   size_t tune_cached = 0;      // GEMM shapes whose choice came from the tuning file
   size_t tune_timed = 0;       // candidate kernels timed (over the measured shapes)
   std::string tune_file = "off";  // off, miss (no file), hit, damaged (ignored; rewritten by Measure)
+  size_t pipeline_threads = 0;        // distinct threads that created this session's pipelines
   std::string session_cache = "off";  // off (no cache_dir, or CPU), miss, hit, corrupt (rebuilt)
 };
 

@@ -182,7 +182,11 @@ class VulkanEngine final : public Engine {
     r.shaderc_cpu_ms = c.shaderc_cpu_ms;
     r.validate_cpu_ms = c.validate_cpu_ms;
     r.pipeline_ms = c.pipeline_ms;
+    r.pipeline_cpu_ms = c.pipeline_cpu_ms;
+    r.pipeline_thread_cpu_ms = c.pipeline_thread_cpu_ms;
     r.record_ms = c.record_ms;
+    r.alloc_ms = c.alloc_ms;
+    r.commands_ms = c.commands_ms;
     r.store_ms = c.store_ms;
     r.tune_ms = c.tune_ms;
     r.tune_measured = c.tune_measured;
@@ -198,6 +202,7 @@ class VulkanEngine final : public Engine {
     r.spirv_disk_hits = c.spirv_disk_hits;
     r.spirv_from_session = c.spirv_from_session;
     r.pipelines_created = c.pipelines_created;
+    r.pipeline_threads = c.pipeline_threads;
     r.session_cache = vk::cache_result_name(c.session_cache);
     return r;
   }
@@ -223,12 +228,16 @@ class VulkanEngine final : public Engine {
  private:
   void print_profile() const {
     const vk::CompileStats& c = exec_.compile_stats();
-    std::fprintf(stderr, "mgn profile: %s, %d nodes; compile: session cache %s %.1f ms, fusion %.1f ms, emission %.1f ms "
-                 "(%zu kernels), plan %.1f ms, shaderc %.1f ms (%zu compiled), pipelines %.1f ms (%zu created), "
-                 "record %.1f ms, tuning %.1f ms (%zu shapes measured, %zu from the file); initial values %.1f ms\n",
-                 name_.c_str(), graph_->size(), vk::cache_result_name(c.session_cache), c.cache_ms, c.fusion_ms,
-                 c.lowering_ms, c.emitted, c.plan_ms, c.shaderc_ms, c.compiled, c.pipeline_ms, c.pipelines_created,
-                 c.record_ms, c.tune_ms, c.tune_measured, c.tune_cached, c.upload_ms);
+    std::fprintf(
+        stderr,
+        "mgn profile: %s, %d nodes; compile: session cache %s %.1f ms, fusion %.1f ms, emission %.1f ms "
+        "(%zu kernels), plan %.1f ms, shaderc %.1f ms (%zu compiled), pipelines %.1f ms more (%zu created, "
+        "%.1f ms on %zu threads), record %.1f ms (memory %.1f ms, commands %.1f ms), tuning %.1f ms (%zu shapes "
+        "measured, %zu from the file); initial values %.1f ms\n",
+        name_.c_str(), graph_->size(), vk::cache_result_name(c.session_cache), c.cache_ms, c.fusion_ms,
+        c.lowering_ms, c.emitted, c.plan_ms, c.shaderc_ms, c.compiled, c.pipeline_ms, c.pipelines_created,
+        c.pipeline_cpu_ms, c.pipeline_threads, c.record_ms, c.alloc_ms, c.commands_ms, c.tune_ms, c.tune_measured,
+        c.tune_cached, c.upload_ms);
     if (runs_ == 0) return;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(kernel_ms_.begin(), kernel_ms_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });

@@ -1,6 +1,8 @@
 // A bounded parallel loop for compile-time work (GLSL emission, shaderc, pipeline creation): at most
-// `threads` workers (0: the hardware's concurrency) take indices in order; the first exception is rethrown on
-// the calling thread once every worker has stopped.
+// `threads` workers (0: the hardware's concurrency; never more than n), the calling thread being worker 0.
+// Worker w runs index w first, then takes the next untaken index, so every worker runs at least one item
+// whatever the scheduling; the first exception is rethrown on the calling thread once every worker has
+// stopped (workers take no new index after a failure).
 #pragma once
 
 #include <algorithm>
@@ -25,12 +27,12 @@ void parallel_for(size_t n, unsigned threads, F&& body) {
     for (size_t i = 0; i < n; ++i) body(i);
     return;
   }
-  std::atomic<size_t> next{0};
+  std::atomic<size_t> next{workers};
   std::atomic<bool> failed{false};
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto work = [&] {
-    for (size_t i; !failed.load() && (i = next.fetch_add(1)) < n;) {
+  auto work = [&](size_t first) {
+    for (size_t i = first; !failed.load() && i < n; i = next.fetch_add(1)) {
       try {
         body(i);
       } catch (...) {
@@ -41,8 +43,8 @@ void parallel_for(size_t n, unsigned threads, F&& body) {
     }
   };
   std::vector<std::thread> pool;
-  for (unsigned w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
+  for (unsigned w = 1; w < workers; ++w) pool.emplace_back(work, size_t(w));
+  work(0);
   for (std::thread& t : pool) t.join();
   if (error) std::rethrow_exception(error);
 }

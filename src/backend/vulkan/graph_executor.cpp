@@ -8,6 +8,8 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <string_view>
+#include <thread>
 #include <unordered_map>
 
 #include "backend/vulkan/gemm_selftest.h"
@@ -100,39 +102,67 @@ void GraphExecutor::build() {
   record();
 }
 
-// GLSL -> SPIR-V, identical sources once, in parallel (SPIR-V a compiled-session entry gave is used as is);
-// then their pipelines. A miss stores the session's entry.
+// GLSL -> SPIR-V, identical sources once, in parallel (SPIR-V a compiled-session entry gave is used as is),
+// each kernel's pipeline created by the same worker as soon as its SPIR-V is ready: pipeline creation
+// overlaps the compiles of other kernels. A miss stores the session's entry.
 void GraphExecutor::compile_kernels() {
   auto t0 = std::chrono::steady_clock::now();
-  std::unordered_map<std::string, size_t> unique;
-  std::vector<size_t> first_of;
-  for (size_t k = 0; k < kernels_.size(); ++k)
-    if (unique.emplace(kernels_[k].glsl, first_of.size()).second) first_of.push_back(k);
-  std::vector<std::vector<uint32_t>> spirv(first_of.size());
-  std::vector<size_t> to_compile;
-  for (size_t u = 0; u < first_of.size(); ++u) {
+  // Unique GLSL (views into kernels_, which stays as it is here) and every kernel's index among them.
+  std::unordered_map<std::string_view, size_t> unique;
+  std::vector<size_t> first_of, unique_of(kernels_.size());
+  for (size_t k = 0; k < kernels_.size(); ++k) {
+    auto [it, fresh] = unique.emplace(kernels_[k].glsl, first_of.size());
+    if (fresh) first_of.push_back(k);
+    unique_of[k] = it->second;
+  }
+  const size_t n = first_of.size();
+  std::vector<std::vector<uint32_t>> spirv(n);
+  std::vector<bool> compile(n, false);
+  size_t to_compile = 0;
+  for (size_t u = 0; u < n; ++u) {
     if (const std::vector<uint32_t>* w = kernel_spirv_[first_of[u]]) {
       spirv[u] = *w;
       ++stats_.spirv_from_session;
     } else {
-      to_compile.push_back(u);
+      compile[u] = true;
+      ++to_compile;
     }
   }
   const codegen::ShaderCompiler::Stats before = compiler_->stats();
+  const PipelineCache::Stats pbefore = pipelines_->stats();
   std::mutex progress_mutex;
   size_t done = 0;
-  if (opt_.on_compile_progress && !to_compile.empty()) opt_.on_compile_progress(0, to_compile.size());
-  support::parallel_for(to_compile.size(), opt_.compile_threads, [&](size_t i) {
-    const codegen::Kernel& kern = kernels_[first_of[to_compile[i]]];
-    codegen::ShaderOptions so;
-    so.name = kern.name;
-    so.scalar_block_layout = kern.scalar_block_layout;
-    spirv[to_compile[i]] = compiler_->compile(kern.glsl, so).words;
-    if (opt_.on_compile_progress) {
-      std::lock_guard<std::mutex> lock(progress_mutex);
-      opt_.on_compile_progress(++done, to_compile.size());
+  if (opt_.on_compile_progress && to_compile) opt_.on_compile_progress(0, to_compile);
+  std::vector<const Pipeline*> pipes(n);
+  // When a compile ended; the creation's wall and thread-CPU time.
+  std::vector<double> spirv_ready_ms(n, 0.0), create_ms(n, 0.0), create_cpu_ms(n, 0.0);
+  std::vector<std::thread::id> creator(n);  // the thread that created kernel u's pipeline (default: none)
+  // Kernels in order of first appearance (longest-GLSL-first was tried: no gain on lavapipe,
+  // docs/perf-notes.md 2026-12-07); results are stored by index, whatever the order the workers finish in.
+  const double loop_ms = ms_since(t0);  // dedup and SPIR-V from the session entry
+  support::parallel_for(n, opt_.compile_threads, [&](size_t u) {
+    const codegen::Kernel& kern = kernels_[first_of[u]];
+    if (compile[u]) {
+      codegen::ShaderOptions so;
+      so.name = kern.name;
+      so.scalar_block_layout = kern.scalar_block_layout;
+      spirv[u] = compiler_->compile(kern.glsl, so).words;
+      if (opt_.on_compile_progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        opt_.on_compile_progress(++done, to_compile);
+      }
+      spirv_ready_ms[u] = ms_since(t0);
     }
+    PipelineDesc d;
+    d.spirv = spirv[u];
+    d.num_buffers = uint32_t(kern.bindings.size());
+    d.required_subgroup_size = kern.required_subgroup_size;
+    d.name = kern.name;
+    bool created = false;
+    pipes[u] = &pipelines_->get(d, &created, &create_ms[u], &create_cpu_ms[u]);
+    if (created) creator[u] = std::this_thread::get_id();
   });
+  const double total_ms = ms_since(t0);
   const codegen::ShaderCompiler::Stats after = compiler_->stats();
   stats_.compiled = after.compiled - before.compiled;
   stats_.spirv_memory_hits = after.memory_hits - before.memory_hits;
@@ -141,26 +171,22 @@ void GraphExecutor::compile_kernels() {
   stats_.validate_cpu_ms = after.validate_ms - before.validate_ms;
   // In kernel order (the compiles above run in any order): a change to the code generator shows here.
   for (const std::vector<uint32_t>& s : spirv) trace::record("vk.spirv", s.data(), s.size() * 4);
-  stats_.shaderc_ms = ms_since(t0);
-  stats_.unique_kernels = first_of.size();
-
-  t0 = std::chrono::steady_clock::now();
-  const PipelineCache::Stats pbefore = pipelines_->stats();
-  std::vector<PipelineDesc> descs;
-  for (size_t u = 0; u < first_of.size(); ++u) {
-    const codegen::Kernel& kern = kernels_[first_of[u]];
-    PipelineDesc d;
-    d.spirv = spirv[u];
-    d.num_buffers = uint32_t(kern.bindings.size());
-    d.required_subgroup_size = kern.required_subgroup_size;
-    d.name = kern.name;
-    descs.push_back(std::move(d));
+  // The phases overlap: shaderc until its last compile ended (or the loop began, if none ran), pipelines for
+  // the rest.
+  stats_.shaderc_ms = loop_ms;
+  for (double ms : spirv_ready_ms) stats_.shaderc_ms = std::max(stats_.shaderc_ms, ms);
+  stats_.pipeline_ms = total_ms - stats_.shaderc_ms;
+  stats_.unique_kernels = n;
+  for (size_t u = 0; u < n; ++u) {
+    stats_.pipeline_cpu_ms += create_ms[u];
+    stats_.pipeline_thread_cpu_ms += create_cpu_ms[u];
   }
-  std::vector<const Pipeline*> pipes = pipelines_->get_all(descs);
+  std::set<std::thread::id> threads(creator.begin(), creator.end());
+  threads.erase(std::thread::id());
+  stats_.pipeline_threads = threads.size();
   for (Step& st : steps_)
-    if (st.copy_src < 0) st.pipeline = pipes[unique.at(kernels_[st.kernel].glsl)];
+    if (st.copy_src < 0) st.pipeline = pipes[unique_of[st.kernel]];
   stats_.pipelines_created = pipelines_->stats().created - pbefore.created;
-  stats_.pipeline_ms = ms_since(t0);
 
   if (store_entry_) {
     t0 = std::chrono::steady_clock::now();
@@ -169,7 +195,7 @@ void GraphExecutor::compile_kernels() {
     entry.spirv = std::move(spirv);
     size_t k = 0;
     for (CachedDispatch& d : to_store_)
-      for (size_t j = 0; j < d.lowering.kernels.size(); ++j) d.spirv.push_back(uint32_t(unique.at(kernels_[k++].glsl)));
+      for (size_t j = 0; j < d.lowering.kernels.size(); ++j) d.spirv.push_back(uint32_t(unique_of[k++]));
     entry.dispatches = std::move(to_store_);
     store_session(opt_.cache_dir, session_key_, entry, opt_.session_cache_bytes);
     stats_.store_ms = ms_since(t0);
@@ -343,10 +369,12 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   stats_.lowering_ms += fusion_lowering_ms;
 
   // Arena segments, then one view per tensor (its own byte size) and per scratch buffer.
+  auto ta = std::chrono::steady_clock::now();
   uint64_t seg = p.segment_bytes ? p.segment_bytes : std::max<uint64_t>(p.arena_bytes, po.alignment);
   for (uint64_t off = 0; off < std::max<uint64_t>(p.arena_bytes, 1); off += seg)
     arena_.push_back(alloc_->allocate(std::max<uint64_t>(std::min(seg, p.arena_bytes - std::min(off, p.arena_bytes)), 16),
                                       MemoryKind::Device, "plan arena segment " + std::to_string(arena_.size())));
+  stats_.alloc_ms += ms_since(ta);
   stats_.arena_bytes = p.arena_bytes;
   stats_.groups = size_t(p.num_groups());
   need_ = p.needed;
@@ -400,8 +428,10 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
       if (low.output_zero_filled) {
         uint64_t words = storages_[size_t(storage_of_[size_t(i)])].words;
         if (zero_storage < 0 || storages_[size_t(zero_storage)].words < words) {
+          auto tz = std::chrono::steady_clock::now();
           zero_storage = new_storage(words, -1, "zero fill source");
           transfer_->fill_zero(storages_[size_t(zero_storage)].buffer);
+          stats_.alloc_ms += ms_since(tz);
         }
         Step z;
         z.copy_src = zero_storage;
@@ -458,6 +488,7 @@ void GraphExecutor::record() {
   std::vector<bool> starts_submission(size_t(p.num_groups()) + 1, false);
   for (size_t k = 1; k + 1 < p.submission_begin.size(); ++k) starts_submission[size_t(p.submission_begin[k])] = true;
   int current_group = -1;
+  std::vector<Buffer> bufs;  // one dispatch's bindings (copied by the stream)
   for (const Step& st : steps_) {
     if (st.group != current_group) {
       if (st.group > 0 && starts_submission[size_t(st.group)]) stream_->split();
@@ -465,7 +496,7 @@ void GraphExecutor::record() {
     }
     if (st.barrier_before) stream_->barrier();
     if (st.pipeline) {
-      std::vector<Buffer> bufs;
+      bufs.clear();
       for (int s : st.storages) bufs.push_back(storages_[size_t(s)].buffer);
       const codegen::Kernel& kern = kernels_[st.kernel];
       if (kern.groups[0] && kern.groups[1] && kern.groups[2])
@@ -490,7 +521,8 @@ void GraphExecutor::record() {
   stream_->record();
   stats_.kernels = stream_->dispatch_count();
   stats_.barriers = stream_->barrier_count();
-  stats_.record_ms += ms_since(t0);
+  stats_.commands_ms = ms_since(t0);
+  stats_.record_ms += stats_.commands_ms;
 }
 
 void GraphExecutor::upload_words(int storage, const std::vector<uint32_t>& words) {

@@ -88,8 +88,16 @@ struct CompileStats {
   size_t tune_cached = 0;      // GEMM shapes whose choice came from the tuning file
   size_t tune_timed = 0;       // candidate kernels timed
   const char* tune_file = "off";  // tune_file_name (gemm_tune.h)
-  double pipeline_ms = 0;  // pipeline creation (wall time, parallel)
-  double record_ms = 0;    // allocation, uploads of parameters/constants, command recording
+  // Pipeline creation overlaps shaderc (a kernel's pipeline is created as soon as its SPIR-V is ready, on the
+  // same workers): pipeline_ms is the wall time the phase lasts after shaderc's last compile ended.
+  double pipeline_ms = 0;
+  double pipeline_cpu_ms = 0;  // vkCreateShaderModule + vkCreateComputePipelines calls, summed over threads
+  // The CPU time the calling threads spent in those calls (CLOCK_THREAD_CPUTIME_ID): far below
+  // pipeline_cpu_ms means the calls waited (a lock in the driver, or a loaded machine).
+  double pipeline_thread_cpu_ms = 0;
+  double record_ms = 0;    // allocation, step building, command recording (plan and uploads apart)
+  double alloc_ms = 0;     // of record_ms: device memory (arena segments, zero-fill sources and their fills)
+  double commands_ms = 0;  // of record_ms: the command stream (dispatch list, descriptor sets, vkCmd*)
   double plan_ms = 0;      // of record_ms: the static plan
   double upload_ms = 0;    // of record_ms: initial parameter/constant values (host init + upload)
   size_t kernels = 0;      // dispatches in the stream
@@ -99,6 +107,7 @@ struct CompileStats {
   size_t spirv_disk_hits = 0;    // SPIR-V from the per-kernel disk cache
   size_t spirv_from_session = 0;  // SPIR-V from the compiled-session entry
   size_t pipelines_created = 0;   // vkCreateComputePipelines calls
+  size_t pipeline_threads = 0;    // distinct threads that made those calls
   CacheResult session_cache = CacheResult::Off;
   size_t unique_kernels = 0;
   size_t barriers = 0;

@@ -4,18 +4,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <thread>
+#include <utility>
 
 #include "codegen/shader_compiler.h"
 #include "mgn/types.h"
 #include "support/atomic_file.h"
+#include "support/parallel.h"
 
 namespace mgn::vk {
 namespace {
@@ -46,6 +48,13 @@ bool header_matches(const std::vector<char>& data, const DeviceInfo& info) {
   return words[0] >= 32 && words[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE && words[2] == info.vendor_id &&
          words[3] == info.device_id &&
          std::memcmp(data.data() + 16, info.pipeline_cache_uuid.data(), 16) == 0;
+}
+
+// CPU time of the calling thread (user + system), in milliseconds.
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
 }  // namespace
@@ -180,9 +189,20 @@ PipelineCache::Entry* PipelineCache::find_or_claim(const PipelineDesc& desc, boo
   return list.back().get();
 }
 
-void PipelineCache::build(Entry& e) {
+std::pair<double, double> PipelineCache::build(Entry& e) {
   VkDevice dev = ctx_.device();
   VkShaderModule module = VK_NULL_HANDLE;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_ms();
+  auto elapsed = [&] {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = thread_cpu_ms() - cpu0;
+    std::lock_guard lock(mutex_);
+    stats_.create_ms += ms;
+    stats_.create_cpu_ms += cpu;
+    return std::make_pair(ms, cpu);
+  };
   try {
     auto mci = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
     mci.codeSize = e.desc.spirv.size() * sizeof(uint32_t);
@@ -208,12 +228,15 @@ void PipelineCache::build(Entry& e) {
     if (r != VK_SUCCESS) e.pipeline.pipeline = VK_NULL_HANDLE;
     ctx_.check(r, ("vkCreateComputePipelines for '" + e.desc.name + "'").c_str());
     vkDestroyShaderModule(dev, module, nullptr);
+    const auto ms = elapsed();
     if (ctx_.has(Feature::PipelineStatistics)) print_statistics(e.pipeline);
     if (want_ir) write_representations(e.pipeline, ir_dir);
     e.promise.set_value();
+    return ms;
   } catch (...) {
     if (module) vkDestroyShaderModule(dev, module, nullptr);
     e.promise.set_exception(std::current_exception());
+    return elapsed();
   }
 }
 
@@ -340,10 +363,14 @@ void PipelineCache::write_representations(const Pipeline& p, const std::string& 
                written.empty() ? " the driver offers no internal representation" : written.c_str());
 }
 
-const Pipeline& PipelineCache::get(const PipelineDesc& desc) {
+const Pipeline& PipelineCache::get(const PipelineDesc& desc, bool* created, double* create_ms,
+                                   double* create_cpu_ms) {
   bool claimed = false;
   Entry* e = find_or_claim(desc, &claimed);
-  if (claimed) build(*e);
+  const std::pair<double, double> ms = claimed ? build(*e) : std::make_pair(0.0, 0.0);
+  if (created) *created = claimed;
+  if (create_ms) *create_ms = ms.first;
+  if (create_cpu_ms) *create_cpu_ms = ms.second;
   e->ready.get();  // waits if another thread builds it; rethrows its failure
   return e->pipeline;
 }
@@ -357,20 +384,11 @@ std::vector<const Pipeline*> PipelineCache::get_all(const std::vector<PipelineDe
     entries[i] = find_or_claim(descs[i], &claimed);
     if (claimed) to_build.push_back(entries[i]);
   }
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = unsigned(std::min<size_t>(threads, to_build.size()));
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next++) < to_build.size();) build(*to_build[i]);  // build() never throws
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();  // this thread works too
-  for (auto& t : pool) t.join();
+  support::parallel_for(to_build.size(), threads, [&](size_t i) { build(*to_build[i]); });  // never throws
 
   std::vector<const Pipeline*> out(descs.size());
   for (size_t i = 0; i < descs.size(); ++i) {
-    entries[i]->ready.get();
+    entries[i]->ready.get();  // rethrows a failed creation (the first in `descs` order)
     out[i] = &entries[i]->pipeline;
   }
   return out;

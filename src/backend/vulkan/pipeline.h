@@ -44,11 +44,17 @@ class PipelineCache {
   PipelineCache(const PipelineCache&) = delete;
   PipelineCache& operator=(const PipelineCache&) = delete;
 
-  // Creates on this thread, or returns the pipeline already made from identical SPIR-V and layout.
-  const Pipeline& get(const PipelineDesc& desc);
-  // Creates the missing ones on `threads` workers (0: hardware concurrency); same order as `descs`.
-  // Drivers compile at this point: NVIDIA spends ~60 ms per compute pipeline, lavapipe JITs on first
-  // dispatch.
+  // Creates on this thread, or returns the pipeline already made from identical SPIR-V and layout (waiting
+  // while another thread creates it). *created (if given): this call created it; *create_ms: how long
+  // vkCreateShaderModule + vkCreateComputePipelines took here, *create_cpu_ms: the CPU time this thread
+  // spent in them (both 0 when not created). Safe from many threads:
+  // the VkPipelineCache is internally synchronized (the spec's vkCreatePipelineCache; it is not created
+  // with VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
+  const Pipeline& get(const PipelineDesc& desc, bool* created = nullptr, double* create_ms = nullptr,
+                      double* create_cpu_ms = nullptr);
+  // Creates the missing ones on `threads` workers (support::parallel_for; 0: hardware concurrency); same
+  // order as `descs`. Drivers compile at this point (lavapipe: ~2 ms of CPU per pipeline, warm or cold, its
+  // cache keeps nothing; NVIDIA: docs/perf-notes.md 2026-12-07).
   std::vector<const Pipeline*> get_all(const std::vector<PipelineDesc>& descs, unsigned threads = 0);
 
   void save() const;  // atomically writes the VkPipelineCache; best effort
@@ -58,6 +64,8 @@ class PipelineCache {
   struct Stats {
     uint64_t created = 0;  // vkCreateComputePipelines calls
     uint64_t reused = 0;   // requests answered by an existing pipeline
+    double create_ms = 0;  // vkCreateShaderModule + vkCreateComputePipelines, summed over threads
+    double create_cpu_ms = 0;  // the CPU time of the creating threads in those calls
   };
   Stats stats() const;
 
@@ -70,7 +78,8 @@ class PipelineCache {
   };
   // Finds the entry for `desc` or inserts one; *claimed says this caller must build() it.
   Entry* find_or_claim(const PipelineDesc& desc, bool* claimed);
-  void build(Entry& e);
+  // Never throws (a failure goes to e.ready); the creation's wall and thread-CPU milliseconds.
+  std::pair<double, double> build(Entry& e);
   void print_statistics(const Pipeline& p) const;                               // MGN_PIPELINE_STATS=1
   void write_representations(const Pipeline& p, const std::string& dir) const;  // MGN_PIPELINE_IR=DIR
   VkDescriptorSetLayout set_layout(uint32_t num_buffers);
