@@ -85,6 +85,20 @@ Data batch_of(int s) {
   return d;
 }
 
+// Step s's batch: its two halves into the two-branch reference session (x0/labels0, x1/labels1), which takes its
+// step, and the whole batch into the trainer (whose step the caller takes).
+void feed_step(Session& ref, DataParallelTrainer& dp, int s) {
+  Data d = batch_of(s);
+  const size_t half_x = size_t(kShard * kIn), half_l = size_t(kShard);
+  ref.set_input("x0", std::span<const float>(d.x.data(), half_x));
+  ref.set_input("x1", std::span<const float>(d.x.data() + half_x, half_x));
+  ref.set_input("labels0", std::span<const int32_t>(d.labels.data(), half_l));
+  ref.set_input("labels1", std::span<const int32_t>(d.labels.data() + half_l, half_l));
+  ref.step();
+  dp.set_input("x", d.x);
+  dp.set_input("labels", d.labels);
+}
+
 CompileOptions options(Backend backend, const Optimizer& opt) {
   CompileOptions c{.mode = Mode::Train, .optimizer = opt, .backend = backend};
   c.device = test::device_options();
@@ -128,15 +142,7 @@ void exact_against_two_branch(Backend backend) {
   ASSERT_EQ(dp.replicas(), kReplicas);
   ASSERT_EQ(dp.global_batch(), kBatch);
   for (int s = 0; s < kSteps; ++s) {
-    Data d = batch_of(s);
-    const size_t half_x = size_t(kShard * kIn), half_l = size_t(kShard);
-    ref.set_input("x0", std::span<const float>(d.x.data(), half_x));
-    ref.set_input("x1", std::span<const float>(d.x.data() + half_x, half_x));
-    ref.set_input("labels0", std::span<const int32_t>(d.labels.data(), half_l));
-    ref.set_input("labels1", std::span<const int32_t>(d.labels.data() + half_l, half_l));
-    ref.step();
-    dp.set_input("x", d.x);
-    dp.set_input("labels", d.labels);
+    feed_step(ref, dp, s);
     float loss = dp.step();
     float ref_loss = ref.read_scalar("loss");
     EXPECT_EQ(std::memcmp(&loss, &ref_loss, sizeof loss), 0)
@@ -484,15 +490,7 @@ TEST(DataParallel, WrittenWeightsReachEveryReplica) {
       EXPECT_TRUE(bitwise_equal(dp.gradient_session(r).read(p), ref.read(p))) << p << " replica " << r;
     }
   for (int s = 0; s < kSteps; ++s) {
-    Data d = batch_of(s);
-    const size_t half_x = size_t(kShard * kIn), half_l = size_t(kShard);
-    ref.set_input("x0", std::span<const float>(d.x.data(), half_x));
-    ref.set_input("x1", std::span<const float>(d.x.data() + half_x, half_x));
-    ref.set_input("labels0", std::span<const int32_t>(d.labels.data(), half_l));
-    ref.set_input("labels1", std::span<const int32_t>(d.labels.data() + half_l, half_l));
-    ref.step();
-    dp.set_input("x", d.x);
-    dp.set_input("labels", d.labels);
+    feed_step(ref, dp, s);
     dp.step();
   }
   expect_bitwise_equal_states(dp, ref, "from written weights, against the two-branch reference");

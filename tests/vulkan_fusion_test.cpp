@@ -531,6 +531,42 @@ TEST_F(VulkanFusion, FillOperandsComputeLikeUnfused) {
 
 // ---- GEMV siblings -------------------------------------------------------------------------------------
 
+// Random inputs `names` into the fused and unfused executors and the CPU reference, one run each (the Vulkan
+// ones `runs` times), then every output of `outputs`: fused bitwise as unfused, and within 1e-6 of the CPU's.
+// No cache folder, poisoned memory (a value the kernel forgot to write shows), fusion on or off.
+vk::GraphExecutorOptions poisoned(bool fusion) {
+  vk::GraphExecutorOptions o;
+  o.cache_dir = "";
+  o.poison = true;
+  o.codegen.kernels.fusion = fusion;
+  return o;
+}
+
+void check_fused_outputs(const ir::Graph& g, vk::GraphExecutor& fused, vk::GraphExecutor& plain,
+                         const std::vector<std::string>& names, const std::vector<std::string>& outputs,
+                         unsigned seed, int runs = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  cpu::Executor cpu(g);
+  for (const std::string& name : names) {
+    std::vector<float> v(size_t(numel(g.node(*g.find_named(name)).shape)));
+    for (float& x : v) x = dist(rng);
+    fused.set_input(name, v);
+    plain.set_input(name, v);
+    cpu.set_input(name, v);
+  }
+  for (int rep = 0; rep < runs; ++rep) {
+    fused.run();
+    plain.run();
+  }
+  cpu.run();
+  for (const std::string& o : outputs) {
+    const std::vector<float> a = fused.read_output(o);
+    EXPECT_TRUE(same_bits(a, plain.read_output(o))) << o;
+    EXPECT_LE(test::rel_l2(f64(a), cpu.output(o).v), 1e-6) << o;
+  }
+}
+
 // One token's projections of the same input (q, k, v; gate, up: M = 1, weights [N, K] read along K) share one
 // dispatch, each output computed as its own kernel computes it: bitwise equal to the session without fusion,
 // and within f32 rounding of the CPU reference (double). Five linears of h: the first four (the group's cap)
@@ -548,12 +584,7 @@ TEST_F(VulkanFusion, GemvSiblingsShareOneDispatch) {
   Tensor rows = g.input("rows", {9, K});
   outs.push_back(linear(rows, g.parameter("w_rows", {8, K}, Init::uniform(-0.5, 0.5, 12))));
   for (size_t j = 0; j < outs.size(); ++j) g.output("y" + std::to_string(j), outs[j]);
-  vk::GraphExecutorOptions fo;
-  fo.cache_dir = "";
-  fo.poison = true;
-  vk::GraphExecutorOptions uo = fo;
-  uo.codegen.kernels.fusion = false;
-  vk::GraphExecutor fused(g.ir(), *ctx_, fo), plain(g.ir(), *ctx_, uo);
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
   int groups = 0;
   for (const plan::Dispatch& d : fused.plan().dispatches)
     if (d.nodes.size() > 1) {
@@ -566,25 +597,9 @@ TEST_F(VulkanFusion, GemvSiblingsShareOneDispatch) {
   for (const auto& [name, glsl] : fused.kernel_sources()) named = named || name.rfind("matmul_small_siblings4", 0) == 0;
   EXPECT_TRUE(named);
   EXPECT_EQ(fused.compile_stats().kernels + 3, plain.compile_stats().kernels);
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  cpu::Executor cpu(g.ir());
-  for (const char* name : {"h", "other", "rows"}) {
-    std::vector<float> v(size_t(numel(g.ir().node(*g.ir().find_named(name)).shape)));
-    for (float& x : v) x = dist(rng);
-    fused.set_input(name, v);
-    plain.set_input(name, v);
-    cpu.set_input(name, v);
-  }
-  fused.run();
-  plain.run();
-  cpu.run();
-  for (size_t j = 0; j < outs.size(); ++j) {
-    const std::string y = "y" + std::to_string(j);
-    const std::vector<float> a = fused.read_output(y);
-    EXPECT_TRUE(same_bits(a, plain.read_output(y))) << y;
-    EXPECT_LE(test::rel_l2(f64(a), cpu.output(y).v), 1e-6) << y;
-  }
+  std::vector<std::string> names;
+  for (size_t j = 0; j < outs.size(); ++j) names.push_back("y" + std::to_string(j));
+  check_fused_outputs(g.ir(), fused, plain, {"h", "other", "rows"}, names, 3);
 }
 
 // A residual add behind a token's projection (and a pointwise chain after it) runs in the projection's dispatch,
@@ -602,12 +617,7 @@ TEST_F(VulkanFusion, GemvEpilogueRunsInTheMatmulsDispatch) {
   g.output("m1_plus", m1 + g.input("r1", {1, 24}));
   Tensor p = h * 2.0;
   g.output("self", linear(p, g.parameter("w2", {K, K}, Init::uniform(-0.5, 0.5, 3))) + p);
-  vk::GraphExecutorOptions fo;
-  fo.cache_dir = "";
-  fo.poison = true;
-  vk::GraphExecutorOptions uo = fo;
-  uo.codegen.kernels.fusion = false;
-  vk::GraphExecutor fused(g.ir(), *ctx_, fo), plain(g.ir(), *ctx_, uo);
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
   int epilogues = 0;
   for (const plan::Dispatch& d : fused.plan().dispatches) {
     if (!codegen::gemv_epilogue(g.ir(), d.nodes)) continue;
@@ -618,26 +628,7 @@ TEST_F(VulkanFusion, GemvEpilogueRunsInTheMatmulsDispatch) {
     }
   }
   EXPECT_EQ(epilogues, 3);  // out's chain, m1_plus, and p's add (p itself stays outside: the matmul reads it)
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  cpu::Executor cpu(g.ir());
-  for (const char* name : {"h", "r", "r1"}) {
-    std::vector<float> v(size_t(numel(g.ir().node(*g.ir().find_named(name)).shape)));
-    for (float& x : v) x = dist(rng);
-    fused.set_input(name, v);
-    plain.set_input(name, v);
-    cpu.set_input(name, v);
-  }
-  for (int rep = 0; rep < 2; ++rep) {
-    fused.run();
-    plain.run();
-  }
-  cpu.run();
-  for (const char* o : {"out", "m1", "m1_plus", "self"}) {
-    const std::vector<float> a = fused.read_output(o);
-    EXPECT_TRUE(same_bits(a, plain.read_output(o))) << o;
-    EXPECT_LE(test::rel_l2(f64(a), cpu.output(o).v), 1e-6) << o;
-  }
+  check_fused_outputs(g.ir(), fused, plain, {"h", "r", "r1"}, {"out", "m1", "m1_plus", "self"}, 5, 2);
 }
 
 }  // namespace

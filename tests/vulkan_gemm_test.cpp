@@ -648,16 +648,21 @@ TEST_F(VulkanGemm, CoopMatAblationsRepeatTheirFirstPiece) {
   }
 }
 
+// `caps` as an NVIDIA device with a passing f16 self-test would report them (lowering tests without one).
+codegen::DeviceCaps pretend_verified_coopmat(codegen::DeviceCaps caps) {
+  caps.cooperative_matrix_nv = true;
+  caps.subgroup_size = 32;
+  caps.max_shared_bytes = 49152;
+  caps.max_workgroup_invocations = 1024;
+  caps.coopmat_f16_verified = true;
+  return caps;
+}
+
 TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
   // With a (pretend) verified cooperative-matrix device, a strict matmul stays f32 SIMT; an Accelerated
   // one lowers to the f16 kernel, unless KernelOptions::f16_gemm is off; a node with no precision of its own
   // follows CompileOptions::default_precision.
-  codegen::DeviceCaps nv = caps_;
-  nv.cooperative_matrix_nv = true;
-  nv.subgroup_size = 32;
-  nv.max_shared_bytes = 49152;
-  nv.max_workgroup_invocations = 1024;
-  nv.coopmat_f16_verified = true;
+  const codegen::DeviceCaps nv = pretend_verified_coopmat(caps_);
   // These shapes are far below the default KernelOptions::f16_min_work; the threshold's own test is
   // CoopMatOnlyForProductsWorthIt.
   const KernelOptions any_size{.f16_min_work = 0};
@@ -702,12 +707,7 @@ TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
 TEST_F(VulkanGemm, CoopMatOnlyForProductsWorthIt) {
   // KernelOptions::f16_min_work: an Accelerated matmul takes the f16 kernel only when M·N·K·batch reaches it
   // (the f16 path's packing passes cost more than a small product saves). Each case counted by hand.
-  codegen::DeviceCaps nv = caps_;
-  nv.cooperative_matrix_nv = true;
-  nv.subgroup_size = 32;
-  nv.max_shared_bytes = 49152;
-  nv.max_workgroup_invocations = 1024;
-  nv.coopmat_f16_verified = true;
+  const codegen::DeviceCaps nv = pretend_verified_coopmat(caps_);
   auto lower = [&](std::vector<int64_t> a, std::vector<int64_t> b, uint64_t min_work) {
     mgn::Graph g;
     Tensor y = matmul(g.input("a", a), g.input("b", b));

@@ -28,6 +28,15 @@ std::string transposes(const GemmShape& s) {
   return "t" + su(s.transpose_a) + su(s.transpose_b);
 }
 
+// Threads of the workgroup-per-output kernels: two subgroups (32..128), a power of two the device allows.
+uint32_t ksplit_workgroup(const DeviceCaps& caps) {
+  uint32_t wg = std::max<uint32_t>(32, std::min<uint32_t>(caps.subgroup_size * 2, 128));
+  wg = std::min(wg, caps.max_workgroup_invocations);
+  uint32_t p2 = 1;
+  while (p2 * 2 <= wg) p2 *= 2;
+  return p2;
+}
+
 }  // namespace
 
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps) {
@@ -38,11 +47,7 @@ Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps) {
   const std::string MN = u(s.m * s.n);
   if (large_contig_k || s.k >= 4096) {
     // One workgroup per output: threads stride over K, then a shared-memory tree reduction.
-    uint32_t wg = std::max<uint32_t>(32, std::min<uint32_t>(caps.subgroup_size * 2, 128));
-    wg = std::min(wg, caps.max_workgroup_invocations);
-    uint32_t p2 = 1;
-    while (p2 * 2 <= wg) p2 *= 2;
-    wg = p2;
+    const uint32_t wg = ksplit_workgroup(caps);
     Kernel k;
     k.name = "matmul_small_ksplit_" + transposes(s);
     const gl::Grid grid = gl::flat_groups(outs, caps, k.name);
@@ -117,11 +122,7 @@ Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, 
       throw Error("internal: " + g.describe(id) + " cannot join the GEMV fusion of " + g.describe(nodes[0]));
     ss.push_back(matmul_shape(g, g.node(id)));
   }
-  uint32_t wg = std::max<uint32_t>(32, std::min<uint32_t>(caps.subgroup_size * 2, 128));
-  wg = std::min(wg, caps.max_workgroup_invocations);
-  uint32_t p2 = 1;
-  while (p2 * 2 <= wg) p2 *= 2;
-  wg = p2;
+  const uint32_t wg = ksplit_workgroup(caps);
   const size_t J = nodes.size();
   std::string decls = gl::buffer(0, "A", DType::F32, true), sums, stores, dims;
   std::vector<Binding> bindings = {{BindingKind::Input, 0, false, 0}};
@@ -199,11 +200,7 @@ Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, 
   for (int id : nodes)
     if (g.node(id).shape != mm.shape)
       throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));
-  uint32_t wg = std::max<uint32_t>(32, std::min<uint32_t>(caps.subgroup_size * 2, 128));
-  wg = std::min(wg, caps.max_workgroup_invocations);
-  uint32_t p2 = 1;
-  while (p2 * 2 <= wg) p2 *= 2;
-  wg = p2;
+  const uint32_t wg = ksplit_workgroup(caps);
   const std::string v = "v" + std::to_string(mm.id);
   PointwiseBody b = pointwise_body(g, nodes, stored, {mm.id},
                                    {{BindingKind::Input, 0, false, int(km)}, {BindingKind::Input, 1, false, int(km)}},
