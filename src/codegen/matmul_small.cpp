@@ -109,9 +109,59 @@ std::string gemv_sibling_key(const ir::Graph& g, const ir::Node& n) {
   return std::to_string(n.inputs[0]) + " " + su(s.transpose_a) + " " + su(s.m) + " " + su(s.k);
 }
 
-// One workgroup per output of any member, in member order: the member's K reduction exactly as
-// small_gemm_kernel's workgroup-per-output branch does it (same strided partial sums, same tree), so each
-// output is bitwise what the member's own dispatch writes.
+namespace {
+
+// The workgroup-per-output kernel over several matmuls of one left operand A (bound at 0; member j's weights at
+// 1 + j as W<j>): one workgroup per output of any member, in member order, each reducing K exactly as
+// small_gemm_kernel's workgroup-per-output branch does (same strided partial sums, same tree), so every value is
+// bitwise what the member's own dispatch computes. `decls` declares the rest of the bindings; `finish` runs on
+// thread 0 with the value in `partial[0]`, `gid` the flat output index over the members and `local` the index
+// within its member (`finish` branches on `gid` when there are several members).
+Kernel gemv_kernel(const std::vector<GemmShape>& ss, const std::string& name, const std::string& what,
+                   const std::string& decls, const std::string& finish, const DeviceCaps& caps) {
+  const uint32_t wg = ksplit_workgroup(caps);
+  std::string all_decls = gl::buffer(0, "A", DType::F32, true), sums, dims;
+  uint64_t off = 0;
+  for (size_t j = 0; j < ss.size(); ++j) {
+    const GemmShape& s = ss[j];
+    all_decls += gl::buffer(int(1 + j), "W" + su(j), DType::F32, true);
+    const std::string cond = j + 1 == ss.size() ? "" : "if (gid < " + su(off + s.m * s.n) + "u) ";
+    sums += std::string(j == 0 ? "  " : "  else ") + cond + "{\n    uint local = gid - " + su(off) +
+            "u, m = local / " + su(s.n) + ", n = local % " + su(s.n) + ";\n    for (uint k = t; k < " + su(s.k) +
+            "; k += " + su(wg) + ")\n      acc = fma(A[" + a_index(s, "m", "k") + "], W" + su(j) + "[" +
+            b_index(s, "k", "n") + "], acc);\n  }\n";
+    dims += std::string(j ? "; " : "") + gemm_dims(s);
+    off += s.m * s.n;
+  }
+  Kernel k;
+  k.name = name;
+  const gl::Grid grid = gl::flat_groups(off, caps, k.name);
+  k.glsl = gl::render(R"(#version 450
+// archetype: matmul small ${WHAT} (${DIMS}): workgroup-per-output K reduction
+layout(local_size_x = ${WG}) in;
+${DECLS}shared float partial[${WG}];
+void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  float acc = 0.0;
+${SUMS}  partial[t] = acc;
+  barrier();
+${REDUCE}  if (t != 0u) return;
+${FINISH}}
+)",
+                      {{"WHAT", what},
+                       {"DIMS", dims},
+                       {"WG", std::to_string(wg)},
+                       {"DECLS", all_decls + decls},
+                       {"GRID", grid.glsl},
+                       {"SUMS", sums},
+                       {"REDUCE", gl::tree_reduce(wg, " partial[t] += partial[t + s];", "  ")},
+                       {"FINISH", finish}});
+  k.groups = grid.groups;
+  return k;
+}
+
+}  // namespace
+
 Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
   if (nodes.size() < 2 || nodes.size() > kMaxGemvSiblings)
     throw Error("internal: a GEMV fusion of " + std::to_string(nodes.size()) + " matmuls");
@@ -122,56 +172,22 @@ Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, 
       throw Error("internal: " + g.describe(id) + " cannot join the GEMV fusion of " + g.describe(nodes[0]));
     ss.push_back(matmul_shape(g, g.node(id)));
   }
-  const uint32_t wg = ksplit_workgroup(caps);
   const size_t J = nodes.size();
-  std::string decls = gl::buffer(0, "A", DType::F32, true), sums, stores, dims;
+  std::string decls, stores;
   std::vector<Binding> bindings = {{BindingKind::Input, 0, false, 0}};
-  for (size_t j = 0; j < J; ++j) {
-    decls += gl::buffer(int(1 + j), "W" + su(j), DType::F32, true);
-    bindings.push_back({BindingKind::Input, 1, false, int(j)});
-  }
+  for (size_t j = 0; j < J; ++j) bindings.push_back({BindingKind::Input, 1, false, int(j)});
   uint64_t off = 0;
   for (size_t j = 0; j < J; ++j) {
-    const GemmShape& s = ss[j];
-    const uint64_t outs = s.m * s.n;
     decls += gl::buffer(int(1 + J + j), "Y" + su(j), DType::F32, false, true);
     bindings.push_back({BindingKind::Output, 0, true, int(j)});
-    const std::string cond = j + 1 == J ? "" : "if (gid < " + su(off + outs) + "u) ";
-    const std::string lead = j == 0 ? "  " : "  else ";
-    sums += lead + cond + "{\n    uint local = gid - " + su(off) + "u, m = local / " + su(s.n) + ", n = local % " +
-            su(s.n) + ";\n    for (uint k = t; k < " + su(s.k) + "; k += " + su(wg) + ")\n      acc = fma(A[" +
-            a_index(s, "m", "k") + "], W" + su(j) + "[" + b_index(s, "k", "n") + "], acc);\n  }\n";
-    stores += "    " + std::string(j == 0 ? "" : "else ") + cond + "Y" + su(j) + "[gid - " + su(off) +
-              "u] = partial[0];\n";
-    dims += std::string(j ? "; " : "") + gemm_dims(s);
-    off += outs;
+    off += ss[j].m * ss[j].n;
+    const std::string cond = j + 1 == J ? "" : "if (gid < " + su(off) + "u) ";
+    stores += std::string(j == 0 ? "  " : "  else ") + cond + "Y" + su(j) + "[gid - " +
+              su(off - ss[j].m * ss[j].n) + "u] = partial[0];\n";
   }
-  Kernel k;
-  k.name = "matmul_small_siblings" + su(J) + "_t" + su(ss[0].transpose_a) + "1";
-  const gl::Grid grid = gl::flat_groups(off, caps, k.name);
-  k.glsl = gl::render(R"(#version 450
-// archetype: matmul small GEMV fusion of ${J} matmuls (${DIMS}): workgroup-per-output K reduction
-layout(local_size_x = ${WG}) in;
-${DECLS}shared float partial[${WG}];
-void main() {
-${GRID}  uint t = gl_LocalInvocationID.x;
-  float acc = 0.0;
-${SUMS}  partial[t] = acc;
-  barrier();
-${REDUCE}  if (t == 0u) {
-${STORES}  }
-}
-)",
-                      {{"J", su(J)},
-                       {"DIMS", dims},
-                       {"WG", std::to_string(wg)},
-                       {"DECLS", decls},
-                       {"GRID", grid.glsl},
-                       {"SUMS", sums},
-                       {"REDUCE", gl::tree_reduce(wg, " partial[t] += partial[t + s];", "  ")},
-                       {"STORES", stores}});
+  Kernel k = gemv_kernel(ss, "matmul_small_siblings" + su(J) + "_t" + su(ss[0].transpose_a) + "1",
+                         "GEMV fusion of " + su(J) + " matmuls", decls, stores, caps);
   k.bindings = std::move(bindings);
-  k.groups = grid.groups;
   return gl::one_kernel(std::move(k));
 }
 
@@ -186,8 +202,8 @@ bool gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes) {
   return matmuls == 1;
 }
 
-// small_gemm_kernel's workgroup-per-output reduction of the one matmul (the same partial sums and tree, so its
-// value is bitwise what its own dispatch computes), then its pointwise readers at that output's element.
+// The one matmul's workgroup-per-output reduction (gemv_kernel), then its pointwise readers at that output's
+// element.
 Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                              const DeviceCaps& caps) {
   size_t km = nodes.size();
@@ -200,49 +216,14 @@ Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, 
   for (int id : nodes)
     if (g.node(id).shape != mm.shape)
       throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));
-  const uint32_t wg = ksplit_workgroup(caps);
-  const std::string v = "v" + std::to_string(mm.id);
   PointwiseBody b = pointwise_body(g, nodes, stored, {mm.id},
                                    {{BindingKind::Input, 0, false, int(km)}, {BindingKind::Input, 1, false, int(km)}},
                                    "gid");
   if (b.written == 0) throw Error("internal: the GEMV epilogue of " + g.describe(mm.id) + " writes nothing");
-  Kernel k;
-  k.name = "matmul_small_epilogue" + su(nodes.size() - 1) + "_" + transposes(s);
-  const gl::Grid grid = gl::flat_groups(s.m * s.n, caps, k.name);
-  k.glsl = gl::render(R"(#version 450
-// archetype: matmul small ${T} ${DIMS}: workgroup-per-output K reduction, then ${OPS}
-layout(local_size_x = ${WG}) in;
-${DECLS}shared float partial[${WG}];
-void main() {
-${GRID}  uint t = gl_LocalInvocationID.x;
-  uint m = gid / ${N}, n = gid % ${N};
-  float acc = 0.0;
-  for (uint k = t; k < ${K}; k += ${WG}u)
-    acc = fma(A[${AI}], W[${BI}], acc);
-  partial[t] = acc;
-  barrier();
-${REDUCE}  if (t != 0u) return;
-  float ${V} = partial[0];
-${LOADS}${BODY}${STORES}}
-)",
-                      {{"T", transposes(s)},
-                       {"DIMS", gemm_dims(s)},
-                       {"OPS", b.ops},
-                       {"WG", std::to_string(wg)},
-                       {"DECLS", gl::buffer(0, "A", DType::F32, true) + gl::buffer(1, "W", DType::F32, true) + b.decls +
-                                     gl::math_lib()},
-                       {"GRID", grid.glsl},
-                       {"N", su(s.n)},
-                       {"K", su(s.k)},
-                       {"AI", a_index(s, "m", "k")},
-                       {"BI", b_index(s, "k", "n")},
-                       {"REDUCE", gl::tree_reduce(wg, " partial[t] += partial[t + s];", "  ")},
-                       {"V", v},
-                       {"LOADS", b.loads},
-                       {"BODY", b.body},
-                       {"STORES", b.stores}});
+  Kernel k = gemv_kernel({s}, "matmul_small_epilogue" + su(nodes.size() - 1) + "_" + transposes(s),
+                         "GEMV epilogue: " + b.ops, b.decls + gl::math_lib(),
+                         "  float v" + std::to_string(mm.id) + " = partial[0];\n" + b.loads + b.body + b.stores, caps);
   k.bindings = std::move(b.bindings);
-  k.groups = grid.groups;
   return gl::one_kernel(std::move(k));
 }
 

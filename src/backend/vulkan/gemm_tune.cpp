@@ -31,12 +31,7 @@ constexpr const char* kMagic = "mgn gemm tuning 1";
 constexpr int kReps = 3, kWarmup = 1, kTimed = 5;
 
 uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return codegen::fnv1a64(s.data(), s.size());
 }
 
 std::string hex64(uint64_t v) {
