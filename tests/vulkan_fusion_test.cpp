@@ -631,6 +631,76 @@ TEST_F(VulkanFusion, GemvEpilogueRunsInTheMatmulsDispatch) {
   check_fused_outputs(g.ir(), fused, plain, {"h", "r", "r1"}, {"out", "m1", "m1_plus", "self"}, 5, 2);
 }
 
+// An rms_norm whose every reader is a token projection of it (q, k, v behind a Llama layer's input norm) runs
+// in the projections' GEMV dispatch: each workgroup sums x·gamma·W and x² in one pass, so the normalized row is
+// never stored. Not bitwise the separate kernels' (x is scaled after the sum, not before), so fused and plain
+// are each checked against the CPU reference in double. Cases: a norm with gamma read by three linears (one
+// dispatch of 4 nodes); a norm without gamma read by one linear; a norm that is also an output, one read by a
+// pointwise node as well, one with M = 9 rows, and one read by five linears keep their own dispatch (their
+// linears still fuse as siblings where they can).
+TEST_F(VulkanFusion, RmsNormLeadsTheGemvOfItsProjections) {
+  Graph g;
+  const int64_t K = 160;
+  uint64_t seed = 1;
+  auto w = [&](int64_t n) {
+    const uint64_t s = seed++;
+    return g.parameter("w" + std::to_string(s), {n, K}, Init::uniform(-0.5, 0.5, s));
+  };
+  auto gamma = [&] {
+    const uint64_t s = seed++;
+    return g.parameter("g" + std::to_string(s), {K}, Init::uniform(0.5, 1.5, s));
+  };
+  Tensor x = g.input("x", {2, K});
+  Tensor a = rms_norm(x, gamma(), 1e-5);
+  g.output("q", linear(a, w(48)));
+  g.output("k", linear(a, w(16)));
+  g.output("v", linear(a, w(16)));
+  g.output("plain_norm", linear(rms_norm(g.input("x1", {1, 1, K}), std::nullopt, 1e-6), w(24)));
+  Tensor kept = rms_norm(g.input("x2", {1, K}), gamma(), 1e-5);
+  g.output("kept", kept);
+  g.output("kept_mm", linear(kept, w(8)));
+  Tensor shared = rms_norm(g.input("x3", {1, K}), gamma(), 1e-5);
+  g.output("shared_mm", linear(shared, w(8)));
+  g.output("shared_pw", shared * 2.0);
+  g.output("rows_mm", linear(rms_norm(g.input("x4", {9, K}), gamma(), 1e-5), w(8)));
+  Tensor five = rms_norm(g.input("x5", {1, K}), gamma(), 1e-5);
+  for (int j = 0; j < 5; ++j) g.output("five" + std::to_string(j), linear(five, w(8)));
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
+  std::vector<size_t> prologues;  // nodes per dispatch led by a norm
+  for (const plan::Dispatch& d : fused.plan().dispatches) {
+    if (d.nodes.size() < 2 || g.ir().node(d.nodes[0]).op != ir::Op::RmsNorm) continue;
+    prologues.push_back(d.nodes.size());
+    for (size_t k = 1; k < d.nodes.size(); ++k) {
+      const ir::Node& mm = g.ir().node(d.nodes[k]);
+      EXPECT_EQ(mm.op, ir::Op::MatMul);
+      EXPECT_EQ(mm.inputs[0], d.nodes[0]);
+    }
+  }
+  std::sort(prologues.begin(), prologues.end());
+  EXPECT_EQ(prologues, (std::vector<size_t>{2, 4}));
+  int named = 0;
+  for (const auto& [name, glsl] : fused.kernel_sources()) named += name.rfind("matmul_small_rms_siblings", 0) == 0;
+  EXPECT_EQ(named, 2);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  cpu::Executor cpu(g.ir());
+  for (const char* name : {"x", "x1", "x2", "x3", "x4", "x5"}) {
+    std::vector<float> v(size_t(numel(g.ir().node(*g.ir().find_named(name)).shape)));
+    for (float& e : v) e = dist(rng);
+    fused.set_input(name, v);
+    plain.set_input(name, v);
+    cpu.set_input(name, v);
+  }
+  fused.run();
+  fused.run();  // the second run reads nothing the first left behind
+  plain.run();
+  cpu.run();
+  for (const auto& [name, id] : g.ir().outputs()) {
+    EXPECT_LE(test::rel_l2(f64(fused.read_output(name)), cpu.output(name).v), 1e-6) << name;
+    EXPECT_LE(test::rel_l2(f64(plain.read_output(name)), cpu.output(name).v), 1e-6) << name;
+  }
+}
+
 }  // namespace
 
 #endif  // MGN_HAVE_VULKAN

@@ -206,6 +206,74 @@ ${STORES}}
        {"STORES", stores}});
 }
 
+// attention / attention_lse, vectorized: the row kernel's workgroup per query row and online softmax over
+// key tiles of WG (the same m, l and lse arithmetic), with thread t scoring key j0 + t from vec4 loads (all
+// D4 in flight; the dims summed in the scalar order, see vec4_dot) and the tile's probabilities applied to V
+// by G = WG / DV4 groups of DV4 threads, thread (g, e) owning value vec4 e over the tile's keys g, g + G, ...
+// (a coalesced row per group; the loads need no guard, so they issue together); the G partial outputs are
+// summed in shared memory at the end. The workgroup and so every reduction order do not depend on which
+// outputs are written: o alone, lse alone and both agree bitwise.
+std::string forward_vec_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask) {
+  return gl::render(
+      R"(void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  uint i = gid % SQ, h = (gid / SQ) % HQ, b = gid / (SQ * HQ);
+  uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
+${KEND}  for (uint c = t; c < D4; c += WG) s_q4[c] = Q4[gid * D4 + c];
+  barrier();
+  uint g = t / DV4, e = t % DV4;  // this thread's key group and value vec4
+  float m = NEG_INF;  // running maximum of the row's scores (uniform across the workgroup)
+  float l = 0.0;      // this thread's share of sum_j exp(s_j - m)
+  vec4 acc = vec4(0.0);
+  for (uint j0 = 0u; j0 < kend; j0 += WG) {
+    uint j = j0 + t;
+    float s = NEG_INF;
+    if (j < kend) {
+${DOT}      s = SCALE * dot${MASK};
+    }
+    float mn = max(m, wg_max(s));
+    if (mn == NEG_INF) continue;  // nothing visible so far (uniform)
+    float alpha = m == NEG_INF ? 0.0 : exp(m - mn);
+    float p = s == NEG_INF ? 0.0 : exp(s - mn);
+    l = l * alpha + p;
+    m = mn;
+${ACCUMULATE}  }
+  l = wg_sum(l);
+${STORE_O}${STORE_LSE}}
+)",
+      {{"GRID", grid},
+       {"KEND", causal ? "  uint kend = uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys [0, kend) "
+                         "visible\n"
+                       : "  uint kend = SKV;\n"},
+       {"DOT", vec4_dot("dot", "s_q4[c]", "K4[(kbase + j) * D4 + c]", "D4", "      ")},
+       {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
+       {"ACCUMULATE", out_o ? R"(    s_p[t] = p;
+    barrier();
+    uint last = min(WG, kend - j0) - 1u;  // the tile's last visible key
+    acc *= alpha;
+    if (g < G) {
+      [[unroll]] for (uint r = 0u; r < RPG; ++r) {
+        uint k = min(g + r * G, WG - 1u);
+        float w = g + r * G <= last ? s_p[k] : 0.0;
+        acc = fma(vec4(w), V4[(kbase + j0 + min(k, last)) * DV4 + e], acc);
+      }
+    }
+    barrier();
+)"
+                            : ""},
+       {"STORE_O", out_o ? R"(  if (g < G) s_o[t] = acc;
+  barrier();
+  if (t < DV4) {
+    vec4 o = vec4(0.0);
+    for (uint r = 0u; r < G; ++r) o += s_o[r * DV4 + t];
+    float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0
+    O4[gid * DV4 + t] = o * inv;
+  }
+)"
+                         : ""},
+       {"STORE_LSE", out_lse ? "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
+}
+
 }  // namespace
 
 uint32_t grad_kv_workgroup(const Dims& d, const DeviceCaps& caps) {
@@ -214,6 +282,54 @@ uint32_t grad_kv_workgroup(const Dims& d, const DeviceCaps& caps) {
 uint64_t grad_kv_shared_bytes(const Dims& d, uint32_t wg) {
   return (std::max<uint64_t>(d.D, 1) + std::max<uint64_t>(d.Dv, 1) + 3 * uint64_t(wg)) * 4;
 }
+
+namespace {
+
+// The vectorized forward (forward_vec_main) takes head dims of whole vec4s with a value row no wider than the
+// workgroup.
+bool forward_vec_fits(const Dims& d, const DeviceCaps& caps) {
+  const uint32_t wg = workgroup_for(d.Skv, d.Dv, caps);
+  return d.D > 0 && d.Dv > 0 && d.D % 4 == 0 && d.Dv % 4 == 0 && d.Dv / 4 <= wg;
+}
+
+Lowering forward_vec_lowering(const Problem& p, FwdOuts outs) {
+  const Dims& d = p.d;
+  const DeviceCaps& caps = *p.caps;
+  const uint32_t wg = workgroup_for(d.Skv, d.Dv, caps);
+  const uint64_t d4 = d.D / 4, dv4 = d.Dv / 4, groups = wg / dv4;
+  gl::Buffers bufs;
+  bufs.add_as("vec4", "Q4", gl::input(0));
+  bufs.add_as("vec4", "K4", gl::input(1));
+  if (outs.o >= 0) bufs.add_as("vec4", "V4", gl::input(2));
+  if (p.mask) bufs.add("MASK", gl::input(3));
+  if (outs.o >= 0) bufs.add_as("vec4", "O4", gl::output(outs.o));
+  if (outs.lse >= 0) bufs.add("LSE", gl::output(outs.lse));
+  check_shared((d4 * 4 + wg + wg * 4 + wg) * 4, p,
+               "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
+  const gl::Grid grid = gl::flat_groups(d.B * d.Hq * d.Sq, caps, p.who);
+  const std::string decls =
+      gl::render(R"(const uint D4 = ${D4}, DV4 = ${DV4}, G = ${G}, RPG = ${RPG};  // RPG: keys per group and tile
+shared vec4 s_q4[D4];  // this row's query
+shared float s_p[WG];  // the tile's probabilities
+shared vec4 s_o[WG];   // the groups' partial outputs
+)",
+                 {{"D4", u(d4)}, {"DV4", u(dv4)}, {"G", u(groups)}, {"RPG", u(div_up(wg, groups))}});
+  Kernel k;
+  k.name = p.op + "_vec_" + p.key + "_wg" + std::to_string(wg);
+  k.glsl = attention_kernel_glsl(
+      p, true, p.op,
+      "workgroup per query row, online softmax over key tiles of WG, vec4 scores, " + std::to_string(groups) +
+          " key groups apply V (WG = " + std::to_string(wg) + ")",
+      wg, bufs, gl::math_lib() + gl::wg_reduce_lib(wg) + decls,
+      forward_vec_main(grid.glsl, outs.o >= 0, outs.lse >= 0, p.causal, p.mask != nullptr));
+  k.bindings = bufs.bindings;
+  k.groups = grid.groups;
+  Lowering l;
+  l.kernels.push_back(std::move(k));
+  return l;
+}
+
+}  // namespace
 
 Lowering row_lowering(const Problem& p, Kind kind, FwdOuts outs) {
   const Dims& d = p.d;
@@ -230,6 +346,7 @@ Lowering row_lowering(const Problem& p, Kind kind, FwdOuts outs) {
     grid = gl::flat_groups(rows, caps, p.who);
     return grid.glsl;
   };
+  if (is_forward(kind) && forward_vec_fits(d, caps)) return forward_vec_lowering(p, outs);
   switch (kind) {
     case Kind::Forward:
     case Kind::Lse:

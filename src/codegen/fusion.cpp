@@ -80,9 +80,13 @@ class Grouper {
         gi = pair_attention(i, gi, attention_open);
       if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, forward_open);
-      if (opt_.gemv && node.op == ir::Op::MatMul && numel(node.shape) > 0) gi = join_gemv(i, gi, gemv_open);
+      if (opt_.gemv && node.op == ir::Op::MatMul && numel(node.shape) > 0) {
+        gi = join_norm_prologue(i, gi, gemv_open);
+        gi = join_gemv(i, gi, gemv_open);
+      }
       if (opt_.pointwise) merge_siblings(gi);
     }
+    split_unfinished_prologues();
     std::vector<std::vector<int>> out;
     for (const Group& gr : groups_)
       if (gr.alive && gr.members.size() > 1) out.push_back(gr.members);
@@ -232,9 +236,11 @@ class Grouper {
     auto it = open.find(key);
     if (it != open.end()) {
       const int other = gid_[size_t(it->second)];
+      // Matmuls only, or led by the norm of their left operand (join_norm_prologue).
       bool matmuls_only = other >= 0;
       if (matmuls_only)
-        for (int m : groups_[size_t(other)].members) matmuls_only = matmuls_only && g_.node(m).op == ir::Op::MatMul;
+        for (int m : groups_[size_t(other)].members)
+          matmuls_only = matmuls_only && (g_.node(m).op == ir::Op::MatMul || m == g_.node(i).inputs[0]);
       if (matmuls_only && groups_[size_t(other)].alive &&
           groups_[size_t(other)].members.size() < kMaxGemvSiblings) {
         std::set<int> set = {other, gi};
@@ -244,6 +250,49 @@ class Grouper {
     }
     open[key] = i;
     return gi;
+  }
+
+  // The first GEMV matmul of a left operand that an rms_norm computes joins the norm's (still single) group
+  // when every reader of the norm is such a matmul of the same key, few enough for one fusion, and the norm is
+  // not kept; its siblings then join through join_gemv. split_unfinished_prologues undoes it when a sibling
+  // could not join after all.
+  int join_norm_prologue(int i, int gi, const std::map<std::string, int>& open) {
+    const ir::Node& mm = g_.node(i);
+    const std::string key = gemv_sibling_key(g_, mm);
+    if (key.empty() || open.count(key)) return gi;
+    const int nid = mm.inputs[0];
+    const ir::Node& norm = g_.node(nid);
+    const int gn = gid_[size_t(nid)];
+    if (norm.op != ir::Op::RmsNorm || kept_[size_t(nid)] || gn < 0 || gn == gi ||
+        groups_[size_t(gn)].members.size() != 1 || !gemv_norm_prologue(g_, norm, mm))
+      return gi;
+    const std::vector<int>& readers = users_[size_t(nid)];
+    if (readers.size() > kMaxGemvSiblings) return gi;
+    for (int u : readers)
+      if (gemv_sibling_key(g_, g_.node(u)) != key || !gemv_norm_prologue(g_, norm, g_.node(u))) return gi;
+    const std::set<int> set = {gn, gi};
+    const int lv = merged_level(set);
+    return lv < 0 ? gi : merge(set, lv);
+  }
+
+  // A norm prologue whose output is read outside its group (a sibling that did not join) goes back to a group
+  // of its own: the GEMV kernel never stores the normalized row. Only its inputs lie below it, none in the
+  // group it leaves, so the dispatch graph stays acyclic.
+  void split_unfinished_prologues() {
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      Group& gr = groups_[gi];
+      if (!gr.alive || gr.members.size() < 2 || g_.node(gr.members[0]).op != ir::Op::RmsNorm) continue;
+      const int nid = gr.members[0];
+      bool inside = !kept_[size_t(nid)];
+      for (int u : users_[size_t(nid)]) inside = inside && gid_[size_t(u)] == int(gi);
+      if (inside) continue;
+      gr.members.erase(gr.members.begin());
+      Group alone;
+      alone.members = {nid};
+      alone.level = gr.level - 1;
+      groups_.push_back(alone);
+      gid_[size_t(nid)] = int(groups_.size()) - 1;
+    }
   }
 
   // A pointwise group joins the GEMV-epilogue-capable group (one small matmul, alone or with pointwise nodes of
@@ -438,6 +487,7 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
     return lower_attention_with_lse(g, nodes, caps, options);
   if (gemv_epilogue(g, nodes)) return lower_gemv_epilogue(g, nodes, stored, caps);
   if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);
+  if (g.node(nodes[0]).op == ir::Op::RmsNorm) return lower_gemv_norm_siblings(g, nodes, caps);
   return lower_pointwise_fusion(g, nodes, stored, caps);
 }
 

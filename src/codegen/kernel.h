@@ -136,6 +136,13 @@ inline constexpr size_t kMaxGemvSiblings = 4;
 std::string gemv_sibling_key(const ir::Graph& g, const ir::Node& n);
 // The GEMV fusion's kernel (matmul_small.cpp); lower_dispatch routes.
 Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+// A GEMV norm prologue: rms_norm of the left operand (over K, the last axis) in the GEMV fusion of every matmul
+// that reads it (the norm alone of its kind in the dispatch, its output read by nothing else): each workgroup
+// sums x·gamma·W and x² over K in one pass and scales by inversesqrt(mean(x²) + eps) at the end, so the
+// normalized row is never stored (one dispatch instead of two per norm of a token's projections).
+// gemv_norm_prologue: whether rms_norm `norm` can lead such a fusion of the matmul `mm`.
+bool gemv_norm_prologue(const ir::Graph& g, const ir::Node& norm, const ir::Node& mm);
+Lowering lower_gemv_norm_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
 // A GEMV epilogue: one such small matmul (alone, not in a sibling fusion) and pointwise nodes of its output
 // shape that read it (a residual add: out = x + h·Wᵀ), evaluated after the matmul's reduction by the thread that
 // stores the output; the pointwise nodes' operands are loaded at the output's element. A dispatch is one when

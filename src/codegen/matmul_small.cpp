@@ -117,8 +117,17 @@ namespace {
 // bitwise what the member's own dispatch computes. `decls` declares the rest of the bindings; `finish` runs on
 // thread 0 with the value in `partial[0]`, `gid` the flat output index over the members and `local` the index
 // within its member (`finish` branches on `gid` when there are several members).
+// `norm` (a GEMV norm prologue, kernel.h): A is the norm's input, scaled per k by GAMMA (when `gamma`; the caller
+// declares it) in the product, and x² is summed alongside in `partial2`; thread 0 scales partial[0] by
+// inversesqrt(mean(x²) + eps) before `finish`.
+struct GemvNorm {
+  bool on = false, gamma = false;
+  double eps = 0;
+};
+
 Kernel gemv_kernel(const std::vector<GemmShape>& ss, const std::string& name, const std::string& what,
-                   const std::string& decls, const std::string& finish, const DeviceCaps& caps) {
+                   const std::string& decls, const std::string& finish, const DeviceCaps& caps,
+                   const GemvNorm& norm = {}) {
   const uint32_t wg = ksplit_workgroup(caps);
   std::string all_decls = gl::buffer(0, "A", DType::F32, true), sums, dims;
   uint64_t off = 0;
@@ -126,10 +135,13 @@ Kernel gemv_kernel(const std::vector<GemmShape>& ss, const std::string& name, co
     const GemmShape& s = ss[j];
     all_decls += gl::buffer(int(1 + j), "W" + su(j), DType::F32, true);
     const std::string cond = j + 1 == ss.size() ? "" : "if (gid < " + su(off + s.m * s.n) + "u) ";
+    const std::string a = "A[" + a_index(s, "m", "k") + "]", w = "W" + su(j) + "[" + b_index(s, "k", "n") + "]";
     sums += std::string(j == 0 ? "  " : "  else ") + cond + "{\n    uint local = gid - " + su(off) +
             "u, m = local / " + su(s.n) + ", n = local % " + su(s.n) + ";\n    for (uint k = t; k < " + su(s.k) +
-            "; k += " + su(wg) + ")\n      acc = fma(A[" + a_index(s, "m", "k") + "], W" + su(j) + "[" +
-            b_index(s, "k", "n") + "], acc);\n  }\n";
+            "; k += " + su(wg) + ")" +
+            (norm.on ? " {\n      float x = " + a + ";\n      acc = fma(x" + (norm.gamma ? " * GAMMA[k]" : "") + ", " +
+                           w + ", acc);\n      ss = fma(x, x, ss);\n    }\n  }\n"
+                     : "\n      acc = fma(" + a + ", " + w + ", acc);\n  }\n");
     dims += std::string(j ? "; " : "") + gemm_dims(s);
     off += s.m * s.n;
   }
@@ -140,21 +152,32 @@ Kernel gemv_kernel(const std::vector<GemmShape>& ss, const std::string& name, co
 // archetype: matmul small ${WHAT} (${DIMS}): workgroup-per-output K reduction
 layout(local_size_x = ${WG}) in;
 ${DECLS}shared float partial[${WG}];
-void main() {
+${NORM_DECL}void main() {
 ${GRID}  uint t = gl_LocalInvocationID.x;
   float acc = 0.0;
-${SUMS}  partial[t] = acc;
-  barrier();
+${NORM_INIT}${SUMS}  partial[t] = acc;
+${NORM_PUBLISH}  barrier();
 ${REDUCE}  if (t != 0u) return;
-${FINISH}}
+${NORM_SCALE}${FINISH}}
 )",
                       {{"WHAT", what},
                        {"DIMS", dims},
                        {"WG", std::to_string(wg)},
                        {"DECLS", all_decls + decls},
+                       {"NORM_DECL", norm.on ? "shared float partial2[" + std::to_string(wg) + "];  // sums of x²\n" : ""},
                        {"GRID", grid.glsl},
+                       {"NORM_INIT", norm.on ? "  float ss = 0.0;\n" : ""},
                        {"SUMS", sums},
-                       {"REDUCE", gl::tree_reduce(wg, " partial[t] += partial[t + s];", "  ")},
+                       {"NORM_PUBLISH", norm.on ? "  partial2[t] = ss;\n" : ""},
+                       {"REDUCE", gl::tree_reduce(wg,
+                                                  norm.on ? " {\n      partial[t] += partial[t + s];\n      "
+                                                            "partial2[t] += partial2[t + s];\n    }"
+                                                          : " partial[t] += partial[t + s];",
+                                                  "  ")},
+                       {"NORM_SCALE", norm.on ? "  partial[0] *= inversesqrt(partial2[0] * " +
+                                                    gl::flit(1.0 / double(ss[0].k)) + " + " + gl::flit(norm.eps) +
+                                                    ");  // rms_norm's rstd\n"
+                                              : ""},
                        {"FINISH", finish}});
   k.groups = grid.groups;
   return k;
@@ -162,33 +185,77 @@ ${FINISH}}
 
 }  // namespace
 
-Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
-  if (nodes.size() < 2 || nodes.size() > kMaxGemvSiblings)
-    throw Error("internal: a GEMV fusion of " + std::to_string(nodes.size()) + " matmuls");
+namespace {
+
+// The GEMV fusion of the matmuls `mms`, led by the norm prologue `norm` (the dispatch's first node) or not (-1).
+Lowering gemv_siblings(const ir::Graph& g, const std::vector<int>& mms, int norm, const DeviceCaps& caps) {
+  if (mms.empty() || mms.size() > kMaxGemvSiblings)
+    throw Error("internal: a GEMV fusion of " + std::to_string(mms.size()) + " matmuls");
   std::vector<GemmShape> ss;
-  const std::string key = gemv_sibling_key(g, g.node(nodes[0]));
-  for (int id : nodes) {
+  const std::string key = gemv_sibling_key(g, g.node(mms[0]));
+  for (int id : mms) {
     if (key.empty() || gemv_sibling_key(g, g.node(id)) != key)
-      throw Error("internal: " + g.describe(id) + " cannot join the GEMV fusion of " + g.describe(nodes[0]));
+      throw Error("internal: " + g.describe(id) + " cannot join the GEMV fusion of " + g.describe(mms[0]));
     ss.push_back(matmul_shape(g, g.node(id)));
   }
-  const size_t J = nodes.size();
+  const size_t J = mms.size();
+  const int first = norm >= 0 ? 1 : 0;  // the dispatch's nodes: [norm,] the matmuls
+  GemvNorm pro;
+  if (norm >= 0) {
+    const ir::Node& nn = g.node(norm);
+    for (int id : mms)
+      if (!gemv_norm_prologue(g, nn, g.node(id)))
+        throw Error("internal: " + g.describe(norm) + " cannot lead the GEMV fusion of " + g.describe(id));
+    pro = {true, nn.inputs.size() > 1, nn.attrs.f("eps")};
+  }
   std::string decls, stores;
-  std::vector<Binding> bindings = {{BindingKind::Input, 0, false, 0}};
-  for (size_t j = 0; j < J; ++j) bindings.push_back({BindingKind::Input, 1, false, int(j)});
+  std::vector<Binding> bindings = {{BindingKind::Input, 0, false, 0}};  // A: the norm's input or the matmuls' A
+  for (size_t j = 0; j < J; ++j) bindings.push_back({BindingKind::Input, 1, false, first + int(j)});
   uint64_t off = 0;
   for (size_t j = 0; j < J; ++j) {
     decls += gl::buffer(int(1 + J + j), "Y" + su(j), DType::F32, false, true);
-    bindings.push_back({BindingKind::Output, 0, true, int(j)});
+    bindings.push_back({BindingKind::Output, 0, true, first + int(j)});
     off += ss[j].m * ss[j].n;
     const std::string cond = j + 1 == J ? "" : "if (gid < " + su(off) + "u) ";
     stores += std::string(j == 0 ? "  " : "  else ") + cond + "Y" + su(j) + "[gid - " +
               su(off - ss[j].m * ss[j].n) + "u] = partial[0];\n";
   }
-  Kernel k = gemv_kernel(ss, "matmul_small_siblings" + su(J) + "_t" + su(ss[0].transpose_a) + "1",
-                         "GEMV fusion of " + su(J) + " matmuls", decls, stores, caps);
+  if (pro.gamma) {
+    decls += gl::buffer(int(1 + 2 * J), "GAMMA", DType::F32, true);
+    bindings.push_back({BindingKind::Input, 1, false, 0});
+  }
+  Kernel k = gemv_kernel(ss,
+                         std::string("matmul_small_") + (norm >= 0 ? "rms_" : "") + "siblings" + su(J) + "_t" +
+                             su(ss[0].transpose_a) + "1",
+                         std::string(norm >= 0 ? "rms_norm prologue and " : "") + "GEMV fusion of " + su(J) +
+                             " matmuls",
+                         decls, stores, caps, pro);
   k.bindings = std::move(bindings);
   return gl::one_kernel(std::move(k));
+}
+
+}  // namespace
+
+Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+  if (nodes.size() < 2) throw Error("internal: a GEMV fusion of one matmul");
+  return gemv_siblings(g, nodes, -1, caps);
+}
+
+bool gemv_norm_prologue(const ir::Graph& g, const ir::Node& norm, const ir::Node& mm) {
+  if (norm.op != ir::Op::RmsNorm || mm.op != ir::Op::MatMul || mm.inputs[0] != norm.id ||
+      gemv_sibling_key(g, mm).empty())
+    return false;
+  const GemmShape s = matmul_shape(g, mm);
+  const Shape& x = g.node(norm.inputs[0]).shape;
+  // A is the norm's output read along its last axis: K is that axis, M its rows.
+  return !s.transpose_a && !x.empty() && uint64_t(x.back()) == s.k && uint64_t(numel(x)) == s.m * s.k &&
+         (norm.inputs.size() < 2 || g.node(norm.inputs[1]).shape == Shape{x.back()});
+}
+
+Lowering lower_gemv_norm_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+  if (nodes.size() < 2 || g.node(nodes[0]).op != ir::Op::RmsNorm)
+    throw Error("internal: a GEMV norm prologue needs the norm first and a matmul");
+  return gemv_siblings(g, std::vector<int>(nodes.begin() + 1, nodes.end()), nodes[0], caps);
 }
 
 bool gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes) {
