@@ -1,7 +1,9 @@
 // Reduction archetype: reduce_sum/mean/max/min over any axis set, argmax, softmax, log_softmax, logsumexp.
 // The input is viewed as kept dims × reduced dims (each merged where contiguous), so inner, outer, middle
 // and multiple axes are one code path: short reductions run one thread per output with a serial loop,
-// longer ones one workgroup per output with a shared-memory tree (fixed order: deterministic).
+// longer ones one workgroup per output with a shared-memory tree (fixed order: deterministic), or, when the
+// outputs lie along a contiguous axis (bias gradients), one workgroup per block of 16 outputs whose threads
+// split the rows (column_view).
 #include <algorithm>
 #include <set>
 
@@ -13,6 +15,7 @@ namespace {
 using gl::u;
 
 constexpr uint64_t kSerialMax = 32;  // at most this many reduced elements: one thread per output
+constexpr uint32_t kColumns = 16;    // outputs per workgroup of the column kernel (64-byte rows)
 
 struct View {
   std::vector<gl::Dim> kept, reduced;
@@ -33,6 +36,17 @@ View make_view(const Shape& in, const std::set<int>& axes) {
     }
   }
   return v;
+}
+
+// Whether the column kernel takes the reduction: the innermost kept dim is contiguous and at least kColumns
+// long (consecutive outputs are consecutive elements) and the reduced dims are all outside it.
+bool column_view(const View& v) {
+  if (v.kept.empty() || v.m <= kSerialMax) return false;
+  const gl::Dim& in = v.kept.back();
+  if (in.stride != 1 || uint64_t(in.size) < kColumns) return false;
+  for (const gl::Dim& r : v.reduced)
+    if (r.stride < in.size) return false;
+  return true;
 }
 
 // `uint base_of(uint o)` and `uint roff(uint r)`: input offsets of output o and reduced element r.
@@ -117,6 +131,59 @@ Lowering lower_reduce(const LowerContext& ctx, const std::set<int>& axes) {
       body += "  " + T + " acc = " + init + ";\n  for (uint r = 0u; r < " + u(v.m) +
               "; ++r) acc = comb(acc, x[base + roff(r)]);\n  y[i] = " + fin + ";\n";
     l.kernels.push_back(gl::elementwise(name, comment + " serial", decls, body, v.outputs, bindings, ctx.caps));
+    return l;
+  }
+  if (!is_arg && column_view(v)) {
+    // Outputs along a contiguous axis (a bias gradient: [rows, C] summed over the rows): workgroup-per-output
+    // would read one element per cache line per thread. Instead a workgroup takes kColumns consecutive outputs
+    // and its threads (column c, row lane rl) walk the rows rl, rl + lanes, ...: each row's kColumns elements
+    // are one coalesced read; the lanes' partials meet in a fixed tree (deterministic).
+    const uint32_t wg = ctx.caps.max_workgroup_invocations >= 256 ? 256 : 128;  // 128: Vulkan's minimum
+    const uint32_t lanes = wg / kColumns;
+    gl::Grid grid = gl::flat_groups(div_up(v.outputs, kColumns), ctx.caps, name);
+    Kernel k;
+    k.name = name + "_cols";
+    k.glsl = gl::render(R"(#version 450
+// archetype: ${COMMENT} column blocks of ${NC} outputs, ${NL} row lanes
+layout(local_size_x = ${WG}) in;
+${DECLS}shared ${T} s_v[${WG}];
+void main() {
+${GRID}  uint t = gl_LocalInvocationID.x, c = t % ${C}, rl = t / ${C};
+  uint o = gid * ${C} + c;
+  ${T} acc = ${INIT};
+  if (o < ${OUTS}) {
+    uint base = base_of(o);
+    for (uint r = rl; r < ${M}; r += ${L}) acc = comb(acc, x[base + roff(r)]);
+  }
+  s_v[t] = acc;
+  barrier();
+  for (uint s = ${HALF}; s > 0u; s >>= 1) {
+    if (rl < s) s_v[t] = comb(s_v[t], s_v[t + s * ${C}]);
+    barrier();
+  }
+  if (rl == 0u && o < ${OUTS}) {
+    acc = s_v[c];
+    y[o] = ${FIN};
+  }
+}
+)",
+                        {{"COMMENT", comment},
+                         {"C", u(kColumns)},
+                         {"NC", std::to_string(kColumns)},
+                         {"NL", std::to_string(lanes)},
+                         {"L", u(lanes)},
+                         {"WG", std::to_string(wg)},
+                         {"DECLS", decls},
+                         {"T", T},
+                         {"GRID", grid.glsl},
+                         {"INIT", init},
+                         {"OUTS", u(v.outputs)},
+                         {"M", u(v.m)},
+                         {"HALF", u(lanes / 2)},
+                         {"FIN", fin}});
+    k.bindings = bindings;
+    k.groups = grid.groups;
+    l.kernels.push_back(std::move(k));
     return l;
   }
   const uint32_t wg = gl::row_workgroup(v.m, ctx.caps);

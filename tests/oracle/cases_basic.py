@@ -101,6 +101,12 @@ for key, fn in {"sum": torch.sum, "mean": torch.mean}.items():
              attrs={"axes": [1, 3], "keepdim": 0}),
         Case(f"{key}_rank1", key, [In((9,))], lambda x, fn=fn: fn(x, dim=0), attrs={"axes": [0], "keepdim": 0}),
         Case(f"{key}_rank0", key, [In(())], lambda x, fn=fn: fn(x), attrs={"axes": [], "keepdim": 0}))
+# Outputs along a contiguous axis and more than 32 reduced elements: the column kernel (bias gradients); 20 and
+# 17 columns leave a partial block of 16.
+add(Case("sum_columns", "sum", [In((6, 9, 20))], lambda x: torch.sum(x, dim=(0, 1)), attrs={"axes": [0, 1], "keepdim": 0}),
+    Case("mean_columns_keep", "mean", [In((40, 3, 17))], lambda x: torch.mean(x, dim=0, keepdim=True),
+         attrs={"axes": [0], "keepdim": 1}),
+    Case("max_columns", "max", [In((70, 24))], lambda x: torch.amax(x, dim=0), attrs={"axes": [0], "keepdim": 0}))
 for key, fn in {"max": torch.amax, "min": torch.amin}.items():
     # continuous random inputs: no ties, so the gradient is well defined
     add(Case(f"{key}_inner", key, [In((3, 4, 5))], lambda x, fn=fn: fn(x, dim=-1), attrs={"axes": [-1], "keepdim": 0}),
