@@ -701,6 +701,31 @@ TEST_F(VulkanFusion, RmsNormLeadsTheGemvOfItsProjections) {
   }
 }
 
+// Two ropes of the same cos and sin tables (q and k of one attention) share a dispatch, each element computed
+// as the rope kernel alone computes it (bitwise equal to the session without fusion, and within rounding of
+// the CPU reference). A rope of a rope of the same tables does not pair with the rope it reads, and stays open to
+// the next one (e).
+TEST_F(VulkanFusion, RopesOfOneTablePair) {
+  Graph g;
+  Tensor cs = g.input("cos", {3, 4}), sn = g.input("sin", {3, 4});
+  g.output("q", rope(g.input("xq", {1, 4, 3, 8}), cs, sn));
+  g.output("k", rope(g.input("xk", {1, 2, 3, 8}), cs, sn));
+  Tensor once = rope(g.input("xc", {2, 3, 8}), cs, sn);
+  g.output("twice", rope(once, cs, sn));
+  g.output("e", rope(g.input("xe", {3, 8}), cs, sn));
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
+  int pairs = 0;
+  for (const plan::Dispatch& d : fused.plan().dispatches) {
+    if (d.nodes.size() != 2 || g.ir().node(d.nodes[0]).op != ir::Op::Rope) continue;
+    ++pairs;
+    const ir::Node& second = g.ir().node(d.nodes[1]);
+    EXPECT_EQ(second.op, ir::Op::Rope);
+    EXPECT_NE(second.inputs[0], d.nodes[0]) << "a rope paired with the rope it reads";
+  }
+  EXPECT_EQ(pairs, 2);  // q with k, twice with e
+  check_fused_outputs(g.ir(), fused, plain, {"cos", "sin", "xq", "xk", "xc", "xe"}, {"q", "k", "twice", "e"}, 9);
+}
+
 }  // namespace
 
 #endif  // MGN_HAVE_VULKAN

@@ -8,7 +8,9 @@
 // goes strictly upwards in level: the dispatch graph stays acyclic and no dependency level is added. Merges
 // are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the
 // same-shape pointwise groups one group reads from outside into one (the per-tensor scalars of an
-// optimizer), and (3) attention_grad_v with the attention_grad_k of the same inputs.
+// optimizer), (3) attention_grad_v with the attention_grad_k of the same inputs (and attention with
+// attention_lse), (4) GEMV siblings, epilogues and norm prologues (kernel.h), and (5) two ropes of the same
+// tables.
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -67,6 +69,7 @@ class Grouper {
     // (inputs, attrs) -> the first node of a pair still waiting for its partner: dK / dV, and o / lse.
     std::map<std::pair<std::vector<int>, std::string>, int> attention_open, forward_open;
     std::map<std::string, int> gemv_open;  // GEMV sibling key -> a node of the group still open to siblings
+    std::map<std::pair<int, int>, int> rope_open;  // (cos, sin) -> a rope still waiting for its partner
     for (int i = 0; i < n_; ++i) {
       if (!needed_[size_t(i)]) continue;
       const ir::Node& node = g_.node(i);
@@ -80,6 +83,7 @@ class Grouper {
         gi = pair_attention(i, gi, attention_open);
       if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, forward_open);
+      if (opt_.pointwise && node.op == ir::Op::Rope && numel(node.shape) > 0) gi = pair_rope(i, gi, rope_open);
       if (opt_.gemv && node.op == ir::Op::MatMul && numel(node.shape) > 0) {
         gi = join_norm_prologue(i, gi, gemv_open);
         gi = join_gemv(i, gi, gemv_open);
@@ -295,6 +299,31 @@ class Grouper {
     }
   }
 
+  // Two ropes with the same cos and sin tables (q and k of one attention, or their derivatives) share one
+  // dispatch when neither reads the other.
+  int pair_rope(int i, int gi, std::map<std::pair<int, int>, int>& open) {
+    const ir::Node& node = g_.node(i);
+    const std::pair<int, int> key{node.inputs[1], node.inputs[2]};
+    auto it = open.find(key);
+    if (it == open.end()) {
+      open.emplace(key, i);
+      return gi;
+    }
+    const int other = it->second, go = gid_[size_t(other)];
+    if (go < 0 || go == gi || groups_[size_t(go)].members.size() != 1 || root_[size_t(node.inputs[0])] == other) {
+      it->second = i;
+      return gi;
+    }
+    const std::set<int> set = {go, gi};
+    const int lv = merged_level(set);
+    if (lv < 0) {
+      it->second = i;
+      return gi;
+    }
+    open.erase(it);
+    return merge(set, lv);
+  }
+
   // A pointwise group joins the GEMV-epilogue-capable group (one small matmul, alone or with pointwise nodes of
   // its shape) of a producer of its shape: the residual add of a token's projection. Never two matmuls, and
   // never a union in which the matmul would read a member (every workgroup reads all of its left operand).
@@ -485,6 +514,8 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
     return lower_attention_grad_kv(g, nodes, caps, options);
   if (nodes.size() == 2 && is_attention_forward(g.node(nodes[0])) && is_attention_forward(g.node(nodes[1])))
     return lower_attention_with_lse(g, nodes, caps, options);
+  if (nodes.size() == 2 && g.node(nodes[0]).op == ir::Op::Rope && g.node(nodes[1]).op == ir::Op::Rope)
+    return lower_rope_pair(g, nodes, caps);
   if (gemv_epilogue(g, nodes)) return lower_gemv_epilogue(g, nodes, stored, caps);
   if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);
   if (g.node(nodes[0]).op == ir::Op::RmsNorm) return lower_gemv_norm_siblings(g, nodes, caps);

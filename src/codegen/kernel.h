@@ -183,6 +183,8 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
 
 // The pointwise fusion kernel (fusion.cpp), the dK+dV kernel and the attention + lse kernel (attention.cpp);
 // lower_dispatch routes.
+// Two rope nodes of the same cos and sin (fusion (5)): one elementwise kernel over both outputs.
+Lowering lower_rope_pair(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
 Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                                 const DeviceCaps& caps);
 Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,

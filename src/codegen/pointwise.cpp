@@ -95,28 +95,35 @@ std::string pointwise_expr(const ir::Node& n, DType in0) {
 
 namespace {
 
+// The rope of x (`xs`, its element `i`) into y, cos/sin broadcast by idx_cs (`sfx` tells the buffers of a pair
+// apart). Pairs (d, d + D/2): y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin.
+std::string rope_body(const Shape& xs, const std::string& i, const std::string& sfx) {
+  const int64_t D = xs.back(), H = D / 2;
+  return gl::render(R"(  uint d = ${I} % ${D};
+  uint j = d % ${H};
+  uint h = idx_cs${S}((${I} / ${D}) * ${H} + j);
+  float c = cs[h], s = sn[h];
+  if (d < ${H}) y${S}[${I}] = x${S}[${I}] * c - x${S}[${I} + ${H}] * s;
+  else y${S}[${I}] = x${S}[${I}] * c + x${S}[${I} - ${H}] * s;
+)",
+                    {{"I", i}, {"S", sfx}, {"D", u(uint64_t(D))}, {"H", u(uint64_t(H))}});
+}
+
+Shape rope_half(Shape xs) {
+  xs.back() /= 2;
+  return xs;
+}
+
 Lowering lower_rope(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
   const Shape& xs = ctx.input(0).shape;
-  const int64_t D = xs.back(), H = D / 2;
-  Shape half = xs;
-  half.back() = H;
   std::string decls = gl::buffer(0, "x", DType::F32, true) + gl::buffer(1, "cs", DType::F32, true) +
                       gl::buffer(2, "sn", DType::F32, true) + gl::buffer(3, "y", DType::F32, false, true) +
-                      gl::broadcast_fn("idx_cs", ctx.input(1).shape, half);
-  // Pairs (d, d + D/2): y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin.
-  std::string body = gl::render(R"(  uint d = i % ${D};
-  uint j = d % ${H};
-  uint h = idx_cs((i / ${D}) * ${H} + j);
-  float c = cs[h], s = sn[h];
-  if (d < ${H}) y[i] = x[i] * c - x[i + ${H}] * s;
-  else y[i] = x[i] * c + x[i - ${H}] * s;
-)",
-                                {{"D", u(uint64_t(D))}, {"H", u(uint64_t(H))}});
+                      gl::broadcast_fn("idx_cs", ctx.input(1).shape, rope_half(xs));
   Lowering l;
   l.kernels.push_back(gl::elementwise("rope_" + shape_str(xs), "pointwise rope x " + shape_str(xs) + " cos " +
                                           shape_str(ctx.input(1).shape),
-                                      decls, body, gl::numel_u(n.shape),
+                                      decls, rope_body(xs, "i", ""), gl::numel_u(n.shape),
                                       {{BindingKind::Input, 0}, {BindingKind::Input, 1}, {BindingKind::Input, 2},
                                        {BindingKind::Output, 0, true}},
                                       ctx.caps));
@@ -124,6 +131,35 @@ Lowering lower_rope(const LowerContext& ctx) {
 }
 
 }  // namespace
+
+Lowering lower_rope_pair(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+  const ir::Node &a = g.node(nodes.at(0)), &b = g.node(nodes.at(1));
+  if (a.op != ir::Op::Rope || b.op != ir::Op::Rope || a.inputs[1] != b.inputs[1] || a.inputs[2] != b.inputs[2])
+    throw Error("internal: " + g.describe(a.id) + " and " + g.describe(b.id) + " are not ropes of one table");
+  const Shape &xa = g.node(a.inputs[0]).shape, &xb = g.node(b.inputs[0]).shape, &cs = g.node(a.inputs[1]).shape;
+  const uint64_t na = gl::numel_u(a.shape), nb = gl::numel_u(b.shape);
+  const std::string decls = gl::buffer(0, "x0", DType::F32, true) + gl::buffer(1, "x1", DType::F32, true) +
+                            gl::buffer(2, "cs", DType::F32, true) + gl::buffer(3, "sn", DType::F32, true) +
+                            gl::buffer(4, "y0", DType::F32, false, true) +
+                            gl::buffer(5, "y1", DType::F32, false, true) +
+                            gl::broadcast_fn("idx_cs0", cs, rope_half(xa)) +
+                            gl::broadcast_fn("idx_cs1", cs, rope_half(xb));
+  const std::string body = "  if (i < " + u(na) + ") {\n" + rope_body(xa, "i", "0") + "  } else {\n  uint i1 = i - " +
+                           u(na) + ";\n" + rope_body(xb, "i1", "1") + "  }\n";
+  Lowering l;
+  l.kernels.push_back(gl::elementwise("rope_pair_" + shape_str(xa) + "_" + shape_str(xb),
+                                      "pointwise rope pair x " + shape_str(xa) + " and " + shape_str(xb) + " cos " +
+                                          shape_str(cs),
+                                      decls, body, na + nb,
+                                      {{BindingKind::Input, 0, false, 0},
+                                       {BindingKind::Input, 0, false, 1},
+                                       {BindingKind::Input, 1, false, 0},
+                                       {BindingKind::Input, 2, false, 0},
+                                       {BindingKind::Output, 0, true, 0},
+                                       {BindingKind::Output, 0, true, 1}},
+                                      caps));
+  return l;
+}
 
 Lowering lower_pointwise(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
