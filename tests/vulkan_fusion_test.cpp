@@ -627,7 +627,15 @@ TEST_F(VulkanFusion, GemvEpilogueRunsInTheMatmulsDispatch) {
       for (int x : g.ir().node(id).inputs) EXPECT_EQ(std::count(d.nodes.begin(), d.nodes.end(), x), 0) << id;
     }
   }
-  EXPECT_EQ(epilogues, 3);  // out's chain, m1_plus, and p's add (p itself stays outside: the matmul reads it)
+  // out's chain and p's add (p itself stays outside: the matmul reads it); m1's matmul takes its operand's
+  // pointwise nodes as a prologue as well (VulkanFusion.PointwisePrologueRunsInTheGemvsKLoop), so its add is
+  // counted there.
+  EXPECT_EQ(epilogues, 2);
+  int prologue_epilogues = 0;
+  for (const plan::Dispatch& d : fused.plan().dispatches)
+    prologue_epilogues += codegen::gemv_pointwise_prologue(g.ir(), d.nodes) &&
+                          g.ir().node(d.nodes.back()).op != ir::Op::MatMul;
+  EXPECT_EQ(prologue_epilogues, 1);
   check_fused_outputs(g.ir(), fused, plain, {"h", "r", "r1"}, {"out", "m1", "m1_plus", "self"}, 5, 2);
 }
 
@@ -724,6 +732,57 @@ TEST_F(VulkanFusion, RopesOfOneTablePair) {
   }
   EXPECT_EQ(pairs, 2);  // q with k, twice with e
   check_fused_outputs(g.ir(), fused, plain, {"cos", "sin", "xq", "xk", "xc", "xe"}, {"q", "k", "twice", "e"}, 9);
+}
+
+// The pointwise nodes that compute a token projection's left operand and nothing else run inside the GEMV's K
+// loop (silu(gate)·up before a Llama down projection), bitwise as their own kernel stores that operand. Cases:
+// the Llama MLP (gate and up siblings, then silu·mul as the down projection's prologue and the residual add as
+// its epilogue); one prologue shared by two sibling matmuls; an operand that is also an output, and one whose
+// prologue has a node read elsewhere (no prologue); an epilogue that reads what the prologue reads (prologue
+// only, the add alone).
+TEST_F(VulkanFusion, PointwisePrologueRunsInTheGemvsKLoop) {
+  Graph g;
+  const int64_t K = 72;
+  uint64_t seed = 1;
+  auto w = [&](int64_t n, int64_t k) {
+    const uint64_t s = seed++;
+    return g.parameter("w" + std::to_string(s), {n, k}, Init::uniform(-0.5, 0.5, s));
+  };
+  Tensor x = g.input("x", {1, K}), r = g.input("r", {1, K});
+  Tensor gate = linear(x, w(96, K)), up = linear(x, w(96, K));
+  g.output("mlp", r + linear(silu(gate) * up, w(K, 96)));
+  Tensor p = x * 2.0 + 1.0;
+  g.output("s0", linear(p, w(16, K)));
+  g.output("s1", linear(p, w(24, K)));
+  Tensor kept = x * 3.0;
+  g.output("kept", kept);
+  g.output("kept_mm", linear(kept, w(8, K)));
+  Tensor t = x - 1.0;
+  g.output("t_pw", t * t);
+  g.output("t_mm", linear(exp(t), w(8, K)));
+  Tensor y = g.input("y", {1, K});
+  g.output("apart", y + linear(y * 0.5, w(K, K)));
+  g.output("rows", linear(sigmoid(g.input("x3", {3, K})), w(40, K)));  // M = 3: A(m, k) at row m
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
+  std::vector<std::string> shapes;  // per prologue dispatch: "<prologue nodes>+<matmuls>+<epilogue nodes>"
+  for (const plan::Dispatch& d : fused.plan().dispatches) {
+    if (!codegen::gemv_pointwise_prologue(g.ir(), d.nodes)) continue;
+    int pre = 0, mm = 0, post = 0;
+    for (int id : d.nodes) {
+      if (g.ir().node(id).op == ir::Op::MatMul) ++mm;
+      else (mm ? post : pre) += 1;
+    }
+    shapes.push_back(std::to_string(pre) + "+" + std::to_string(mm) + "+" + std::to_string(post));
+  }
+  std::sort(shapes.begin(), shapes.end());
+  // apart's y * 0.5 (its add alone); rows' sigmoid; s0/s1's x * 2 + 1; the MLP's silu, mul and add. Not
+  // t_mm: t, exp(t) and t_pw are one pointwise group, and t_pw is an output.
+  EXPECT_EQ(shapes, (std::vector<std::string>{"1+1+0", "1+1+0", "2+1+1", "2+2+0"}));
+  int named = 0;
+  for (const auto& [name, glsl] : fused.kernel_sources()) named += name.rfind("matmul_small_prologue", 0) == 0;
+  EXPECT_EQ(named, 4);
+  check_fused_outputs(g.ir(), fused, plain, {"x", "r", "y", "x3"},
+                      {"mlp", "s0", "s1", "kept", "kept_mm", "t_pw", "t_mm", "apart", "rows"}, 13, 2);
 }
 
 }  // namespace

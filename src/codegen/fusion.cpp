@@ -40,6 +40,8 @@ struct Group {
   int level = 0;
   bool pointwise = false;  // every member is pointwise_fusible (then all share one shape)
   bool epilogue = false;   // one GEMV-eligible matmul and pointwise nodes of its shape (a GEMV epilogue)
+  int prologue = -1;       // the left operand its GEMV matmuls read, computed in the group (norm or pointwise)
+  bool has_epilogue = false;
   bool alive = true;
 };
 
@@ -86,6 +88,7 @@ class Grouper {
       if (opt_.pointwise && node.op == ir::Op::Rope && numel(node.shape) > 0) gi = pair_rope(i, gi, rope_open);
       if (opt_.gemv && node.op == ir::Op::MatMul && numel(node.shape) > 0) {
         gi = join_norm_prologue(i, gi, gemv_open);
+        gi = join_pointwise_prologue(i, gi, gemv_open);
         gi = join_gemv(i, gi, gemv_open);
       }
       if (opt_.pointwise) merge_siblings(gi);
@@ -178,6 +181,8 @@ class Grouper {
                                            from.members.end());
       groups_[size_t(into)].pointwise = groups_[size_t(into)].pointwise && from.pointwise;
       groups_[size_t(into)].epilogue = false;  // join_gemv_epilogue sets it for the unions it makes
+      if (from.prologue >= 0) groups_[size_t(into)].prologue = from.prologue;
+      groups_[size_t(into)].has_epilogue = groups_[size_t(into)].has_epilogue || from.has_epilogue;
       from.members.clear();
       from.alive = false;
     }
@@ -240,11 +245,12 @@ class Grouper {
     auto it = open.find(key);
     if (it != open.end()) {
       const int other = gid_[size_t(it->second)];
-      // Matmuls only, or led by the norm of their left operand (join_norm_prologue).
-      bool matmuls_only = other >= 0;
+      // Matmuls only, or after the prologue computing their left operand (join_*_prologue), no epilogue.
+      bool matmuls_only = other >= 0 && !groups_[size_t(other)].has_epilogue;
       if (matmuls_only)
         for (int m : groups_[size_t(other)].members)
-          matmuls_only = matmuls_only && (g_.node(m).op == ir::Op::MatMul || m == g_.node(i).inputs[0]);
+          matmuls_only = matmuls_only && (g_.node(m).op == ir::Op::MatMul ||
+                                          groups_[size_t(other)].prologue == g_.node(i).inputs[0]);
       if (matmuls_only && groups_[size_t(other)].alive &&
           groups_[size_t(other)].members.size() < kMaxGemvSiblings) {
         std::set<int> set = {other, gi};
@@ -276,26 +282,65 @@ class Grouper {
       if (gemv_sibling_key(g_, g_.node(u)) != key || !gemv_norm_prologue(g_, norm, g_.node(u))) return gi;
     const std::set<int> set = {gn, gi};
     const int lv = merged_level(set);
-    return lv < 0 ? gi : merge(set, lv);
+    if (lv < 0) return gi;
+    const int into = merge(set, lv);
+    groups_[size_t(into)].prologue = nid;
+    return into;
   }
 
-  // A norm prologue whose output is read outside its group (a sibling that did not join) goes back to a group
-  // of its own: the GEMV kernel never stores the normalized row. Only its inputs lie below it, none in the
-  // group it leaves, so the dispatch graph stays acyclic.
+  // Likewise the pointwise group that computes the left operand of the first GEMV matmul of its key: every node
+  // of it read only inside it, except that operand, read only by GEMV matmuls of this key (as their left
+  // operand), nothing kept. Each workgroup then computes A(m, k) in its K loop. The union may still take the
+  // matmul's epilogue (join_gemv_epilogue) or its siblings (join_gemv), not both.
+  int join_pointwise_prologue(int i, int gi, const std::map<std::string, int>& open) {
+    const ir::Node& mm = g_.node(i);
+    const std::string key = gemv_sibling_key(g_, mm);
+    const int a = mm.inputs[0];
+    if (key.empty() || open.count(key) || root_[size_t(a)] != a) return gi;
+    const int gp = gid_[size_t(a)];
+    if (gp < 0 || gp == gi || !groups_[size_t(gp)].alive || !groups_[size_t(gp)].pointwise) return gi;
+    size_t readers = 0;
+    for (int m : groups_[size_t(gp)].members) {
+      if (kept_[size_t(m)]) return gi;
+      for (int u : users_[size_t(m)]) {
+        if (gid_[size_t(u)] == gp && g_.node(u).op != ir::Op::Reshape) continue;
+        const ir::Node& un = g_.node(u);
+        if (m != a || un.op != ir::Op::MatMul || un.inputs[0] != a || un.inputs[1] == a ||
+            gemv_sibling_key(g_, un) != key)
+          return gi;
+        ++readers;
+      }
+    }
+    if (readers > kMaxGemvSiblings) return gi;
+    const std::set<int> set = {gp, gi};
+    const int lv = merged_level(set);
+    if (lv < 0) return gi;
+    const int into = merge(set, lv);
+    groups_[size_t(into)].prologue = a;
+    groups_[size_t(into)].epilogue = true;  // one matmul so far
+    return into;
+  }
+
+  // A prologue whose value is read outside its group (a sibling that did not join) goes back to a group of its
+  // own: the GEMV kernel never stores it. The prologue's nodes read nothing of the rest of the group (they all
+  // precede its matmuls), so the dispatch graph stays acyclic.
   void split_unfinished_prologues() {
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
-      Group& gr = groups_[gi];
-      if (!gr.alive || gr.members.size() < 2 || g_.node(gr.members[0]).op != ir::Op::RmsNorm) continue;
-      const int nid = gr.members[0];
-      bool inside = !kept_[size_t(nid)];
-      for (int u : users_[size_t(nid)]) inside = inside && gid_[size_t(u)] == int(gi);
+      if (!groups_[gi].alive || groups_[gi].prologue < 0) continue;
+      const int a = groups_[gi].prologue;
+      bool inside = !kept_[size_t(a)];
+      for (int u : users_[size_t(a)]) inside = inside && gid_[size_t(u)] == int(gi);
       if (inside) continue;
-      gr.members.erase(gr.members.begin());
       Group alone;
-      alone.members = {nid};
-      alone.level = gr.level - 1;
+      for (int m : groups_[gi].members)
+        if (m <= a) alone.members.push_back(m);  // the prologue: every member up to its value
+      std::vector<int>& rest = groups_[gi].members;
+      rest.erase(std::remove_if(rest.begin(), rest.end(), [a](int m) { return m <= a; }), rest.end());
+      groups_[gi].prologue = -1;
+      alone.pointwise = g_.node(a).op != ir::Op::RmsNorm;
+      alone.level = groups_[gi].level - 1;
       groups_.push_back(alone);
-      gid_[size_t(nid)] = int(groups_.size()) - 1;
+      for (int m : groups_.back().members) gid_[size_t(m)] = int(groups_.size()) - 1;
     }
   }
 
@@ -333,6 +378,7 @@ class Grouper {
       const int gp = gid_[size_t(root_[size_t(in)])];
       if (gp < 0 || gp == gi || !groups_[size_t(gp)].epilogue || g_.node(in).shape != node.shape) continue;
       std::set<int> set = {gi, gp};
+      if (!prologue_apart(gp, gi)) continue;
       const int mm = matmul_of(gp);
       bool reads_member = false;
       for (int x : g_.node(mm).inputs) {
@@ -344,9 +390,32 @@ class Grouper {
       if (lv < 0) continue;
       const int into = merge(set, lv);
       groups_[size_t(into)].epilogue = true;
+      groups_[size_t(into)].has_epilogue = true;
       return into;
     }
     return gi;
+  }
+
+  // An epilogue group `ge` may join the GEMV group `gp` of a pointwise prologue only when all its nodes come after
+  // the matmul and it reads no prologue node and no outside node the prologue reads (the two parts of the kernel
+  // load their operands apart).
+  bool prologue_apart(int gp, int ge) const {
+    const int a = groups_[size_t(gp)].prologue;
+    if (a < 0) return true;
+    if (g_.node(a).op == ir::Op::RmsNorm) return false;  // the norm prologue's kernel has no epilogue
+    std::set<int> pro_members, pro_reads;
+    for (int m : groups_[size_t(gp)].members)
+      if (m <= a) pro_members.insert(m);
+    for (int m : pro_members)
+      for (int x : g_.node(m).inputs)
+        if (!pro_members.count(x)) pro_reads.insert(x);
+    const int mm = matmul_of(gp);
+    for (int m : groups_[size_t(ge)].members) {
+      if (m < mm) return false;  // the kernel's prologue is every pointwise node before the matmul
+      for (int x : g_.node(m).inputs)
+        if (pro_members.count(x) || pro_reads.count(x)) return false;
+    }
+    return true;
   }
 
   int matmul_of(int gi) const {
@@ -516,6 +585,7 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
     return lower_attention_with_lse(g, nodes, caps, options);
   if (nodes.size() == 2 && g.node(nodes[0]).op == ir::Op::Rope && g.node(nodes[1]).op == ir::Op::Rope)
     return lower_rope_pair(g, nodes, caps);
+  if (gemv_pointwise_prologue(g, nodes)) return lower_gemv_pointwise_prologue(g, nodes, stored, caps);
   if (gemv_epilogue(g, nodes)) return lower_gemv_epilogue(g, nodes, stored, caps);
   if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);
   if (g.node(nodes[0]).op == ir::Op::RmsNorm) return lower_gemv_norm_siblings(g, nodes, caps);

@@ -143,10 +143,17 @@ Lowering lower_gemv_siblings(const ir::Graph& g, const std::vector<int>& nodes, 
 // gemv_norm_prologue: whether rms_norm `norm` can lead such a fusion of the matmul `mm`.
 bool gemv_norm_prologue(const ir::Graph& g, const ir::Node& norm, const ir::Node& mm);
 Lowering lower_gemv_norm_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+// A GEMV pointwise prologue: pointwise nodes of one shape computing the left operand of up to kMaxGemvSiblings
+// such matmuls (their only readers, nothing kept), then the matmuls, then (one matmul only) its epilogue: A(m, k)
+// is computed inside the K loop of every workgroup (silu(gate)·up before a Llama down projection), bitwise as
+// the pointwise kernel would store it.
+bool gemv_pointwise_prologue(const ir::Graph& g, const std::vector<int>& nodes);
+Lowering lower_gemv_pointwise_prologue(const ir::Graph& g, const std::vector<int>& nodes,
+                                       const std::vector<bool>& stored, const DeviceCaps& caps);
 // A GEMV epilogue: one such small matmul (alone, not in a sibling fusion) and pointwise nodes of its output
 // shape that read it (a residual add: out = x + h·Wᵀ), evaluated after the matmul's reduction by the thread that
 // stores the output; the pointwise nodes' operands are loaded at the output's element. A dispatch is one when
-// it holds exactly one matmul and otherwise pointwise nodes.
+// it holds exactly one matmul, which reads no other node of it, and otherwise pointwise nodes.
 bool gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes);
 Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                              const DeviceCaps& caps);

@@ -3,6 +3,7 @@
 // contiguous along K, so the reads coalesce), or one thread computes one output (consecutive threads along
 // the large operand's contiguous axis).
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "codegen/glsl.h"
@@ -114,34 +115,43 @@ namespace {
 // The workgroup-per-output kernel over several matmuls of one left operand A (bound at 0; member j's weights at
 // 1 + j as W<j>): one workgroup per output of any member, in member order, each reducing K exactly as
 // small_gemm_kernel's workgroup-per-output branch does (same strided partial sums, same tree), so every value is
-// bitwise what the member's own dispatch computes. `decls` declares the rest of the bindings; `finish` runs on
-// thread 0 with the value in `partial[0]`, `gid` the flat output index over the members and `local` the index
-// within its member (`finish` branches on `gid` when there are several members).
-// `norm` (a GEMV norm prologue, kernel.h): A is the norm's input, scaled per k by GAMMA (when `gamma`; the caller
-// declares it) in the product, and x² is summed alongside in `partial2`; thread 0 scales partial[0] by
-// inversesqrt(mean(x²) + eps) before `finish`.
+// bitwise what the member's own dispatch computes. `decls` declares the rest of the bindings (from
+// a_buffers() + members); `finish` runs on thread 0 with the value in `partial[0]`, `gid` the flat output index
+// over the members and `local` the index within its member (`finish` branches on `gid` when there are several).
+// `pro` says how A(m, k) is formed:
+//   plain      A is a buffer.
+//   norm       (a GEMV norm prologue, kernel.h): A is the norm's input, scaled per k by GAMMA (when `gamma`; the
+//              caller declares it) in the product, and x² is summed alongside in `partial2`; thread 0 scales
+//              partial[0] by inversesqrt(mean(x²) + eps) before `finish`.
+//   pointwise  (a GEMV pointwise prologue): `decls` (buffers 0 .. buffers - 1) and `code` (loads and nodes at the
+//              element m * K + k) compute A(m, k) into the variable `value` inside the K loop, bitwise as the
+//              pointwise kernel of those nodes would store it.
 struct GemvNorm {
   bool on = false, gamma = false;
   double eps = 0;
+  std::string decls, code, value;  // the pointwise prologue (value empty: none)
+  int buffers = 1;                 // bindings before the weights
 };
 
 Kernel gemv_kernel(const std::vector<GemmShape>& ss, const std::string& name, const std::string& what,
                    const std::string& decls, const std::string& finish, const DeviceCaps& caps,
                    const GemvNorm& norm = {}) {
   const uint32_t wg = ksplit_workgroup(caps);
-  std::string all_decls = gl::buffer(0, "A", DType::F32, true), sums, dims;
+  const bool pw = !norm.value.empty();
+  std::string all_decls = pw ? norm.decls : gl::buffer(0, "A", DType::F32, true), sums, dims;
   uint64_t off = 0;
   for (size_t j = 0; j < ss.size(); ++j) {
     const GemmShape& s = ss[j];
-    all_decls += gl::buffer(int(1 + j), "W" + su(j), DType::F32, true);
+    all_decls += gl::buffer(norm.buffers + int(j), "W" + su(j), DType::F32, true);
     const std::string cond = j + 1 == ss.size() ? "" : "if (gid < " + su(off + s.m * s.n) + "u) ";
     const std::string a = "A[" + a_index(s, "m", "k") + "]", w = "W" + su(j) + "[" + b_index(s, "k", "n") + "]";
     sums += std::string(j == 0 ? "  " : "  else ") + cond + "{\n    uint local = gid - " + su(off) +
             "u, m = local / " + su(s.n) + ", n = local % " + su(s.n) + ";\n    for (uint k = t; k < " + su(s.k) +
             "; k += " + su(wg) + ")" +
-            (norm.on ? " {\n      float x = " + a + ";\n      acc = fma(x" + (norm.gamma ? " * GAMMA[k]" : "") + ", " +
-                           w + ", acc);\n      ss = fma(x, x, ss);\n    }\n  }\n"
-                     : "\n      acc = fma(" + a + ", " + w + ", acc);\n  }\n");
+            (norm.on   ? " {\n      float x = " + a + ";\n      acc = fma(x" + (norm.gamma ? " * GAMMA[k]" : "") +
+                             ", " + w + ", acc);\n      ss = fma(x, x, ss);\n    }\n  }\n"
+             : pw ? " {\n" + norm.code + "      acc = fma(" + norm.value + ", " + w + ", acc);\n    }\n  }\n"
+                  : "\n      acc = fma(" + a + ", " + w + ", acc);\n  }\n");
     dims += std::string(j ? "; " : "") + gemm_dims(s);
     off += s.m * s.n;
   }
@@ -258,15 +268,108 @@ Lowering lower_gemv_norm_siblings(const ir::Graph& g, const std::vector<int>& no
   return gemv_siblings(g, std::vector<int>(nodes.begin() + 1, nodes.end()), nodes[0], caps);
 }
 
+namespace {
+
+// A pointwise-prologue dispatch split into its parts: the pointwise nodes before the matmuls (p), the matmuls
+// (mms), the pointwise nodes after them (e); empty mms when `nodes` is not one (gemv_pointwise_prologue).
+struct PrologueParts {
+  std::vector<int> p, mms, e;
+};
+PrologueParts prologue_parts(const ir::Graph& g, const std::vector<int>& nodes) {
+  PrologueParts r;
+  size_t k = 0;
+  for (; k < nodes.size() && g.node(nodes[k]).op != ir::Op::MatMul; ++k) {
+    if (!pointwise_fusible(g.node(nodes[k]))) return {};
+    r.p.push_back(nodes[k]);
+  }
+  for (; k < nodes.size() && g.node(nodes[k]).op == ir::Op::MatMul; ++k) r.mms.push_back(nodes[k]);
+  for (; k < nodes.size(); ++k) {
+    if (!pointwise_fusible(g.node(nodes[k]))) return {};
+    r.e.push_back(nodes[k]);
+  }
+  if (r.p.empty() || r.mms.empty() || r.mms.size() > kMaxGemvSiblings || (r.mms.size() > 1 && !r.e.empty()))
+    return {};
+  const int a = g.node(r.mms[0]).inputs[0];
+  if (std::find(r.p.begin(), r.p.end(), a) == r.p.end()) return {};
+  const std::string key = gemv_sibling_key(g, g.node(r.mms[0]));
+  for (int id : r.mms) {
+    const ir::Node& mm = g.node(id);
+    if (key.empty() || gemv_sibling_key(g, mm) != key || std::count(r.p.begin(), r.p.end(), mm.inputs[1])) return {};
+  }
+  for (int id : r.e)  // the epilogue reads the matmul's value, never a prologue node's
+    for (int x : g.node(id).inputs)
+      if (std::count(r.p.begin(), r.p.end(), x)) return {};
+  return r;
+}
+
+}  // namespace
+
+bool gemv_pointwise_prologue(const ir::Graph& g, const std::vector<int>& nodes) {
+  return !prologue_parts(g, nodes).mms.empty();
+}
+
+Lowering lower_gemv_pointwise_prologue(const ir::Graph& g, const std::vector<int>& nodes,
+                                       const std::vector<bool>& stored, const DeviceCaps& caps) {
+  const PrologueParts parts = prologue_parts(g, nodes);
+  if (parts.mms.empty()) throw Error("internal: " + g.describe(nodes[0]) + "... is no GEMV pointwise prologue");
+  for (size_t k = 0; k < parts.p.size(); ++k)
+    if (stored.at(k)) throw Error("internal: the GEMV prologue node " + g.describe(parts.p[k]) + " is read outside");
+  const size_t J = parts.mms.size(), first = parts.p.size();
+  std::vector<GemmShape> ss;
+  for (int id : parts.mms) ss.push_back(matmul_shape(g, g.node(id)));
+  const int a = g.node(parts.mms[0]).inputs[0];
+  // A(m, k) at element m * K + k of the prologue's shape (A untransposed: gemv_shape).
+  PointwiseBody pb = pointwise_body(g, parts.p, std::vector<bool>(first, false), {}, {},
+                                    "(m * " + u(ss[0].k) + " + k)");
+  GemvNorm pro;
+  pro.decls = pb.decls;
+  pro.code = pb.loads + pb.body;
+  pro.value = "v" + std::to_string(a);
+  pro.buffers = int(pb.bindings.size());
+  std::vector<Binding> bindings = pb.bindings;
+  for (size_t j = 0; j < J; ++j) bindings.push_back({BindingKind::Input, 1, false, int(first + j)});
+  std::string decls, finish, what = "GEMV pointwise prologue (" + pb.ops + ")";
+  if (parts.e.empty()) {
+    uint64_t off = 0;
+    for (size_t j = 0; j < J; ++j) {
+      decls += gl::buffer(int(bindings.size()), "Y" + su(j), DType::F32, false, true);
+      bindings.push_back({BindingKind::Output, 0, true, int(first + j)});
+      off += ss[j].m * ss[j].n;
+      const std::string cond = j + 1 == J ? "" : "if (gid < " + su(off) + "u) ";
+      finish += std::string(j == 0 ? "  " : "  else ") + cond + "Y" + su(j) + "[gid - " +
+                su(off - ss[j].m * ss[j].n) + "u] = partial[0];\n";
+    }
+    decls += gl::math_lib();
+    what += " and " + su(J) + " matmul" + (J > 1 ? "s" : "");
+  } else {
+    const int mm = parts.mms[0];
+    std::set<int> given(parts.p.begin(), parts.p.end());
+    given.insert(mm);
+    PointwiseBody eb = pointwise_body(g, nodes, stored, given, bindings, "gid");
+    if (eb.written == 0) throw Error("internal: the GEMV epilogue of " + g.describe(mm) + " writes nothing");
+    decls = eb.decls + gl::math_lib();
+    finish = "  float v" + std::to_string(mm) + " = partial[0];\n" + eb.loads + eb.body + eb.stores;
+    bindings = eb.bindings;
+    what += ", a matmul and its epilogue (" + eb.ops + ")";
+  }
+  Kernel k = gemv_kernel(ss, "matmul_small_prologue" + su(first) + "_" + su(J) + "_e" + su(parts.e.size()), what,
+                         decls, finish, caps, pro);
+  k.bindings = std::move(bindings);
+  return gl::one_kernel(std::move(k));
+}
+
 bool gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes) {
   if (nodes.size() < 2) return false;
-  int matmuls = 0;
+  int matmuls = 0, mm = -1;
   for (int id : nodes) {
     const ir::Node& n = g.node(id);
-    if (n.op == ir::Op::MatMul) ++matmuls;
+    if (n.op == ir::Op::MatMul) ++matmuls, mm = id;
     else if (!pointwise_fusible(n)) return false;
   }
-  return matmuls == 1;
+  if (matmuls != 1) return false;
+  for (int x : g.node(mm).inputs)  // a member the matmul reads makes it a prologue
+    if (std::count(nodes.begin(), nodes.end(), x)) return false;
+  return true;
 }
 
 // The one matmul's workgroup-per-output reduction (gemv_kernel), then its pointwise readers at that output's
