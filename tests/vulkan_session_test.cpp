@@ -206,6 +206,54 @@ TEST(VulkanSession, TransposedConvGatherScatterTrainingMatchesCpu) {
   }
 }
 
+// Auto also rewrites short attentions when the graph differentiates them (a training session: the derivative
+// kernels lose to the GEMMs there, perf-notes run 15), and keeps the attention kernels for the same attention
+// in an inference session. Training over 24 tokens matches the CPU reference after two SGD steps.
+TEST(VulkanSession, ShortAttentionTrainsAsMatmulAndInfersWithKernels) {
+  auto make_graph = [](Graph& g) {
+    Tensor x = g.input("x", {2, 24, 16});
+    Tensor wq = g.parameter("wq", {16, 16}, Init::uniform(-0.5, 0.5, 1));
+    Tensor wk = g.parameter("wk", {16, 16}, Init::uniform(-0.5, 0.5, 2));
+    Tensor wv = g.parameter("wv", {16, 16}, Init::uniform(-0.5, 0.5, 3));
+    auto heads = [](Tensor t) { return permute(reshape(t, {2, 24, 2, 8}), {0, 2, 1, 3}); };  // [2, 2, 24, 8]
+    Tensor o = attention(heads(matmul(x, wq)), heads(matmul(x, wk)), heads(matmul(x, wv)), {.causal = true});
+    g.output("loss", mean(square(o)));
+  };
+  auto attention_kernels = [](const Session& s) {
+    int n = 0;
+    for (const auto& [name, glsl] : s.kernel_sources()) n += name.rfind("attention", 0) == 0;
+    return n;
+  };
+  std::vector<double> x = test::random_uniform(2 * 24 * 16, 4, -1, 1);
+  Graph gi;
+  make_graph(gi);
+  Session infer = compile(gi, {.mode = Mode::Infer, .backend = Backend::Vulkan, .device = test::device_options()});
+  EXPECT_GT(attention_kernels(infer), 0);
+  Graph gv;
+  make_graph(gv);
+  Session gpu = compile(gv, {.mode = Mode::Train,
+                             .optimizer = SGD{.lr = 0.5},
+                             .backend = Backend::Vulkan,
+                             .device = test::device_options()});
+  EXPECT_EQ(attention_kernels(gpu), 0);
+  Graph gc;
+  make_graph(gc);
+  Session ref = compile(gc, {.mode = Mode::Train, .optimizer = SGD{.lr = 0.5}, .backend = Backend::Cpu});
+  for (int step = 0; step < 2; ++step) {
+    for (Session* s : {&ref, &gpu}) {
+      s->set_input("x", std::vector<float>(x.begin(), x.end()));
+      s->step();
+    }
+    const float lc = ref.read_scalar("loss"), lg = gpu.read_scalar("loss");
+    EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc)) << "step " << step;
+    for (const char* n : {"wq", "wk", "wv"}) {
+      std::vector<float> a = ref.read(n), b = gpu.read(n);
+      EXPECT_LT(test::rel_l2(std::vector<double>(b.begin(), b.end()), std::vector<double>(a.begin(), a.end())), 1e-5)
+          << n << " after step " << step;
+    }
+  }
+}
+
 // KernelOptions::attention = Auto rewrites long attentions into matrix products inside the Vulkan engine
 // (passes/attention_matmul.h): a causal self-attention over 256 tokens with trainable q/k/v projections, trained
 // for two SGD steps, gives the CPU reference's loss and parameters, and no attention kernel is compiled; Row

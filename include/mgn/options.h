@@ -17,14 +17,16 @@ namespace mgn {
 // small grids). Small: GEMV-like kernels for products with M or N of at most a few rows. Auto picks per shape.
 enum class GemmKernel : uint8_t { Auto, Tiled, Small };
 
-// The attention kernels: Auto rewrites long attentions (at least kAttentionMatmulMinSeq queries and keys) into
-// matrix products over the materialized scores (src/passes/attention_matmul.h) and, for the rest, takes the
-// query-tiled forward kernels at long sequences and the row kernels for the derivatives (measured:
-// docs/architecture.md, docs/perf-notes.md); Row / Tiled force one kernel form wherever the head dims allow it
-// (no rewrite); Matmul rewrites every attention the rewrite can express (no mask; causal with at least as many
-// keys as queries) and leaves the others to Auto's kernels.
+// The attention kernels: Auto rewrites long attentions (at least kAttentionMatmulMinSeq queries and keys), and
+// every attention of a graph that differentiates one (training), into matrix products over the materialized
+// scores (src/passes/attention_matmul.h) and, for the rest, takes the query-tiled forward kernels at long
+// sequences and the row kernels otherwise (measured: docs/architecture.md, docs/perf-notes.md); Row / Tiled
+// force one kernel form wherever the head dims allow it (no rewrite); Matmul rewrites every attention the
+// rewrite can express (no mask; causal with at least as many keys as queries) and leaves the others to Auto's
+// kernels.
 enum class AttentionKernel : uint8_t { Auto, Row, Tiled, Matmul };
-// Auto's rewrite threshold, and its bound on one score matrix (B·Hq·Sq·Skv f32 values).
+// Auto's rewrite threshold for graphs without attention derivatives, and its bound on one score matrix
+// (B·Hq·Sq·Skv f32 values).
 inline constexpr int64_t kAttentionMatmulMinSeq = 256;
 inline constexpr uint64_t kAttentionMatmulMaxScoreBytes = uint64_t(1) << 30;
 

@@ -90,9 +90,10 @@ const std::vector<Row>& rows() {
          e.planning.reuse = e.planning.in_place = parse_flag(v, n);
        }},
       {{"MGN_ATTENTION", "compiler", "`auto`, `row`, `tiled`, `matmul` (`auto`)",
-        "the attention kernels: `auto` rewrites attentions of at least 256 queries and keys into matrix "
-        "products over the materialized scores and, for the rest, takes the query-tiled forward kernels at long "
-        "sequences and the row kernels for the derivatives (docs/architecture.md); `row` / `tiled` force one "
+        "the attention kernels: `auto` rewrites attentions of at least 256 queries and keys, and every attention "
+        "of a training graph, into matrix products over the materialized scores and, for the rest, takes the "
+        "query-tiled forward kernels at long sequences and the row kernels otherwise (docs/architecture.md); "
+        "`row` / `tiled` force one "
         "kernel form wherever the head dims allow it; `matmul` rewrites every attention without a mask. "
         "Option: `KernelOptions::attention`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.attention = parse_attention_kernel(v, n); }},
