@@ -16,6 +16,7 @@ using gl::u;
 
 constexpr uint64_t kSerialMax = 32;  // at most this many reduced elements: one thread per output
 constexpr uint32_t kColumns = 16;    // outputs per workgroup of the column kernel (64-byte rows)
+constexpr uint64_t kColumnBlocksWanted = 128;  // fewer column blocks than this: the rows are split as well
 
 struct View {
   std::vector<gl::Dim> kept, reduced;
@@ -137,23 +138,38 @@ Lowering lower_reduce(const LowerContext& ctx, const std::set<int>& axes) {
     // Outputs along a contiguous axis (a bias gradient: [rows, C] summed over the rows): workgroup-per-output
     // would read one element per cache line per thread. Instead a workgroup takes kColumns consecutive outputs
     // and its threads (column c, row lane rl) walk the rows rl, rl + lanes, ...: each row's kColumns elements
-    // are one coalesced read; the lanes' partials meet in a fixed tree (deterministic).
+    // are one coalesced read; the lanes' partials meet in a fixed tree (deterministic). With few column blocks
+    // (C = 384: 24 workgroups) the rows are also split into chunks: a first kernel writes each chunk's partial
+    // to scratch [chunks, outputs], a second reduces the chunks in order.
     const uint32_t wg = ctx.caps.max_workgroup_invocations >= 256 ? 256 : 128;  // 128: Vulkan's minimum
     const uint32_t lanes = wg / kColumns;
-    gl::Grid grid = gl::flat_groups(div_up(v.outputs, kColumns), ctx.caps, name);
-    Kernel k;
-    k.name = name + "_cols";
-    k.glsl = gl::render(R"(#version 450
-// archetype: ${COMMENT} column blocks of ${NC} outputs, ${NL} row lanes
+    const uint64_t blocks = div_up(v.outputs, kColumns);
+    uint64_t chunks = 1;
+    if (blocks < kColumnBlocksWanted)  // at least 8 rows per lane and chunk
+      chunks = std::min<uint64_t>(div_up(kColumnBlocksWanted, blocks), v.m / (uint64_t(lanes) * 8));
+    chunks = std::max<uint64_t>(chunks, 1);
+    const uint64_t per_chunk = div_up(v.m, chunks);
+    // One column kernel: `load` is the element (o, r) (uint base = base_of(o) is in scope), rows [r0, r1) of
+    // chunk `ch`, `store` writes acc for output o.
+    auto column_kernel = [&](const std::string& kname, const std::string& what, const std::string& kdecls,
+                             uint64_t groups, const std::string& load, const std::string& r0, const std::string& r1,
+                             const std::string& store, std::vector<Binding> kb) {
+      gl::Grid grid = gl::flat_groups(groups, ctx.caps, name);
+      Kernel k;
+      k.name = kname;
+      k.glsl = gl::render(R"(#version 450
+// archetype: ${COMMENT} ${WHAT}, column blocks of ${NC} outputs, ${NL} row lanes
 layout(local_size_x = ${WG}) in;
 ${DECLS}shared ${T} s_v[${WG}];
 void main() {
 ${GRID}  uint t = gl_LocalInvocationID.x, c = t % ${C}, rl = t / ${C};
-  uint o = gid * ${C} + c;
+  uint cb = gid % ${BLOCKS}, ch = gid / ${BLOCKS};
+  uint o = cb * ${C} + c;
   ${T} acc = ${INIT};
   if (o < ${OUTS}) {
     uint base = base_of(o);
-    for (uint r = rl; r < ${M}; r += ${L}) acc = comb(acc, x[base + roff(r)]);
+    uint r1 = ${R1};
+    for (uint r = ${R0} + rl; r < r1; r += ${L}) acc = comb(acc, ${LOAD});
   }
   s_v[t] = acc;
   barrier();
@@ -163,27 +179,52 @@ ${GRID}  uint t = gl_LocalInvocationID.x, c = t % ${C}, rl = t / ${C};
   }
   if (rl == 0u && o < ${OUTS}) {
     acc = s_v[c];
-    y[o] = ${FIN};
-  }
+${STORE}  }
 }
 )",
-                        {{"COMMENT", comment},
-                         {"C", u(kColumns)},
-                         {"NC", std::to_string(kColumns)},
-                         {"NL", std::to_string(lanes)},
-                         {"L", u(lanes)},
-                         {"WG", std::to_string(wg)},
-                         {"DECLS", decls},
-                         {"T", T},
-                         {"GRID", grid.glsl},
-                         {"INIT", init},
-                         {"OUTS", u(v.outputs)},
-                         {"M", u(v.m)},
-                         {"HALF", u(lanes / 2)},
-                         {"FIN", fin}});
-    k.bindings = bindings;
-    k.groups = grid.groups;
-    l.kernels.push_back(std::move(k));
+                          {{"COMMENT", comment},
+                           {"WHAT", what},
+                           {"C", u(kColumns)},
+                           {"NC", std::to_string(kColumns)},
+                           {"NL", std::to_string(lanes)},
+                           {"L", u(lanes)},
+                           {"WG", std::to_string(wg)},
+                           {"DECLS", kdecls},
+                           {"T", T},
+                           {"GRID", grid.glsl},
+                           {"BLOCKS", u(blocks)},
+                           {"INIT", init},
+                           {"OUTS", u(v.outputs)},
+                           {"R0", r0},
+                           {"R1", r1},
+                           {"LOAD", load},
+                           {"HALF", u(lanes / 2)},
+                           {"STORE", store}});
+      k.bindings = std::move(kb);
+      k.groups = grid.groups;
+      l.kernels.push_back(std::move(k));
+    };
+    if (chunks == 1) {
+      column_kernel(name + "_cols", "one pass", decls, blocks, "x[base + roff(r)]", "0u", u(v.m),
+                    "    y[o] = " + fin + ";\n", bindings);
+      return l;
+    }
+    // Pass 1: chunk ch's rows [ch * per_chunk, ...) into P[ch * outputs + o]; pass 2: the chunks in order.
+    l.scratch_words = {chunks * v.outputs};
+    const std::string pdecls = gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "P", x.dtype, false, true) +
+                               gl::math_lib() + view_fns(v) + T + " comb(" + T + " a, " + T + " b) { return " +
+                               comb + "; }\n";
+    column_kernel(name + "_cols_part" + std::to_string(chunks), "pass 1 of 2 (" + std::to_string(chunks) + " row chunks)",
+                  pdecls, blocks * chunks, "x[base + roff(r)]", "ch * " + u(per_chunk),
+                  "min(ch * " + u(per_chunk) + " + " + u(per_chunk) + ", " + u(v.m) + ")",
+                  "    P[ch * " + u(v.outputs) + " + o] = acc;\n",
+                  {{BindingKind::Input, 0}, {BindingKind::Scratch, 0, true}});
+    const std::string sdecls = gl::buffer(0, "P", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true) +
+                               gl::math_lib() + "uint base_of(uint o) { return o; }\n" + T + " comb(" + T + " a, " +
+                               T + " b) { return " + comb + "; }\n";
+    column_kernel(name + "_cols_sum" + std::to_string(chunks), "pass 2 of 2", sdecls, blocks,
+                  "P[r * " + u(v.outputs) + " + o]", "0u", u(chunks), "    y[o] = " + fin + ";\n",
+                  {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}});
     return l;
   }
   const uint32_t wg = gl::row_workgroup(v.m, ctx.caps);

@@ -106,7 +106,12 @@ for key, fn in {"sum": torch.sum, "mean": torch.mean}.items():
 add(Case("sum_columns", "sum", [In((6, 9, 20))], lambda x: torch.sum(x, dim=(0, 1)), attrs={"axes": [0, 1], "keepdim": 0}),
     Case("mean_columns_keep", "mean", [In((40, 3, 17))], lambda x: torch.mean(x, dim=0, keepdim=True),
          attrs={"axes": [0], "keepdim": 1}),
-    Case("max_columns", "max", [In((70, 24))], lambda x: torch.amax(x, dim=0), attrs={"axes": [0], "keepdim": 0}))
+    Case("max_columns", "max", [In((70, 24))], lambda x: torch.amax(x, dim=0), attrs={"axes": [0], "keepdim": 0}),
+    # Few column blocks and many rows: the rows split into chunks as well (two passes).
+    Case("sum_columns_chunked", "sum", [In((300, 2, 24))], lambda x: torch.sum(x, dim=(0, 1)),
+         attrs={"axes": [0, 1], "keepdim": 0}),
+    Case("mean_columns_chunked", "mean", [In((530, 20))], lambda x: torch.mean(x, dim=0), attrs={"axes": [0], "keepdim": 0}),
+    Case("min_columns_chunked", "min", [In((300, 17))], lambda x: torch.amin(x, dim=0), attrs={"axes": [0], "keepdim": 0}))
 for key, fn in {"max": torch.amax, "min": torch.amin}.items():
     # continuous random inputs: no ties, so the gradient is well defined
     add(Case(f"{key}_inner", key, [In((3, 4, 5))], lambda x, fn=fn: fn(x, dim=-1), attrs={"axes": [-1], "keepdim": 0}),
