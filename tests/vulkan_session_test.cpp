@@ -206,6 +206,24 @@ TEST(VulkanSession, TransposedConvGatherScatterTrainingMatchesCpu) {
   }
 }
 
+// Two SGD steps of the attention graphs below on `gpu` and on the CPU reference `ref` (input x): the same loss
+// and the same q/k/v weights after each step, to f32 rounding.
+static void steps_like_cpu(Session& gpu, Session& ref, const std::vector<double>& x) {
+  for (int step = 0; step < 2; ++step) {
+    for (Session* s : {&ref, &gpu}) {
+      s->set_input("x", std::vector<float>(x.begin(), x.end()));
+      s->step();
+    }
+    const float lc = ref.read_scalar("loss"), lg = gpu.read_scalar("loss");
+    EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc)) << "step " << step;
+    for (const char* n : {"wq", "wk", "wv"}) {
+      std::vector<float> a = ref.read(n), b = gpu.read(n);
+      EXPECT_LT(test::rel_l2(std::vector<double>(b.begin(), b.end()), std::vector<double>(a.begin(), a.end())), 1e-5)
+          << n << " after step " << step;
+    }
+  }
+}
+
 // Auto also rewrites short attentions when the graph differentiates them (a training session: the derivative
 // kernels lose to the GEMMs there, perf-notes run 15), and keeps the attention kernels for the same attention
 // in an inference session. Training over 24 tokens matches the CPU reference after two SGD steps.
@@ -239,19 +257,7 @@ TEST(VulkanSession, ShortAttentionTrainsAsMatmulAndInfersWithKernels) {
   Graph gc;
   make_graph(gc);
   Session ref = compile(gc, {.mode = Mode::Train, .optimizer = SGD{.lr = 0.5}, .backend = Backend::Cpu});
-  for (int step = 0; step < 2; ++step) {
-    for (Session* s : {&ref, &gpu}) {
-      s->set_input("x", std::vector<float>(x.begin(), x.end()));
-      s->step();
-    }
-    const float lc = ref.read_scalar("loss"), lg = gpu.read_scalar("loss");
-    EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc)) << "step " << step;
-    for (const char* n : {"wq", "wk", "wv"}) {
-      std::vector<float> a = ref.read(n), b = gpu.read(n);
-      EXPECT_LT(test::rel_l2(std::vector<double>(b.begin(), b.end()), std::vector<double>(a.begin(), a.end())), 1e-5)
-          << n << " after step " << step;
-    }
-  }
+  steps_like_cpu(gpu, ref, x);
 }
 
 // KernelOptions::attention = Auto rewrites long attentions into matrix products inside the Vulkan engine
@@ -289,20 +295,7 @@ TEST(VulkanSession, LongAttentionAsMatmulTrainsLikeCpu) {
     Graph gc;
     make_graph(gc);
     Session ref = compile(gc, {.mode = Mode::Train, .optimizer = SGD{.lr = 0.5}, .backend = Backend::Cpu});
-    for (int step = 0; step < 2; ++step) {
-      for (Session* s : {&ref, &gpu}) {
-        s->set_input("x", std::vector<float>(x.begin(), x.end()));
-        s->step();
-      }
-      const float lc = ref.read_scalar("loss"), lg = gpu.read_scalar("loss");
-      EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc)) << "step " << step;
-      for (const char* n : {"wq", "wk", "wv"}) {
-        std::vector<float> a = ref.read(n), b = gpu.read(n);
-        EXPECT_LT(test::rel_l2(std::vector<double>(b.begin(), b.end()), std::vector<double>(a.begin(), a.end())),
-                  1e-5)
-            << n << " after step " << step;
-      }
-    }
+    steps_like_cpu(gpu, ref, x);
   }
 }
 

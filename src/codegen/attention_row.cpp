@@ -12,6 +12,25 @@ namespace {
 
 using gl::u;
 
+// The keys query row i sees: [0, kend).
+std::string kend_line(bool causal) {
+  return causal ? "  uint kend = uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys [0, kend) visible\n"
+                : "  uint kend = SKV;\n";
+}
+
+// The online-softmax update of one key tile (each thread's score s of its key; -inf past the visible keys): the
+// running maximum m (uniform across the workgroup), this thread's share l of the sum and p = exp(s - m) for its
+// key; then, after the tiles, lse = m + log(sum of the shares). Both forward row kernels use these, so their m, l
+// and lse agree bitwise.
+constexpr const char* kOnlineSoftmaxStep = R"(    float mn = max(m, wg_max(s));
+    if (mn == NEG_INF) continue;  // nothing visible so far (uniform)
+    float alpha = m == NEG_INF ? 0.0 : exp(m - mn);
+    float p = s == NEG_INF ? 0.0 : exp(s - mn);
+    l = l * alpha + p;
+    m = mn;
+)";
+constexpr const char* kStoreLse = "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n";
+
 // Row kernels (forward, grad_q): this workgroup's query row gid unpacked into (b, h, i), the first row of
 // its kv head in K and V, the end of its visible keys, and its q staged in s_q (published by a barrier
 // the caller issues); and the scaled, masked score of the staged query against key row kbase + j.
@@ -22,9 +41,7 @@ std::string query_row_setup(bool causal) {
   uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
 ${KEND}  for (uint d = t; d < D; d += WG) s_q[d] = Q[gid * D + d];
 )",
-      {{"KEND", causal ? "  uint kend = uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys [0, "
-                         "kend) visible\n"
-                       : "  uint kend = SKV;\n"}});
+      {{"KEND", kend_line(causal)}});
 }
 std::string score_fn(bool has_mask) {
   return gl::render(R"(float score(uint b, uint h, uint i, uint j, uint kbase) {
@@ -85,19 +102,14 @@ ${GRID}${SETUP}  barrier();
 ${ACC}  for (uint j0 = 0u; j0 < kend; j0 += WG) {
     uint j = j0 + t;
     float s = j < kend ? score(b, h, i, j, kbase) : NEG_INF;
-    float mn = max(m, wg_max(s));
-    if (mn == NEG_INF) continue;  // nothing visible so far (uniform)
-    float alpha = m == NEG_INF ? 0.0 : exp(m - mn);
-    float p = s == NEG_INF ? 0.0 : exp(s - mn);
-    l = l * alpha + p;
-    m = mn;
-${ACCUMULATE}  }
+${STEP}${ACCUMULATE}  }
   l = wg_sum(l);
 ${STORE_O}${STORE_LSE}}
 )",
       {{"SCORE", score_fn(has_mask)},
        {"GRID", grid},
        {"SETUP", query_row_setup(causal)},
+       {"STEP", kOnlineSoftmaxStep},
        {"ACC", out_o ? acc_decl(acc_n) : ""},
        {"ACCUMULATE", out_o ? "    s_p[t] = p;\n    barrier();\n    uint n = min(WG, kend - j0);\n" +
                                   acc_update(acc_n, "s_p", "V", "kbase + j0", "DV", " * alpha", "    ") +
@@ -106,7 +118,7 @@ ${STORE_O}${STORE_LSE}}
        {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n" +
                                acc_store(acc_n, "O", "DV", " * inv")
                          : ""},
-       {"STORE_LSE", out_lse ? "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
+       {"STORE_LSE", out_lse ? kStoreLse : ""}});
 }
 
 // attention_grad_q: P is recomputed from the saved lse, so one pass over the keys suffices.
@@ -231,20 +243,13 @@ ${KEND}  for (uint c = t; c < D4; c += WG) s_q4[c] = Q4[gid * D4 + c];
     if (j < kend) {
 ${DOT}      s = SCALE * dot${MASK};
     }
-    float mn = max(m, wg_max(s));
-    if (mn == NEG_INF) continue;  // nothing visible so far (uniform)
-    float alpha = m == NEG_INF ? 0.0 : exp(m - mn);
-    float p = s == NEG_INF ? 0.0 : exp(s - mn);
-    l = l * alpha + p;
-    m = mn;
-${ACCUMULATE}  }
+${STEP}${ACCUMULATE}  }
   l = wg_sum(l);
 ${STORE_O}${STORE_LSE}}
 )",
       {{"GRID", grid},
-       {"KEND", causal ? "  uint kend = uint(clamp(int(i) + CAUSAL_OFF + 1, 0, int(SKV)));  // keys [0, kend) "
-                         "visible\n"
-                       : "  uint kend = SKV;\n"},
+       {"KEND", kend_line(causal)},
+       {"STEP", kOnlineSoftmaxStep},
        {"DOT", vec4_dot("dot", "s_q4[c]", "K4[(kbase + j) * D4 + c]", "D4", "      ")},
        {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
        {"ACCUMULATE", out_o ? R"(    s_p[t] = p;
@@ -271,7 +276,7 @@ ${STORE_O}${STORE_LSE}}
   }
 )"
                          : ""},
-       {"STORE_LSE", out_lse ? "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
+       {"STORE_LSE", out_lse ? kStoreLse : ""}});
 }
 
 }  // namespace
