@@ -785,6 +785,108 @@ TEST_F(VulkanFusion, PointwisePrologueRunsInTheGemvsKLoop) {
                       {"mlp", "s0", "s1", "kept", "kept_mm", "t_pw", "t_mm", "apart", "rows"}, 13, 2);
 }
 
+// Random token-projection graphs (a decode step's shape: M <= 3 rows of width K): rms_norm, pointwise chains,
+// linears of K -> K (so projections and residuals share shapes) and K -> N, reading one operand from several
+// linears (siblings), norms read by projections only or by other nodes too, ropes of one table, several outputs.
+// Whatever the GEMV fusions (siblings, epilogues, norm and pointwise prologues, rope pairs) make of them, the
+// fused session matches the CPU reference and the session without fusion (not bitwise: the norm prologue
+// scales after the sum).
+TEST_F(VulkanFusion, RandomTokenProjectionsMatchCpuAndUnfused) {
+  int prologues = 0, epilogues = 0, siblings = 0, ropes = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
+    Graph g;
+    const int64_t M = 1 + pick(3), K = 16, N = 24;
+    std::vector<std::pair<std::string, Shape>> inputs = {{"x", {M, K}}, {"r", {M, K}}};
+    std::vector<Tensor> pool = {g.input("x", {M, K}), g.input("r", {M, K})};
+    Tensor cs = g.input("cos", {M, K / 2}), sn = g.input("sin", {M, K / 2});
+    inputs.push_back({"cos", {M, K / 2}});
+    inputs.push_back({"sin", {M, K / 2}});
+    uint64_t wseed = seed * 100;
+    auto weight = [&](int64_t n) {
+      const uint64_t ws = wseed++;
+      return g.parameter("w" + std::to_string(ws), {n, K}, Init::uniform(-0.4, 0.4, ws));
+    };
+    auto operand = [&]() { return pool[pool.size() - 1 - size_t(pick(std::min<int>(int(pool.size()), 4)))]; };
+    std::vector<Tensor> outs;
+    const int ops = 6 + pick(10);
+    for (int k = 0; k < ops; ++k) {
+      Tensor x = operand(), y;
+      switch (pick(8)) {
+        case 0:
+          y = rms_norm(x, g.parameter("g" + std::to_string(wseed), {K}, Init::uniform(0.5, 1.5, wseed)), 1e-5);
+          ++wseed;
+          break;
+        case 1:
+          y = linear(x, weight(K));
+          break;
+        case 2: {  // siblings of one operand, one of width N kept as an output
+          Tensor a = linear(x, weight(K));
+          outs.push_back(linear(x, weight(N)));
+          y = a;
+          break;
+        }
+        case 3:
+          y = silu(linear(x, weight(K))) * linear(x, weight(K));
+          break;
+        case 4:
+          y = x + linear(operand(), weight(K));  // a residual epilogue
+          break;
+        case 5:
+          y = tanh(x) * 0.5 + pool[size_t(pick(int(pool.size())))] * 0.25;
+          break;
+        case 6: {  // two ropes of one table
+          Tensor a = rope(reshape(x, {1, M, K}), cs, sn), b = rope(reshape(operand(), {1, M, K}), cs, sn);
+          y = reshape(a, {M, K}) + reshape(b, {M, K}) * 0.5;
+          break;
+        }
+        case 7:
+          y = linear(sigmoid(x) * 2.0 - 1.0, weight(K));  // a pointwise prologue
+          break;
+      }
+      pool.push_back(y);
+    }
+    outs.push_back(pool.back());
+    outs.push_back(pool[size_t(2 + pick(int(pool.size()) - 2))]);
+    for (size_t i = 0; i < outs.size(); ++i) g.output("out" + std::to_string(i), outs[i]);
+    const ir::Graph& ir = g.ir();
+    SCOPED_TRACE("seed " + std::to_string(seed) + "\n" + ir::to_text(ir));
+    vk::GraphExecutor fused(ir, *ctx_, poisoned(true)), plain(ir, *ctx_, poisoned(false));
+    for (const plan::Dispatch& d : fused.plan().dispatches) {
+      if (d.nodes.size() < 2) continue;
+      const ir::Op first = ir.node(d.nodes[0]).op;
+      prologues += first == ir::Op::RmsNorm || codegen::gemv_pointwise_prologue(ir, d.nodes);
+      epilogues += codegen::gemv_epilogue(ir, d.nodes);
+      siblings += first == ir::Op::MatMul && ir.node(d.nodes[1]).op == ir::Op::MatMul;
+      ropes += first == ir::Op::Rope;
+    }
+    cpu::Executor cpu(ir);
+    for (const auto& [name, shape] : inputs) {
+      std::vector<double> v = test::random_normal(size_t(numel(shape)), seed * 10 + name.size());
+      std::vector<float> f(v.begin(), v.end());
+      cpu.set_input(name, f);
+      fused.set_input(name, f);
+      plain.set_input(name, f);
+    }
+    cpu.run();
+    fused.run();
+    fused.run();
+    plain.run();
+    for (const auto& [name, id] : ir.outputs()) {
+      EXPECT_LE(test::rel_l2(f64(fused.read_output(name)), cpu.output(name).v), 1e-5) << name;
+      EXPECT_LE(test::rel_l2(f64(plain.read_output(name)), cpu.output(name).v), 1e-5) << name;
+    }
+    if (HasFailure()) break;
+  }
+  std::printf("random token projections: %d prologues, %d epilogues, %d sibling groups, %d rope pairs\n", prologues,
+              epilogues, siblings, ropes);
+  EXPECT_GT(prologues, 0);
+  EXPECT_GT(epilogues, 0);
+  EXPECT_GT(siblings, 0);
+  EXPECT_GT(ropes, 0);
+}
+
 }  // namespace
 
 #endif  // MGN_HAVE_VULKAN
