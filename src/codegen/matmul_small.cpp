@@ -112,11 +112,11 @@ std::string gemv_sibling_key(const ir::Graph& g, const ir::Node& n) {
 
 namespace {
 
-// The workgroup-per-output kernel over several matmuls of one left operand A (bound at 0; member j's weights at
-// 1 + j as W<j>): one workgroup per output of any member, in member order, each reducing K exactly as
-// small_gemm_kernel's workgroup-per-output branch does (same strided partial sums, same tree), so every value is
-// bitwise what the member's own dispatch computes. `decls` declares the rest of the bindings (from
-// a_buffers() + members); `finish` runs on thread 0 with the value in `partial[0]`, `gid` the flat output index
+// The workgroup-per-output kernel over several matmuls of one left operand A (bound at 0, or the prologue's
+// buffers 0 .. pro.buffers - 1; member j's weights next as W<j>): one workgroup per output of any member, in
+// member order, each reducing K exactly as small_gemm_kernel's workgroup-per-output branch does (same strided
+// partial sums, same tree), so every value is bitwise what the member's own dispatch computes. `decls` declares
+// the rest of the bindings (from pro.buffers + members); `finish` runs on thread 0 with the value in `partial[0]`, `gid` the flat output index
 // over the members and `local` the index within its member (`finish` branches on `gid` when there are several).
 // `pro` says how A(m, k) is formed:
 //   plain      A is a buffer.
@@ -126,8 +126,8 @@ namespace {
 //   pointwise  (a GEMV pointwise prologue): `decls` (buffers 0 .. buffers - 1) and `code` (loads and nodes at the
 //              element m * K + k) compute A(m, k) into the variable `value` inside the K loop, bitwise as the
 //              pointwise kernel of those nodes would store it.
-struct GemvNorm {
-  bool on = false, gamma = false;
+struct GemvPrologue {
+  bool norm = false, gamma = false;  // the rms_norm prologue, with gamma
   double eps = 0;
   std::string decls, code, value;  // the pointwise prologue (value empty: none)
   int buffers = 1;                 // bindings before the weights
@@ -135,22 +135,22 @@ struct GemvNorm {
 
 Kernel gemv_kernel(const std::vector<GemmShape>& ss, const std::string& name, const std::string& what,
                    const std::string& decls, const std::string& finish, const DeviceCaps& caps,
-                   const GemvNorm& norm = {}) {
+                   const GemvPrologue& pro = {}) {
   const uint32_t wg = ksplit_workgroup(caps);
-  const bool pw = !norm.value.empty();
-  std::string all_decls = pw ? norm.decls : gl::buffer(0, "A", DType::F32, true), sums, dims;
+  const bool pw = !pro.value.empty();
+  std::string all_decls = pw ? pro.decls : gl::buffer(0, "A", DType::F32, true), sums, dims;
   uint64_t off = 0;
   for (size_t j = 0; j < ss.size(); ++j) {
     const GemmShape& s = ss[j];
-    all_decls += gl::buffer(norm.buffers + int(j), "W" + su(j), DType::F32, true);
+    all_decls += gl::buffer(pro.buffers + int(j), "W" + su(j), DType::F32, true);
     const std::string cond = j + 1 == ss.size() ? "" : "if (gid < " + su(off + s.m * s.n) + "u) ";
     const std::string a = "A[" + a_index(s, "m", "k") + "]", w = "W" + su(j) + "[" + b_index(s, "k", "n") + "]";
     sums += std::string(j == 0 ? "  " : "  else ") + cond + "{\n    uint local = gid - " + su(off) +
             "u, m = local / " + su(s.n) + ", n = local % " + su(s.n) + ";\n    for (uint k = t; k < " + su(s.k) +
             "; k += " + su(wg) + ")" +
-            (norm.on   ? " {\n      float x = " + a + ";\n      acc = fma(x" + (norm.gamma ? " * GAMMA[k]" : "") +
+            (pro.norm   ? " {\n      float x = " + a + ";\n      acc = fma(x" + (pro.gamma ? " * GAMMA[k]" : "") +
                              ", " + w + ", acc);\n      ss = fma(x, x, ss);\n    }\n  }\n"
-             : pw ? " {\n" + norm.code + "      acc = fma(" + norm.value + ", " + w + ", acc);\n    }\n  }\n"
+             : pw ? " {\n" + pro.code + "      acc = fma(" + pro.value + ", " + w + ", acc);\n    }\n  }\n"
                   : "\n      acc = fma(" + a + ", " + w + ", acc);\n  }\n");
     dims += std::string(j ? "; " : "") + gemm_dims(s);
     off += s.m * s.n;
@@ -174,18 +174,18 @@ ${NORM_SCALE}${FINISH}}
                        {"DIMS", dims},
                        {"WG", std::to_string(wg)},
                        {"DECLS", all_decls + decls},
-                       {"NORM_DECL", norm.on ? "shared float partial2[" + std::to_string(wg) + "];  // sums of x²\n" : ""},
+                       {"NORM_DECL", pro.norm ? "shared float partial2[" + std::to_string(wg) + "];  // sums of x²\n" : ""},
                        {"GRID", grid.glsl},
-                       {"NORM_INIT", norm.on ? "  float ss = 0.0;\n" : ""},
+                       {"NORM_INIT", pro.norm ? "  float ss = 0.0;\n" : ""},
                        {"SUMS", sums},
-                       {"NORM_PUBLISH", norm.on ? "  partial2[t] = ss;\n" : ""},
+                       {"NORM_PUBLISH", pro.norm ? "  partial2[t] = ss;\n" : ""},
                        {"REDUCE", gl::tree_reduce(wg,
-                                                  norm.on ? " {\n      partial[t] += partial[t + s];\n      "
+                                                  pro.norm ? " {\n      partial[t] += partial[t + s];\n      "
                                                             "partial2[t] += partial2[t + s];\n    }"
                                                           : " partial[t] += partial[t + s];",
                                                   "  ")},
-                       {"NORM_SCALE", norm.on ? "  partial[0] *= inversesqrt(partial2[0] * " +
-                                                    gl::flit(1.0 / double(ss[0].k)) + " + " + gl::flit(norm.eps) +
+                       {"NORM_SCALE", pro.norm ? "  partial[0] *= inversesqrt(partial2[0] * " +
+                                                    gl::flit(1.0 / double(ss[0].k)) + " + " + gl::flit(pro.eps) +
                                                     ");  // rms_norm's rstd\n"
                                               : ""},
                        {"FINISH", finish}});
@@ -196,6 +196,21 @@ ${NORM_SCALE}${FINISH}}
 }  // namespace
 
 namespace {
+
+// The outputs of a GEMV fusion's members (the dispatch's nodes first, first + 1, ...): buffers Y<j> bound after
+// `bindings`, and the stores of partial[0] by flat output index.
+void sibling_outputs(const std::vector<GemmShape>& ss, int first, std::vector<Binding>& bindings, std::string& decls,
+                     std::string& stores) {
+  uint64_t off = 0;
+  for (size_t j = 0; j < ss.size(); ++j) {
+    decls += gl::buffer(int(bindings.size()), "Y" + su(j), DType::F32, false, true);
+    bindings.push_back({BindingKind::Output, 0, true, first + int(j)});
+    off += ss[j].m * ss[j].n;
+    const std::string cond = j + 1 == ss.size() ? "" : "if (gid < " + su(off) + "u) ";
+    stores += std::string(j == 0 ? "  " : "  else ") + cond + "Y" + su(j) + "[gid - " +
+              su(off - ss[j].m * ss[j].n) + "u] = partial[0];\n";
+  }
+}
 
 // The GEMV fusion of the matmuls `mms`, led by the norm prologue `norm` (the dispatch's first node) or not (-1).
 Lowering gemv_siblings(const ir::Graph& g, const std::vector<int>& mms, int norm, const DeviceCaps& caps) {
@@ -210,7 +225,7 @@ Lowering gemv_siblings(const ir::Graph& g, const std::vector<int>& mms, int norm
   }
   const size_t J = mms.size();
   const int first = norm >= 0 ? 1 : 0;  // the dispatch's nodes: [norm,] the matmuls
-  GemvNorm pro;
+  GemvPrologue pro;
   if (norm >= 0) {
     const ir::Node& nn = g.node(norm);
     for (int id : mms)
@@ -221,15 +236,7 @@ Lowering gemv_siblings(const ir::Graph& g, const std::vector<int>& mms, int norm
   std::string decls, stores;
   std::vector<Binding> bindings = {{BindingKind::Input, 0, false, 0}};  // A: the norm's input or the matmuls' A
   for (size_t j = 0; j < J; ++j) bindings.push_back({BindingKind::Input, 1, false, first + int(j)});
-  uint64_t off = 0;
-  for (size_t j = 0; j < J; ++j) {
-    decls += gl::buffer(int(1 + J + j), "Y" + su(j), DType::F32, false, true);
-    bindings.push_back({BindingKind::Output, 0, true, first + int(j)});
-    off += ss[j].m * ss[j].n;
-    const std::string cond = j + 1 == J ? "" : "if (gid < " + su(off) + "u) ";
-    stores += std::string(j == 0 ? "  " : "  else ") + cond + "Y" + su(j) + "[gid - " +
-              su(off - ss[j].m * ss[j].n) + "u] = partial[0];\n";
-  }
+  sibling_outputs(ss, first, bindings, decls, stores);
   if (pro.gamma) {
     decls += gl::buffer(int(1 + 2 * J), "GAMMA", DType::F32, true);
     bindings.push_back({BindingKind::Input, 1, false, 0});
@@ -321,7 +328,7 @@ Lowering lower_gemv_pointwise_prologue(const ir::Graph& g, const std::vector<int
   // A(m, k) at element m * K + k of the prologue's shape (A untransposed: gemv_shape).
   PointwiseBody pb = pointwise_body(g, parts.p, std::vector<bool>(first, false), {}, {},
                                     "(m * " + u(ss[0].k) + " + k)");
-  GemvNorm pro;
+  GemvPrologue pro;
   pro.decls = pb.decls;
   pro.code = pb.loads + pb.body;
   pro.value = "v" + std::to_string(a);
@@ -330,15 +337,7 @@ Lowering lower_gemv_pointwise_prologue(const ir::Graph& g, const std::vector<int
   for (size_t j = 0; j < J; ++j) bindings.push_back({BindingKind::Input, 1, false, int(first + j)});
   std::string decls, finish, what = "GEMV pointwise prologue (" + pb.ops + ")";
   if (parts.e.empty()) {
-    uint64_t off = 0;
-    for (size_t j = 0; j < J; ++j) {
-      decls += gl::buffer(int(bindings.size()), "Y" + su(j), DType::F32, false, true);
-      bindings.push_back({BindingKind::Output, 0, true, int(first + j)});
-      off += ss[j].m * ss[j].n;
-      const std::string cond = j + 1 == J ? "" : "if (gid < " + su(off) + "u) ";
-      finish += std::string(j == 0 ? "  " : "  else ") + cond + "Y" + su(j) + "[gid - " +
-                su(off - ss[j].m * ss[j].n) + "u] = partial[0];\n";
-    }
+    sibling_outputs(ss, int(first), bindings, decls, finish);
     decls += gl::math_lib();
     what += " and " + su(J) + " matmul" + (J > 1 ? "s" : "");
   } else {

@@ -101,8 +101,9 @@ Lowering lower_reduce(const LowerContext& ctx, const std::set<int>& axes) {
   }
   std::string fin = "acc";
   if (n.op == ir::Op::ReduceMean) fin = "acc / " + gl::flit(double(v.m));
-  std::string decls = gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true) + gl::math_lib() +
-                      view_fns(v) + T + " comb(" + T + " a, " + T + " b) { return " + comb + "; }\n";
+  const std::string comb_fn = gl::math_lib() + T + " comb(" + T + " a, " + T + " b) { return " + comb + "; }\n";
+  std::string decls =
+      gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true) + view_fns(v) + comb_fn;
   // argmax: the first maximum wins; NaN counts as the maximum (first NaN wins).
   if (is_arg)
     decls += "bool better(" + T + " a, uint ia, " + T + " b, uint ib) {\n" +
@@ -211,17 +212,15 @@ ${STORE}  }
     }
     // Pass 1: chunk ch's rows [ch * per_chunk, ...) into P[ch * outputs + o]; pass 2: the chunks in order.
     l.scratch_words = {chunks * v.outputs};
-    const std::string pdecls = gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "P", x.dtype, false, true) +
-                               gl::math_lib() + view_fns(v) + T + " comb(" + T + " a, " + T + " b) { return " +
-                               comb + "; }\n";
+    const std::string pdecls =
+        gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "P", x.dtype, false, true) + view_fns(v) + comb_fn;
     column_kernel(name + "_cols_part" + std::to_string(chunks), "pass 1 of 2 (" + std::to_string(chunks) + " row chunks)",
                   pdecls, blocks * chunks, "x[base + roff(r)]", "ch * " + u(per_chunk),
                   "min(ch * " + u(per_chunk) + " + " + u(per_chunk) + ", " + u(v.m) + ")",
                   "    P[ch * " + u(v.outputs) + " + o] = acc;\n",
                   {{BindingKind::Input, 0}, {BindingKind::Scratch, 0, true}});
     const std::string sdecls = gl::buffer(0, "P", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true) +
-                               gl::math_lib() + "uint base_of(uint o) { return o; }\n" + T + " comb(" + T + " a, " +
-                               T + " b) { return " + comb + "; }\n";
+                               "uint base_of(uint o) { return o; }\n" + comb_fn;
     column_kernel(name + "_cols_sum" + std::to_string(chunks), "pass 2 of 2", sdecls, blocks,
                   "P[r * " + u(v.outputs) + " + o]", "0u", u(chunks), "    y[o] = " + fin + ";\n",
                   {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}});
