@@ -267,6 +267,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Cfg{"mask_inf_rows", 2, 3, 1, 70, 135, 4, 4, false, {2, 1, 70, 135}, 2.0, true},
                     Cfg{"mask_inf_rows_causal", 1, 2, 2, 7, 9, 4, 4, true, {7, 9}, 2.0, true},
                     Cfg{"peaky", 1, 1, 1, 4, 260, 4, 4, false, {}, 40.0, false},
+                    // Past 4 keys per thread: the online row kernel over key tiles (the one-pass kernel
+                    // takes the shorter rows above).
+                    Cfg{"online_tiles_causal", 1, 2, 1, 3, 600, 8, 8, true, {}, 3.0, false},
                     // Head dims of real models on the tiled path: several query blocks, GQA, causal; the
                     // widest head it takes, with a mask.
                     Cfg{"d64_gqa_causal", 1, 4, 2, 100, 100, 64, 64, true, {}, 1.0, false},

@@ -279,6 +279,70 @@ ${STORE_O}${STORE_LSE}}
        {"STORE_LSE", out_lse ? kStoreLse : ""}});
 }
 
+// attention / attention_lse for rows of few keys (at most KPT_MAX per thread, as in decoding), in one pass: every
+// load is issued before the first reduction (this thread's q in registers, its KPT keys' scores, then after one
+// maximum and one sum the value rows, all unconditional), so the row costs about one memory latency instead of
+// the online kernel's several per key tile. Thread t scores keys t, t + WG, ... (vec4_dot, the scalar order);
+// the exact maximum replaces the running one; the probabilities go to shared memory and G = WG / DV4 groups of
+// DV4 threads apply V as in forward_vec_main. Value rows past the visible keys are not read (weight 0, index
+// clamped to the last visible row), so garbage there (an unwritten cache row) cannot reach o. One kernel for
+// o, lse or both: they agree bitwise.
+std::string forward_whole_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask) {
+  return gl::render(
+      R"(void main() {
+${GRID}  uint t = gl_LocalInvocationID.x;
+  uint i = gid % SQ, h = (gid / SQ) % HQ, b = gid / (SQ * HQ);
+  uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
+${KEND}  vec4 q4[D4];
+  [[unroll]] for (uint c = 0u; c < D4; ++c) q4[c] = Q4[gid * D4 + c];
+  float s[KPT];  // this thread's scores, of keys t + r WG (-inf past the visible keys)
+  float mx = NEG_INF;
+  [[unroll]] for (uint r = 0u; r < KPT; ++r) {
+    uint j = t + r * WG;
+    s[r] = NEG_INF;
+    if (j < kend) {
+${DOT}      s[r] = SCALE * dot${MASK};
+    }
+    mx = max(mx, s[r]);
+  }
+  float m = wg_max(mx);  // the row's maximum (uniform)
+  float l = 0.0;         // this thread's share of sum_j exp(s_j - m)
+  [[unroll]] for (uint r = 0u; r < KPT; ++r) {
+    float p = s[r] == NEG_INF ? 0.0 : exp(s[r] - m);
+    l += p;
+${PUBLISH}  }
+  l = wg_sum(l);  // its barriers also publish s_p
+${APPLY}${STORE_LSE}}
+)",
+      {{"GRID", grid},
+       {"KEND", kend_line(causal)},
+       {"DOT", vec4_dot("dot", "q4[c]", "K4[(kbase + j) * D4 + c]", "D4", "      ")},
+       {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
+       {"PUBLISH", out_o ? "    s_p[t + r * WG] = p;\n" : ""},
+       {"APPLY", out_o ? R"(  uint g = t / DV4, e = t % DV4;  // this thread's key group and value vec4
+  vec4 acc = vec4(0.0);
+  if (g < G) {
+    if (kend > 0u) {
+      [[unroll]] for (uint r = 0u; r < RPG; ++r) {
+        uint k = min(g + r * G, kend - 1u);
+        float w = g + r * G < kend ? s_p[k] : 0.0;
+        acc = fma(vec4(w), V4[(kbase + k) * DV4 + e], acc);
+      }
+    }
+    s_o[t] = acc;
+  }
+  barrier();
+  if (t < DV4) {
+    vec4 o = vec4(0.0);
+    for (uint r = 0u; r < G; ++r) o += s_o[r * DV4 + t];
+    float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0
+    O4[gid * DV4 + t] = o * inv;
+  }
+)"
+                       : ""},
+       {"STORE_LSE", out_lse ? kStoreLse : ""}});
+}
+
 }  // namespace
 
 uint32_t grad_kv_workgroup(const Dims& d, const DeviceCaps& caps) {
@@ -297,11 +361,21 @@ bool forward_vec_fits(const Dims& d, const DeviceCaps& caps) {
   return d.D > 0 && d.Dv > 0 && d.D % 4 == 0 && d.Dv % 4 == 0 && d.Dv / 4 <= wg;
 }
 
-Lowering forward_vec_lowering(const Problem& p, FwdOuts outs) {
+// Keys per thread up to which the one-pass kernel (forward_whole_main) replaces the online one: its scores stay
+// in registers and its value loads are unrolled (RPG = Skv / G of them per thread).
+constexpr uint64_t kWholeKeysPerThread = 4;
+bool forward_whole_fits(const Dims& d, const DeviceCaps& caps) {
+  return d.Skv <= kWholeKeysPerThread * workgroup_for(d.Skv, d.Dv, caps);
+}
+
+// The vectorized forward kernels: the one-pass form when every thread has at most kWholeKeysPerThread keys
+// (`whole`), else the online form over key tiles.
+Lowering forward_vec_lowering(const Problem& p, FwdOuts outs, bool whole) {
   const Dims& d = p.d;
   const DeviceCaps& caps = *p.caps;
   const uint32_t wg = workgroup_for(d.Skv, d.Dv, caps);
   const uint64_t d4 = d.D / 4, dv4 = d.Dv / 4, groups = wg / dv4;
+  const uint64_t kpt = div_up(d.Skv, wg);  // keys per thread (whole)
   gl::Buffers bufs;
   bufs.add_as("vec4", "Q4", gl::input(0));
   bufs.add_as("vec4", "K4", gl::input(1));
@@ -309,24 +383,36 @@ Lowering forward_vec_lowering(const Problem& p, FwdOuts outs) {
   if (p.mask) bufs.add("MASK", gl::input(3));
   if (outs.o >= 0) bufs.add_as("vec4", "O4", gl::output(outs.o));
   if (outs.lse >= 0) bufs.add("LSE", gl::output(outs.lse));
-  check_shared((d4 * 4 + wg + wg * 4 + wg) * 4, p,
+  check_shared((whole ? kpt * wg + wg * 4 + wg : d4 * 4 + wg + wg * 4 + wg) * 4, p,
                "head dims D " + std::to_string(d.D) + " / Dv " + std::to_string(d.Dv));
   const gl::Grid grid = gl::flat_groups(d.B * d.Hq * d.Sq, caps, p.who);
   const std::string decls =
-      gl::render(R"(const uint D4 = ${D4}, DV4 = ${DV4}, G = ${G}, RPG = ${RPG};  // RPG: keys per group and tile
+      whole ? gl::render(R"(const uint D4 = ${D4}, DV4 = ${DV4}, G = ${G}, KPT = ${KPT}, RPG = ${RPG};  // KPT: keys per thread, RPG: per group
+shared float s_p[KPT * WG];  // the row's probabilities
+shared vec4 s_o[WG];         // the groups' partial outputs
+)",
+                         {{"D4", u(d4)},
+                          {"DV4", u(dv4)},
+                          {"G", u(groups)},
+                          {"KPT", u(kpt)},
+                          {"RPG", u(div_up(d.Skv, groups))}})
+            : gl::render(R"(const uint D4 = ${D4}, DV4 = ${DV4}, G = ${G}, RPG = ${RPG};  // RPG: keys per group and tile
 shared vec4 s_q4[D4];  // this row's query
 shared float s_p[WG];  // the tile's probabilities
 shared vec4 s_o[WG];   // the groups' partial outputs
 )",
-                 {{"D4", u(d4)}, {"DV4", u(dv4)}, {"G", u(groups)}, {"RPG", u(div_up(wg, groups))}});
+                         {{"D4", u(d4)}, {"DV4", u(dv4)}, {"G", u(groups)}, {"RPG", u(div_up(wg, groups))}});
   Kernel k;
-  k.name = p.op + "_vec_" + p.key + "_wg" + std::to_string(wg);
+  k.name = p.op + (whole ? "_whole_" : "_vec_") + p.key + "_wg" + std::to_string(wg);
+  const std::string apply = std::to_string(groups) + " key groups apply V (WG = " + std::to_string(wg) + ")";
   k.glsl = attention_kernel_glsl(
       p, true, p.op,
-      "workgroup per query row, online softmax over key tiles of WG, vec4 scores, " + std::to_string(groups) +
-          " key groups apply V (WG = " + std::to_string(wg) + ")",
+      whole ? "workgroup per query row, one pass (" + std::to_string(kpt) +
+                  " keys per thread, exact maximum), vec4 scores, " + apply
+            : "workgroup per query row, online softmax over key tiles of WG, vec4 scores, " + apply,
       wg, bufs, gl::math_lib() + gl::wg_reduce_lib(wg) + decls,
-      forward_vec_main(grid.glsl, outs.o >= 0, outs.lse >= 0, p.causal, p.mask != nullptr));
+      whole ? forward_whole_main(grid.glsl, outs.o >= 0, outs.lse >= 0, p.causal, p.mask != nullptr)
+            : forward_vec_main(grid.glsl, outs.o >= 0, outs.lse >= 0, p.causal, p.mask != nullptr));
   k.bindings = bufs.bindings;
   k.groups = grid.groups;
   Lowering l;
@@ -351,7 +437,8 @@ Lowering row_lowering(const Problem& p, Kind kind, FwdOuts outs) {
     grid = gl::flat_groups(rows, caps, p.who);
     return grid.glsl;
   };
-  if (is_forward(kind) && forward_vec_fits(d, caps)) return forward_vec_lowering(p, outs);
+  if (is_forward(kind) && forward_vec_fits(d, caps))
+    return forward_vec_lowering(p, outs, forward_whole_fits(d, caps));
   switch (kind) {
     case Kind::Forward:
     case Kind::Lse:
