@@ -53,10 +53,11 @@ std::vector<Binding> gemm_bindings() {
   return {gl::input(0), gl::input(1), gl::output()};
 }
 
-uint64_t auto_splits(const GemmShape& s, uint64_t blocks) {
+uint64_t auto_splits(const GemmShape& s, uint64_t blocks, const SplitRule& rule) {
   uint64_t splits = 1;
-  if (blocks < 128 && s.k >= 1024)
-    while (splits * 2 * blocks <= 256 && s.k / (splits * 2) >= 256 && splits < 16) splits *= 2;
+  if (blocks < rule.below_blocks && s.k >= rule.min_k)
+    while (splits * 2 * blocks <= rule.max_blocks && s.k / (splits * 2) >= rule.min_chunk && splits < 16)
+      splits *= 2;
   return splits;
 }
 

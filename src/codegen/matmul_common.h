@@ -26,9 +26,23 @@ std::string b_index(const GemmShape& s, const std::string& k, const std::string&
 // Bindings of a one-kernel GEMM: a, b (node inputs 0, 1), c (the output).
 std::vector<Binding> gemm_bindings();
 
-// How many ways to split K: only when the grid of `blocks` would leave most of a big GPU idle (< 128
-// blocks) and K is long; doubling while the grid stays within 256 blocks and each split keeps >= 256 of K.
-uint64_t auto_splits(const GemmShape& s, uint64_t blocks);
+// How many ways to split K (a power of two, at most 16): only when the grid of `blocks` is below
+// `below_blocks` and K is at least `min_k`; doubling while the grid stays within `max_blocks` and each split
+// keeps at least `min_chunk` of K. The partial products are summed by a second kernel.
+struct SplitRule {
+  uint64_t below_blocks, min_k, max_blocks, min_chunk;
+};
+// The f32 SIMT kernel. Run 16's measured choice on an H100 (bench/results/2026-12-07-h100-run16/call4,
+// tune_smollm2-135m.txt) split every small-M GEMM of SmolLM2 at 128 tokens that had K >= 384 and fewer than 256
+// blocks, 4-16 ways (128x192x576: 20.9 -> 11.0 us, 128x576x576: 20.7 -> 13.0, 128x576x1536: 24.5 -> 19.1,
+// 128x64x384: 14.8 -> 9.3), and none with K = 128 or 384 blocks; the previous rule (below 128 blocks, K >= 1024,
+// grid <= 256, chunks >= 256) split only two of them. On the 19 measured shapes this rule's choice is the
+// measured best or within 10% of it on 17 (the other two differ from the best in the block, not the split:
+// 576x576x128, 1000x2048x4); summed 1.22 ms with the previous rule, 1.12 with this one, 1.11 at best.
+inline constexpr SplitRule kSimtSplits{256, 256, 512, 96};
+// The f16 cooperative-matrix kernel (larger blocks, measured in runs 6-7): the previous rule.
+inline constexpr SplitRule kCoopmatSplits{128, 1024, 256, 256};
+uint64_t auto_splits(const GemmShape& s, uint64_t blocks, const SplitRule& rule);
 // The second kernel of a split-K GEMM: C = the sum of the `splits` partial products in scratch `slot`
 // ([split][batch][m][n], `outs` = batch * m * n values each), added in split order (deterministic, no
 // atomics).

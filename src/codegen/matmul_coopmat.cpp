@@ -111,7 +111,7 @@ CoopConfig pick_coop(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
         su(caps.max_shared_bytes));
   // Split K as the SIMT kernel does (the small-M, long-K shapes of a language model's head gradient).
   const uint64_t blocks = div_up(s.m, c.bm) * div_up(s.n, c.bn) * nb;
-  const uint64_t splits = want.splits ? want.splits : auto_splits(s, blocks);
+  const uint64_t splits = want.splits ? want.splits : auto_splits(s, blocks, kCoopmatSplits);
   c.k_chunk = div_up(div_up(s.k, splits), c.bk) * c.bk;
   c.splits = div_up(s.k, c.k_chunk);  // no empty split
   return c;

@@ -75,8 +75,8 @@ SimtConfig pick_simt(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
     bad_tile("lane layout " + su(c.lx) + "x" + su(c.ly) + " does not tile the " + su(tx) + "x" + su(ty) +
              " threads");
   c.group_m = want.group_m ? want.group_m : 8;
-  // Split K when the grid would leave most of a big GPU idle and each split still has >= 256 of K.
-  const uint64_t splits = want.splits ? want.splits : auto_splits(s, blocks(c.bm, c.bn));
+  // Split K when the grid would leave most of a big GPU idle and each split keeps enough of K (kSimtSplits).
+  const uint64_t splits = want.splits ? want.splits : auto_splits(s, blocks(c.bm, c.bn), kSimtSplits);
   c.k_chunk = div_up(div_up(s.k, std::max<uint64_t>(splits, 1)), c.bk) * c.bk;
   c.splits = div_up(s.k, c.k_chunk);  // no empty split
   return c;
