@@ -318,6 +318,33 @@ TEST(DataParallel, ReductionIsTheDocumentedOrderedSum) {
       std::string::npos);
 }
 
+TEST(DataParallel, ReductionOfModelSizedBuffersIsTheOrderedSumOnEveryElement) {
+  // Sizes that take the chunked, threaded path (more than one 2048-value chunk, more than 2^20 values per
+  // thread, a ragged last chunk): every element must be the documented formula, computed here element by
+  // element.
+  const size_t count = (size_t(5) << 20) + 1001;
+  const int replicas = 3;
+  std::vector<float> buffers(size_t(replicas) * count);
+  uint64_t x = 88172645463325252ull;
+  for (float& v : buffers) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = float(int64_t(x % 2000001) - 1000000) * (x % 3 == 0 ? 1e-3f : 1e3f);
+  }
+  for (GradientScale scale : {GradientScale::Mean, GradientScale::Sum}) {
+    const std::vector<float> got = reduce_replica_gradients(buffers, replicas, count, scale);
+    ASSERT_EQ(got.size(), count);
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double s = 0.0;
+      for (int r = 0; r < replicas; ++r) s += double(buffers[size_t(r) * count + i]);
+      const float want = float(scale == GradientScale::Mean ? s / replicas : s);
+      if (std::memcmp(&want, &got[i], 4) != 0 && ++bad <= 3)
+        ADD_FAILURE() << "element " << i << ": " << got[i] << ", the formula gives " << want;
+    }
+    EXPECT_EQ(bad, 0u);
+  }
+}
+
 TEST(DataParallel, TwoReplicasEqualTwoBranchReferenceBitwiseCpu) {
   exact_against_two_branch(Backend::Cpu);
 }

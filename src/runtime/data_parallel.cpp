@@ -16,6 +16,46 @@
 
 namespace mgn {
 
+namespace {
+
+// Elements [begin, end) of the reduction: per element s = 0 (double), s += double(g_r) for r = 0, 1, ... in
+// replica order, then the scale; in chunks whose double sums live on the stack (no buffer of the size of the
+// model in double).
+void reduce_range(const float* buffers, int replicas, size_t count, GradientScale scale, float* out,
+                  size_t begin, size_t end) {
+  constexpr size_t kChunk = 2048;
+  double sum[kChunk];
+  for (size_t c0 = begin; c0 < end; c0 += kChunk) {
+    const size_t n = std::min(kChunk, end - c0);
+    std::fill(sum, sum + n, 0.0);
+    for (int r = 0; r < replicas; ++r) {
+      const float* g = buffers + size_t(r) * count + c0;
+      for (size_t i = 0; i < n; ++i) sum[i] += double(g[i]);
+    }
+    for (size_t i = 0; i < n; ++i)
+      out[c0 + i] = float(scale == GradientScale::Mean ? sum[i] / double(replicas) : sum[i]);
+  }
+}
+
+// The whole reduction into `out`, on up to 8 threads for large models (each element's arithmetic is the same
+// whichever thread does it, so the result does not depend on the split).
+void reduce_into(std::span<const float> buffers, int replicas, size_t count, GradientScale scale,
+                 std::span<float> out) {
+  constexpr size_t kPerThread = size_t(1) << 20;
+  const size_t threads = std::clamp<size_t>(count / kPerThread, 1,
+                                            std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
+  if (threads == 1) return reduce_range(buffers.data(), replicas, count, scale, out.data(), 0, count);
+  std::vector<std::thread> pool;
+  const size_t per = (count + threads - 1) / threads;
+  for (size_t t = 0; t < threads; ++t) {
+    const size_t b = std::min(count, t * per), e = std::min(count, b + per);
+    pool.emplace_back([&, b, e] { reduce_range(buffers.data(), replicas, count, scale, out.data(), b, e); });
+  }
+  for (std::thread& th : pool) th.join();
+}
+
+}  // namespace
+
 std::vector<float> reduce_replica_gradients(std::span<const float> buffers, int replicas, size_t count,
                                             GradientScale scale) {
   if (replicas < 1)
@@ -23,14 +63,8 @@ std::vector<float> reduce_replica_gradients(std::span<const float> buffers, int 
   if (buffers.size() != size_t(replicas) * count)
     throw Error("reduce_replica_gradients: " + std::to_string(buffers.size()) + " values for " +
                 std::to_string(replicas) + " replicas of " + std::to_string(count));
-  std::vector<double> sum(count, 0.0);
-  for (int r = 0; r < replicas; ++r) {  // replica order, the one documented: s += g_r for r = 0, 1, ...
-    const float* g = buffers.data() + size_t(r) * count;
-    for (size_t i = 0; i < count; ++i) sum[i] += double(g[i]);
-  }
   std::vector<float> out(count);
-  for (size_t i = 0; i < count; ++i)
-    out[i] = float(scale == GradientScale::Mean ? sum[i] / double(replicas) : sum[i]);
+  reduce_into(buffers, replicas, count, scale, out);
   return out;
 }
 
@@ -85,11 +119,21 @@ struct DataParallelTrainer::Impl {
 
   int first() const { return rank * local; }
 
-  // The reduction over every replica of every process, in buckets across processes. `mine` holds this
-  // process's replicas' buffers of n values each, one after the other.
-  std::vector<float> reduce(const std::vector<float>& mine, size_t n) {
-    if (!opt.group) return reduce_replica_gradients(mine, global, n, opt.scale);
-    std::vector<float> out(n);
+  // This process's replicas' gradients and losses (n values each, one after the other) and their reduction;
+  // kept from step to step (the model's size: no fresh allocation, and its page faults, per step).
+  std::vector<float> mine, reduced;
+
+  // The reduction over every replica of every process, in buckets across processes, of `mine`: a view of the
+  // result, valid until the next step. One replica in all is its own reduction (float(double(g) / 1) == g).
+  std::span<const float> reduce(size_t n) {
+    if (!opt.group) {
+      if (global == 1) return std::span<const float>(mine.data(), n);
+      reduced.resize(n);
+      reduce_into(mine, global, n, opt.scale, reduced);
+      return reduced;
+    }
+    reduced.assign(n, 0.0f);
+    std::vector<float>& out = reduced;
     const size_t bucket = size_t(opt.bucket_values);
     std::vector<float> send;
     for (size_t off = 0; off < n; off += bucket) {
@@ -331,7 +375,7 @@ float DataParallelTrainer::step() {
     for (const std::string& n : *names)
       if (!s.fed.count(n)) throw Error("DataParallelTrainer::step: input '" + n + "' was never set");
   const size_t n = s.grad_values + 1;  // every gradient, then the loss
-  std::vector<float> mine(size_t(s.local) * n);
+  s.mine.resize(size_t(s.local) * n);
   const std::string& loss = s.opt.compile.loss;
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
@@ -341,7 +385,7 @@ float DataParallelTrainer::step() {
   for_each_replica(s.local, s.opt.threads, [&](int r) {
     Session& gs = s.grad[size_t(r)];
     gs.run();
-    float* out = mine.data() + size_t(r) * n;
+    float* out = s.mine.data() + size_t(r) * n;
     for (const TensorInfo& p : s.trained) {
       std::vector<float> v = gs.read(grad_name(p.name));
       out = std::copy(v.begin(), v.end(), out);
@@ -349,7 +393,7 @@ float DataParallelTrainer::step() {
     *out = gs.read_scalar(loss);
   });
   const auto t1 = Clock::now();
-  const std::vector<float> reduced = s.reduce(mine, n);
+  const std::span<const float> reduced = s.reduce(n);
   const auto t2 = Clock::now();
   for_each_replica(s.local, s.opt.threads, [&](int r) {
     Session& us = s.update[size_t(r)];

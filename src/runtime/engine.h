@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,14 +29,14 @@ class Engine {
   // ("discrete GPU", "integrated GPU", "virtual GPU", "CPU" for a software implementation such as lavapipe).
   virtual const char* device_type() const { return "host"; }
   // Values are row-major and already count-checked by the Session.
-  virtual void set_input(const std::string& name, const std::vector<float>& values) = 0;
+  virtual void set_input(const std::string& name, std::span<const float> values) = 0;
   virtual void set_input(const std::string& name, const std::vector<int32_t>& values) = 0;
   // One step: evaluates the outputs and every assign, then commits the assigns.
   virtual void run() = 0;
   virtual std::vector<float> read_output(const std::string& name) = 0;
   // Parameters and state (optimizer moments, the step counter, running statistics).
   virtual std::vector<float> read_state(const std::string& name) = 0;
-  virtual void write_state(const std::string& name, const std::vector<float>& values) = 0;
+  virtual void write_state(const std::string& name, std::span<const float> values) = 0;
   virtual std::vector<std::string> state_names() const = 0;
   // (kernel name, GLSL source) of every dispatch, in order; empty for engines without generated kernels.
   virtual std::vector<std::pair<std::string, std::string>> kernel_sources() const { return {}; }

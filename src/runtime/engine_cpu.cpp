@@ -51,7 +51,9 @@ class CpuEngine final : public Engine {
       : graph_(std::move(g)), exec_(*graph_, {.plan = cpu_plan_options(options.planning)}) {}
 
   const char* name() const override { return "cpu"; }
-  void set_input(const std::string& name, const std::vector<float>& values) override { exec_.set_input(name, values); }
+  void set_input(const std::string& name, std::span<const float> values) override {
+    exec_.set_input(name, std::vector<float>(values.begin(), values.end()));
+  }
   void set_input(const std::string& name, const std::vector<int32_t>& values) override {
     exec_.set_input(name, values);
   }
@@ -64,7 +66,7 @@ class CpuEngine final : public Engine {
     const std::vector<double>& v = exec_.state(name);
     return std::vector<float>(v.begin(), v.end());
   }
-  void write_state(const std::string& name, const std::vector<float>& values) override {
+  void write_state(const std::string& name, std::span<const float> values) override {
     exec_.set_state(name, std::vector<double>(values.begin(), values.end()));
   }
   std::vector<std::string> state_names() const override { return exec_.state_names(); }

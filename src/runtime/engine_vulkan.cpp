@@ -145,7 +145,7 @@ class VulkanEngine final : public Engine {
   VulkanEngine& operator=(const VulkanEngine&) = delete;
   const char* name() const override { return name_.c_str(); }
   const char* device_type() const override { return vk::device_type_name(ctx_->info().type); }
-  void set_input(const std::string& name, const std::vector<float>& values) override { exec_.set_input(name, values); }
+  void set_input(const std::string& name, std::span<const float> values) override { exec_.set_input(name, values); }
   void set_input(const std::string& name, const std::vector<int32_t>& values) override {
     exec_.set_input(name, values);
   }
@@ -163,7 +163,7 @@ class VulkanEngine final : public Engine {
   }
   std::vector<float> read_output(const std::string& name) override { return exec_.read_output(name); }
   std::vector<float> read_state(const std::string& name) override { return exec_.read_state(name); }
-  void write_state(const std::string& name, const std::vector<float>& values) override {
+  void write_state(const std::string& name, std::span<const float> values) override {
     exec_.write_state(name, values);
   }
   std::vector<std::string> state_names() const override { return exec_.state_names(); }

@@ -90,7 +90,7 @@ const CompileReport& Session::compile_report() const { return impl_->report; }
 void Session::set_input(const std::string& name, std::span<const float> values) {
   const ir::Node& n = impl_->input_node(name, DType::F32);
   impl_->check_count(n, values.size());
-  impl_->engine->set_input(name, std::vector<float>(values.begin(), values.end()));
+  impl_->engine->set_input(name, values);
 }
 
 void Session::set_input(const std::string& name, std::span<const int32_t> values) {
@@ -142,7 +142,7 @@ void Session::write_parameter(const std::string& name, std::span<const float> va
   if (int64_t(values.size()) != numel(n->shape))
     throw Error("write_parameter '" + name + "': got " + std::to_string(values.size()) + " values, shape " +
                 shape_str(n->shape) + " needs " + std::to_string(numel(n->shape)));
-  impl_->engine->write_state(name, std::vector<float>(values.begin(), values.end()));
+  impl_->engine->write_state(name, values);
 }
 
 Shape Session::shape_of(const std::string& name) const {

@@ -548,7 +548,7 @@ std::vector<float> GraphExecutor::to_float(const std::vector<uint32_t>& w, DType
   return r;
 }
 
-std::vector<uint32_t> GraphExecutor::from_float(const std::vector<float>& v, DType t, const std::string& who) const {
+std::vector<uint32_t> GraphExecutor::from_float(std::span<const float> v, DType t, const std::string& who) const {
   std::vector<uint32_t> w(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (t == DType::I32 || t == DType::Bool) {
@@ -559,6 +559,22 @@ std::vector<uint32_t> GraphExecutor::from_float(const std::vector<float>& v, DTy
     }
   }
   return w;
+}
+
+std::vector<float> GraphExecutor::download_floats(int storage, DType t, size_t count) {
+  if (t != DType::F32) {
+    std::vector<float> r = to_float(download_words(storage), t);
+    r.resize(count);
+    return r;
+  }
+  std::vector<float> r(count);
+  if (count) transfer_->download(storages_[size_t(storage)].buffer, r.data(), count * 4);
+  return r;
+}
+
+void GraphExecutor::upload_floats(int storage, std::span<const float> v, DType t, const std::string& who) {
+  if (t != DType::F32) return upload_words(storage, from_float(v, t, who));
+  if (!v.empty()) transfer_->upload(storages_[size_t(storage)].buffer, v.data(), v.size() * 4);
 }
 
 void GraphExecutor::set_input_words(const std::string& name, size_t count, const std::vector<uint32_t>& words) {
@@ -578,11 +594,11 @@ const ir::Node& input_node(const ir::Graph& g, const std::string& name, size_t c
 }
 }  // namespace
 
-void GraphExecutor::set_input(const std::string& name, const std::vector<float>& values) {
+void GraphExecutor::set_input(const std::string& name, std::span<const float> values) {
   ctx_.require_device("set_input");
   const ir::Node& n = input_node(g_, name, values.size());
   if (!need_[size_t(n.id)]) return;  // an input nothing reads
-  set_input_words(name, values.size(), from_float(values, n.dtype, "set_input '" + name + "'"));
+  upload_floats(storage_of_[size_t(n.id)], values, n.dtype, "set_input '" + name + "'");
 }
 
 void GraphExecutor::set_input(const std::string& name, const std::vector<int32_t>& values) {
@@ -663,9 +679,7 @@ std::vector<float> GraphExecutor::read_output(const std::string& name) {
   auto it = output_copy_.find(*id);
   int sid = it != output_copy_.end() ? it->second : storage_of_[size_t(*id)];
   const ir::Node& n = g_.node(*id);
-  std::vector<float> r = to_float(download_words(sid), n.dtype);
-  r.resize(size_t(numel(n.shape)));
-  return r;
+  return download_floats(sid, n.dtype, size_t(numel(n.shape)));
 }
 
 const ir::Node& GraphExecutor::named_state(const std::string& name) const {
@@ -679,18 +693,16 @@ std::vector<float> GraphExecutor::read_state(const std::string& name) {
   ctx_.require_device("read_state");
   const ir::Node& n = named_state(name);
   flush_pending_init();
-  std::vector<float> r = to_float(download_words(storage_of_[size_t(n.id)]), n.dtype);
-  r.resize(size_t(numel(n.shape)));
-  return r;
+  return download_floats(storage_of_[size_t(n.id)], n.dtype, size_t(numel(n.shape)));
 }
 
-void GraphExecutor::write_state(const std::string& name, const std::vector<float>& values) {
+void GraphExecutor::write_state(const std::string& name, std::span<const float> values) {
   ctx_.require_device("write_state");
   const ir::Node& n = named_state(name);
   if (int64_t(values.size()) != numel(n.shape))
     throw Error("write_state '" + name + "': got " + std::to_string(values.size()) + " values, expected " +
                 std::to_string(numel(n.shape)));
-  upload_words(storage_of_[size_t(n.id)], from_float(values, n.dtype, "write_state '" + name + "'"));
+  upload_floats(storage_of_[size_t(n.id)], values, n.dtype, "write_state '" + name + "'");
   pending_init_.erase(n.id);  // its initializer is never needed now
 }
 

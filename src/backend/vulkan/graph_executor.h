@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,7 +124,7 @@ class GraphExecutor {
   GraphExecutor& operator=(const GraphExecutor&) = delete;
 
   // Count must match the input's shape; values are converted to the input's dtype.
-  void set_input(const std::string& name, const std::vector<float>& values);
+  void set_input(const std::string& name, std::span<const float> values);
   void set_input(const std::string& name, const std::vector<int32_t>& values);
   // One step: submits the recorded stream and waits. On a lost device (Context::lost) this and every call
   // that reads or writes tensors throws DeviceLost at once.
@@ -131,7 +132,7 @@ class GraphExecutor {
   // i32/bool outputs are converted to float.
   std::vector<float> read_output(const std::string& name);
   std::vector<float> read_state(const std::string& name);
-  void write_state(const std::string& name, const std::vector<float>& values);
+  void write_state(const std::string& name, std::span<const float> values);
   std::vector<std::string> state_names() const;
 
   // (kernel name, GLSL) of every dispatched kernel, in dispatch order.
@@ -175,7 +176,11 @@ class GraphExecutor {
   void set_input_words(const std::string& name, size_t count, const std::vector<uint32_t>& words);
   const ir::Node& named_state(const std::string& name) const;
   std::vector<float> to_float(const std::vector<uint32_t>& w, DType t) const;
-  std::vector<uint32_t> from_float(const std::vector<float>& v, DType t, const std::string& who) const;
+  std::vector<uint32_t> from_float(std::span<const float> v, DType t, const std::string& who) const;
+  // A tensor's first `count` values as floats / from floats: f32 tensors go straight between the caller's
+  // memory and the staging buffer, the integer types through from_float / to_float.
+  std::vector<float> download_floats(int storage, DType t, size_t count);
+  void upload_floats(int storage, std::span<const float> v, DType t, const std::string& who);
 
   ir::Graph g_;
   Context& ctx_;
