@@ -715,6 +715,21 @@ PY
       echo "resnet50_ref rc=$?" >> "$OUT/resnet_torch.txt"
       cp /tmp/rn50/torch_memory.json "$OUT/resnet_torch_memory.json" 2>/dev/null
       ;;
+    spirv-opt)
+      # KernelOptions::spirv_optimize (MGN_SPIRV_OPT): the same workloads with and without spirv-opt's passes, in one
+      # call: cold compile (empty caches each) and the timed phases. Back: spirv_opt_<workload>_<0|1>.jsonl, _log.txt.
+      L="$OUT/spirv_opt_log.txt"
+      for wb in ${SPIRV_OPT_WORKLOADS:-smollm2-135m:1 whisper-tiny-encoder:1 dinov3-vits16:8 resnet50:4}; do
+        w=${wb%%:*} b=${wb##*:}
+        for o in 1 0; do
+          rm -rf "/tmp/spv$o" && mkdir -p "/tmp/spv$o"
+          MGN_SPIRV_OPT=$o MGN_CACHE_DIR="/tmp/spv$o/mgn" __GL_SHADER_DISK_CACHE_PATH="/tmp/spv$o/nv" timeout 300 \
+            "$B/mgn" bench "$w" --batch "$b" --phases compile,inference,flb --verbose \
+            --json "$OUT/spirv_opt_${w}_$o.jsonl" > /dev/null 2>> "$L"
+          echo "mgn bench $w MGN_SPIRV_OPT=$o rc=$?" >> "$L"
+        done
+      done
+      ;;
     f16-threshold)
       L="$OUT/f16_threshold_log.txt"
       for wb in ${F16_THRESHOLD_WORKLOADS:-sd-unet-small:1 smolvla-expert:1 whisper-tiny-encoder:1 dinov3-vits16:8 smollm2-135m:1}; do

@@ -17,18 +17,19 @@ using namespace mgn;
 
 namespace {
 
-Session make(models::FashionArch arch, Backend b, Mode mode, int64_t batch) {
+Session make(models::FashionArch arch, Backend b, Mode mode, int64_t batch, bool spirv_optimize = true) {
   Graph g = models::fashion_mnist({.arch = arch, .batch = batch, .mode = mode, .hidden = 32, .seed = 7});
   CompileOptions opt{.mode = mode, .backend = b, .device = test::device_options()};
+  opt.kernels.spirv_optimize = spirv_optimize;
   if (mode == Mode::Train) opt.optimizer = AdamW{.lr = 3e-3, .weight_decay = 0.01};
   return compile(g, opt);
 }
 
 // Steps on Vulkan and on the CPU executor from the same parameters, then inference from a checkpoint.
-void check_training_matches_cpu(models::FashionArch arch, int64_t batch, int64_t steps) {
+void check_training_matches_cpu(models::FashionArch arch, int64_t batch, int64_t steps, bool spirv_optimize = true) {
   Dataset data = load_fashion_mnist(fashion_mnist_dir(), Split::Train, batch * steps);
   Session cpu = make(arch, Backend::Cpu, Mode::Train, batch);
-  Session gpu = make(arch, Backend::Vulkan, Mode::Train, batch);
+  Session gpu = make(arch, Backend::Vulkan, Mode::Train, batch, spirv_optimize);
   ASSERT_STRNE(gpu.backend(), "cpu");
   // Same initial parameters on both (written from the CPU side, not trusted to the two initializers).
   for (const std::string& n : cpu.state_names()) {
@@ -57,7 +58,8 @@ void check_training_matches_cpu(models::FashionArch arch, int64_t batch, int64_t
   // Deploy on Vulkan from the CPU-trained checkpoint; compare with CPU inference.
   std::string ckpt = test::make_temp_dir("vksession") + "/" + models::fashion_arch_name(arch) + ".safetensors";
   cpu.save_checkpoint(ckpt);
-  Session ic = make(arch, Backend::Cpu, Mode::Infer, batch), ig = make(arch, Backend::Vulkan, Mode::Infer, batch);
+  Session ic = make(arch, Backend::Cpu, Mode::Infer, batch),
+          ig = make(arch, Backend::Vulkan, Mode::Infer, batch, spirv_optimize);
   ic.load_checkpoint(ckpt);
   ig.load_checkpoint(ckpt);
   for (Session* x : {&ic, &ig}) {
@@ -74,6 +76,12 @@ TEST(VulkanSession, FashionMlpTrainingStepsMatchCpu) { check_training_matches_cp
 
 // conv2d, max_pool2d and their derivatives inside a whole training step (small batch: lavapipe is slow).
 TEST(VulkanSession, FashionCnnTrainingStepsMatchCpu) { check_training_matches_cpu(models::FashionArch::Cnn, 4, 3); }
+
+// The same with SPIR-V straight from glslang (KernelOptions::spirv_optimize off): the kernels are still valid
+// (spirv-val, the validation layer) and compute the same step.
+TEST(VulkanSession, FashionCnnTrainingStepsMatchCpuWithoutSpirvOpt) {
+  check_training_matches_cpu(models::FashionArch::Cnn, 4, 3, false);
+}
 
 // Parameters are initialized lazily on Vulkan (skipped when a checkpoint overwrites them): read back
 // before any step, and after one step from their own initial values, they equal the CPU executor's.

@@ -90,6 +90,12 @@ struct KernelOptions {
   bool f16_operand_scaling = true;
   GemmAblation f16_ablation = GemmAblation::None;
   ConvTile conv_tile;
+  // spirv-opt's performance passes over every kernel's SPIR-V (shaderc's -O) before the driver compiles it.
+  // They are most of a cold compile: a tiled GEMM kernel takes 68 ms with them and 7 ms without (glslang alone;
+  // lavapipe's host, docs/perf-notes.md 2026-12-07), and every driver optimizes the SPIR-V it gets again. Off:
+  // SPIR-V straight from glslang (still validated). What it costs at run time is not measured yet, so the
+  // default stays on.
+  bool spirv_optimize = true;
 
   bool operator==(const KernelOptions&) const = default;
 };

@@ -146,6 +146,7 @@ void GraphExecutor::compile_kernels() {
       codegen::ShaderOptions so;
       so.name = kern.name;
       so.scalar_block_layout = kern.scalar_block_layout;
+      so.optimize = opt_.codegen.kernels.spirv_optimize;
       spirv[u] = compiler_->compile(kern.glsl, so).words;
       if (opt_.on_compile_progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
