@@ -362,10 +362,12 @@ bool forward_vec_fits(const Dims& d, const DeviceCaps& caps) {
 }
 
 // Keys per thread up to which the one-pass kernel (forward_whole_main) replaces the online one: its scores stay
-// in registers and its value loads are unrolled (RPG = Skv / G of them per thread).
-constexpr uint64_t kWholeKeysPerThread = 4;
+// in registers and its value loads are unrolled (RPG = Skv / G of them per thread, at most kWholeValueLoads:
+// wide value rows leave fewer groups, so more loads each).
+constexpr uint64_t kWholeKeysPerThread = 4, kWholeValueLoads = 32;
 bool forward_whole_fits(const Dims& d, const DeviceCaps& caps) {
-  return d.Skv <= kWholeKeysPerThread * workgroup_for(d.Skv, d.Dv, caps);
+  const uint64_t wg = workgroup_for(d.Skv, d.Dv, caps), groups = wg / (d.Dv / 4);
+  return d.Skv <= kWholeKeysPerThread * wg && div_up(d.Skv, groups) <= kWholeValueLoads;
 }
 
 // The vectorized forward kernels: the one-pass form when every thread has at most kWholeKeysPerThread keys
