@@ -78,7 +78,7 @@
 #                scaling; Vulkan device indices are assumed to follow nvidia-smi's order) -> dp_gpus$N.txt
 #   f16-threshold  KernelOptions::f16_min_work (issue 33): each workload of $F16_THRESHOLD_WORKLOADS (default
 #                "sd-unet-small:1 smolvla-expert:1 whisper-tiny-encoder:1 dinov3-vits16:8 smollm2-135m:1") timed strict,
-#                accelerated with the default threshold (2^26) and accelerated with MGN_GEMM_F16_MIN_WORK=0 (every
+#                accelerated with the default thresholds (2^26, 64) and accelerated with MGN_GEMM_F16_MIN_WORK=0 and MGN_GEMM_F16_MIN_DIM=0 (every
 #                eligible matmul f16, the behaviour before), phases inference, flb, step, one warm cache per workload
 #                -> f16_threshold.jsonl (the `f16_gemm_dispatches` field says how many matmuls went f16),
 #                f16_threshold_log.txt (about 2-3 minutes)
@@ -737,7 +737,7 @@ PY
         timeout 120 "$B/mgn" bench "$w" --batch "$b" --phases compile > /dev/null 2>> "$L"
         for run in strict acc acc0; do
           case $run in strict) mode=strict mw= ;; acc) mode=accelerated mw= ;; acc0) mode=accelerated mw=0 ;; esac
-          MGN_GEMM_F16_MIN_WORK=${mw:-67108864} timeout 180 "$B/mgn" bench "$w" --batch "$b" --mode "$mode" \
+          MGN_GEMM_F16_MIN_WORK=${mw:-67108864} MGN_GEMM_F16_MIN_DIM=${mw:-64} timeout 180 "$B/mgn" bench "$w" --batch "$b" --mode "$mode" \
             --phases inference,flb,step --json "/tmp/f16t_${w}_$run.jsonl" > /dev/null 2>> "$L"
           echo "mgn bench $w b$b $run rc=$?" >> "$L"
           sed "s/\"mode\":\"$mode\"/\"mode\":\"$run\"/" "/tmp/f16t_${w}_$run.jsonl" >> "$OUT/f16_threshold.jsonl"

@@ -75,6 +75,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_GEMM_F16", "no"},
       {"MGN_GEMM_F16_SCALING", "0"},
       {"MGN_GEMM_F16_MIN_WORK", "4096"},
+      {"MGN_GEMM_F16_MIN_DIM", "16"},
       {"MGN_GEMM_F16_TILE", "128x128x32,w64x32"},
       {"MGN_GEMM_F16_ABLATE", "mmaonly"},
       {"MGN_CONV_TILE", "64x32x16"},
@@ -107,6 +108,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_FALSE(e.kernels.f16_gemm);
   EXPECT_FALSE(e.kernels.f16_operand_scaling);
   EXPECT_EQ(e.kernels.f16_min_work, 4096u);
+  EXPECT_EQ(e.kernels.f16_min_dim, 16u);
   EXPECT_EQ(e.kernels.f16_tile.wm, 64u);
   EXPECT_EQ(e.kernels.f16_ablation, GemmAblation::MmaOnly);
   EXPECT_EQ(e.kernels.conv_tile, (ConvTile{64, 32, 16}));

@@ -663,12 +663,13 @@ TEST_F(VulkanGemm, CoopMatOnlyForAcceleratedNodes) {
   // one lowers to the f16 kernel, unless KernelOptions::f16_gemm is off; a node with no precision of its own
   // follows CompileOptions::default_precision.
   const codegen::DeviceCaps nv = pretend_verified_coopmat(caps_);
-  // These shapes are far below the default KernelOptions::f16_min_work; the threshold's own test is
-  // CoopMatOnlyForProductsWorthIt.
-  const KernelOptions any_size{.f16_min_work = 0};
+  // These shapes are far below the default KernelOptions::f16_min_work and f16_min_dim; the thresholds' own
+  // test is CoopMatOnlyForProductsWorthIt.
+  const KernelOptions any_size{.f16_min_work = 0, .f16_min_dim = 0};
   auto lower = [&](std::optional<Precision> p, codegen::CodegenOptions o = {},
                    const codegen::DeviceCaps* caps = nullptr) {
     o.kernels.f16_min_work = 0;
+    o.kernels.f16_min_dim = 0;
     mgn::Graph g;
     Tensor y = matmul(g.input("a", {64, 48}), g.input("b", {48, 80}));
     if (p) y.set_precision(*p);
@@ -708,12 +709,12 @@ TEST_F(VulkanGemm, CoopMatOnlyForProductsWorthIt) {
   // KernelOptions::f16_min_work: an Accelerated matmul takes the f16 kernel only when M·N·K·batch reaches it
   // (the f16 path's packing passes cost more than a small product saves). Each case counted by hand.
   const codegen::DeviceCaps nv = pretend_verified_coopmat(caps_);
-  auto lower = [&](std::vector<int64_t> a, std::vector<int64_t> b, uint64_t min_work) {
+  auto lower = [&](std::vector<int64_t> a, std::vector<int64_t> b, uint64_t min_work, uint64_t min_dim = 0) {
     mgn::Graph g;
     Tensor y = matmul(g.input("a", a), g.input("b", b));
     y.set_precision(Precision::Accelerated);
     ir::Graph& ir = g.ir();
-    const codegen::CodegenOptions o{.kernels = {.f16_min_work = min_work}};
+    const codegen::CodegenOptions o{.kernels = {.f16_min_work = min_work, .f16_min_dim = min_dim}};
     const std::string name = codegen::lower_matmul({ir, ir.node(y.id()), nv, o}).kernels.back().name;
     return name.rfind("matmul_coopmat_f16_", 0) == 0;
   };
@@ -727,6 +728,15 @@ TEST_F(VulkanGemm, CoopMatOnlyForProductsWorthIt) {
   // The batch counts: 4 x (128 x 256 x 512) = 67,108,864 = 2^26 reaches it; one batch alone does not.
   EXPECT_TRUE(lower({4, 128, 512}, {4, 512, 256}, KernelOptions{}.f16_min_work));
   EXPECT_FALSE(lower({1, 128, 512}, {1, 512, 256}, KernelOptions{}.f16_min_work));
+  // KernelOptions::f16_min_dim: SmolVLA's expert MLP, 50 x 720 x 2048 = 73,728,000 >= 2^26, has M = 50 < 64: f32
+  // by default, f16 without the rule; its weight gradient (720 x 50 x 2048, K = 50) the same; at 64 rows it
+  // takes the f16 kernel.
+  const KernelOptions dflt;
+  EXPECT_FALSE(lower({50, 720}, {720, 2048}, dflt.f16_min_work, dflt.f16_min_dim));
+  EXPECT_TRUE(lower({50, 720}, {720, 2048}, dflt.f16_min_work, 0));
+  EXPECT_FALSE(lower({720, 50}, {50, 2048}, dflt.f16_min_work, dflt.f16_min_dim));
+  EXPECT_TRUE(lower({64, 720}, {720, 2048}, dflt.f16_min_work, dflt.f16_min_dim));
+  EXPECT_TRUE(lower({1500, 384}, {384, 384}, dflt.f16_min_work, dflt.f16_min_dim));
 }
 
 TEST_F(VulkanGemm, SelfTestOffWithoutTheExtension) {

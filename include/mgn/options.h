@@ -83,6 +83,11 @@ struct KernelOptions {
   // accelerated steps were 1.1-1.25x slower than strict). A matmul of M x N x K x batch below this stays on
   // the f32 kernel; 0 takes the f16 path for every eligible matmul. Default 2^26 (docs/perf-notes.md).
   uint64_t f16_min_work = uint64_t(1) << 26;
+  // ... and when each of M, N and K reaches this: a product with a side below a tensor-core block fills the
+  // blocks' rows, columns or slices partly and still pays both packing passes (runs 15-16 on an H100: SmolVLA's
+  // 50-token expert GEMMs, 50 x 720 x 2048 and its transposes, made the accelerated F+L+B 9.0 ms against strict's
+  // 8.5, and 9.7 with every matmul on f16). 0: no such rule.
+  uint64_t f16_min_dim = 64;
   GemmTile f16_tile;  // the f16 cooperative-matrix tile
   // The f16 GEMM scales each operand that is not a Parameter by an exact power of two (from a max |x| pass
   // over it) so that its f16 copy neither flushes small values (gradients ~1e-6: f16's normal range starts at

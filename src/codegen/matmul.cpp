@@ -164,12 +164,14 @@ GemmShape matmul_shape(const ir::Graph& g, const ir::Node& node) {
 namespace {
 
 // Whether lower_matmul gives this node the f16 cooperative-matrix GEMM: an Accelerated node on a device whose
-// self-test passed, with a product big enough to win back the packing passes (KernelOptions::f16_min_work).
+// self-test passed, with a product big enough to win back the packing passes (KernelOptions::f16_min_work,
+// f16_min_dim).
 bool takes_coopmat(const LowerContext& ctx, const GemmShape& s) {
   const KernelOptions& ko = ctx.options.kernels;
   const double work = double(s.m) * double(s.n) * double(s.k) * double(batch_count(s));
   return ctx.precision() == Precision::Accelerated && ko.f16_gemm && caps_allow_coopmat(ctx.caps) &&
-         ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8 && work >= double(ko.f16_min_work);
+         ctx.caps.coopmat_f16_verified && s.m > 8 && s.n > 8 && work >= double(ko.f16_min_work) &&
+         std::min({s.m, s.n, s.k}) >= ko.f16_min_dim;
 }
 
 }  // namespace

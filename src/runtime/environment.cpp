@@ -115,6 +115,10 @@ const std::vector<Row>& rows() {
         "smaller ones stay f32 (the f16 path's two packing passes cost more than a small product saves); `0`: "
         "every eligible matmul. Option: `KernelOptions::f16_min_work`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_min_work = parse_count(v, n); }},
+      {{"MGN_GEMM_F16_MIN_DIM", "compiler", "an integer >= 0 (`64`)",
+        "the smallest M, N and K an Accelerated matmul must have to take the f16 cooperative-matrix GEMM (a "
+        "side shorter than a tensor-core block wastes it); `0`: no such rule. Option: `KernelOptions::f16_min_dim`"},
+       [](Environment& e, const std::string& v, const char* n) { e.kernels.f16_min_dim = parse_count(v, n); }},
       {{"MGN_GEMM_F16_SCALING", "compiler", "`1` / `0` (`1`)",
         "`0`: the f16 GEMM rounds its operands to f16 as they are, without the power-of-two scaling of "
         "non-parameter operands (values below 6e-8 then flush to zero, above 65504 overflow). Option: "

@@ -343,6 +343,7 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
     for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn, t.lx, t.ly, t.wm, t.wn, t.group_m, t.splits}) h.pod(v);
   h.pod(k.f16_gemm);
   h.pod(k.f16_min_work);
+  h.pod(k.f16_min_dim);
   h.pod(k.f16_operand_scaling);
   h.pod(k.f16_ablation);
   h.pod(k.conv_tile.bp);
