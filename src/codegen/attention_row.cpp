@@ -30,6 +30,16 @@ constexpr const char* kOnlineSoftmaxStep = R"(    float mn = max(m, wg_max(s));
     m = mn;
 )";
 constexpr const char* kStoreLse = "  if (t == 0u) LSE[gid] = m == NEG_INF ? NEG_INF : m + log(l);\n";
+// The vectorized forward kernels' end: the G key groups' partial outputs (in s_o) summed in group order and
+// normalized by the row's sum l.
+constexpr const char* kSumGroupsStoreO = R"(  barrier();
+  if (t < DV4) {
+    vec4 o = vec4(0.0);
+    for (uint r = 0u; r < G; ++r) o += s_o[r * DV4 + t];
+    float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0
+    O4[gid * DV4 + t] = o * inv;
+  }
+)";
 
 // Row kernels (forward, grad_q): this workgroup's query row gid unpacked into (b, h, i), the first row of
 // its kv head in K and V, the end of its visible keys, and its q staged in s_q (published by a barrier
@@ -266,27 +276,18 @@ ${STORE_O}${STORE_LSE}}
     barrier();
 )"
                             : ""},
-       {"STORE_O", out_o ? R"(  if (g < G) s_o[t] = acc;
-  barrier();
-  if (t < DV4) {
-    vec4 o = vec4(0.0);
-    for (uint r = 0u; r < G; ++r) o += s_o[r * DV4 + t];
-    float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0
-    O4[gid * DV4 + t] = o * inv;
-  }
-)"
-                         : ""},
+       {"STORE_O", out_o ? std::string("  if (g < G) s_o[t] = acc;\n") + kSumGroupsStoreO : ""},
        {"STORE_LSE", out_lse ? kStoreLse : ""}});
 }
 
-// attention / attention_lse for rows of few keys (at most KPT_MAX per thread, as in decoding), in one pass: every
-// load is issued before the first reduction (this thread's q in registers, its KPT keys' scores, then after one
-// maximum and one sum the value rows, all unconditional), so the row costs about one memory latency instead of
-// the online kernel's several per key tile. Thread t scores keys t, t + WG, ... (vec4_dot, the scalar order);
-// the exact maximum replaces the running one; the probabilities go to shared memory and G = WG / DV4 groups of
-// DV4 threads apply V as in forward_vec_main. Value rows past the visible keys are not read (weight 0, index
-// clamped to the last visible row), so garbage there (an unwritten cache row) cannot reach o. One kernel for
-// o, lse or both: they agree bitwise.
+// attention / attention_lse for rows of few keys (at most kWholeKeysPerThread per thread, as in decoding), in
+// one pass: every load is issued before the first reduction (this thread's q in registers, its KPT keys' scores,
+// then after one maximum and one sum the value rows, all unconditional), so the row costs about one memory
+// latency instead of the online kernel's several per key tile. Thread t scores keys t, t + WG, ... (vec4_dot,
+// the scalar order); the exact maximum replaces the running one; the probabilities go to shared memory and
+// G = WG / DV4 groups of DV4 threads apply V as in forward_vec_main. Value rows past the visible keys are not
+// read (weight 0, index clamped to the last visible row), so garbage there (an unwritten cache row) cannot reach
+// o. One kernel for o, lse or both: they agree bitwise.
 std::string forward_whole_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask) {
   return gl::render(
       R"(void main() {
@@ -331,14 +332,7 @@ ${APPLY}${STORE_LSE}}
     }
     s_o[t] = acc;
   }
-  barrier();
-  if (t < DV4) {
-    vec4 o = vec4(0.0);
-    for (uint r = 0u; r < G; ++r) o += s_o[r * DV4 + t];
-    float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0
-    O4[gid * DV4 + t] = o * inv;
-  }
-)"
+)" + std::string(kSumGroupsStoreO)
                        : ""},
        {"STORE_LSE", out_lse ? kStoreLse : ""}});
 }
