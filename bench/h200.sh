@@ -82,6 +82,10 @@
 #                eligible matmul f16, the behaviour before), phases inference, flb, step, one warm cache per workload
 #                -> f16_threshold.jsonl (the `f16_gemm_dispatches` field says how many matmuls went f16),
 #                f16_threshold_log.txt (about 2-3 minutes)
+#   spirv-opt    issue 32, KernelOptions::spirv_optimize: each workload of $SPIRV_OPT_WORKLOADS (default "smollm2-135m:1
+#                whisper-tiny-encoder:1 dinov3-vits16:8 resnet50:4") with MGN_SPIRV_OPT=1 and 0, each from empty caches:
+#                the cold compile (phases) and the timed inference and F+L+B -> spirv_opt_<workload>_<1|0>.jsonl,
+#                spirv_opt_log.txt (about 3-5 minutes)
 #   finetune-dp  issue 31, mgn finetune data-parallel on ONE GPU: the SmolLM2-135M shape (random weights, the staged
 #                test tokenizer, README + docs as text), $FTDP_STEPS steps (default 30) of batch $FTDP_BATCH (default
 #                8) x seq $FTDP_SEQ (default 256): the plain session, the trainer with one replica (--devices 0) and
