@@ -42,16 +42,18 @@ constexpr const char* kSumGroupsStoreO = R"(  barrier();
 )";
 
 // Row kernels (forward, grad_q): this workgroup's query row gid unpacked into (b, h, i), the first row of
-// its kv head in K and V, the end of its visible keys, and its q staged in s_q (published by a barrier
-// the caller issues); and the scaled, masked score of the staged query against key row kbase + j.
-std::string query_row_setup(bool causal) {
+// its kv head in K and V and the end of its visible keys (row_indices); the scalar kernels also stage its q in
+// s_q (published by a barrier the caller issues) and score it against key row kbase + j (score_fn).
+std::string row_indices(bool causal) {
   return gl::render(
       R"(  uint t = gl_LocalInvocationID.x;
   uint i = gid % SQ, h = (gid / SQ) % HQ, b = gid / (SQ * HQ);
   uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
-${KEND}  for (uint d = t; d < D; d += WG) s_q[d] = Q[gid * D + d];
-)",
+${KEND})",
       {{"KEND", kend_line(causal)}});
+}
+std::string query_row_setup(bool causal) {
+  return row_indices(causal) + "  for (uint d = t; d < D; d += WG) s_q[d] = Q[gid * D + d];\n";
 }
 std::string score_fn(bool has_mask) {
   return gl::render(R"(float score(uint b, uint h, uint i, uint j, uint kbase) {
@@ -238,10 +240,7 @@ ${STORES}}
 std::string forward_vec_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask) {
   return gl::render(
       R"(void main() {
-${GRID}  uint t = gl_LocalInvocationID.x;
-  uint i = gid % SQ, h = (gid / SQ) % HQ, b = gid / (SQ * HQ);
-  uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
-${KEND}  for (uint c = t; c < D4; c += WG) s_q4[c] = Q4[gid * D4 + c];
+${GRID}${ROW}  for (uint c = t; c < D4; c += WG) s_q4[c] = Q4[gid * D4 + c];
   barrier();
   uint g = t / DV4, e = t % DV4;  // this thread's key group and value vec4
   float m = NEG_INF;  // running maximum of the row's scores (uniform across the workgroup)
@@ -258,7 +257,7 @@ ${STEP}${ACCUMULATE}  }
 ${STORE_O}${STORE_LSE}}
 )",
       {{"GRID", grid},
-       {"KEND", kend_line(causal)},
+       {"ROW", row_indices(causal)},
        {"STEP", kOnlineSoftmaxStep},
        {"DOT", vec4_dot("dot", "s_q4[c]", "K4[(kbase + j) * D4 + c]", "D4", "      ")},
        {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
@@ -291,10 +290,7 @@ ${STORE_O}${STORE_LSE}}
 std::string forward_whole_main(const std::string& grid, bool out_o, bool out_lse, bool causal, bool has_mask) {
   return gl::render(
       R"(void main() {
-${GRID}  uint t = gl_LocalInvocationID.x;
-  uint i = gid % SQ, h = (gid / SQ) % HQ, b = gid / (SQ * HQ);
-  uint kbase = (b * HKV + h / REP) * SKV;  // row of key 0 of this kv head
-${KEND}  vec4 q4[D4];
+${GRID}${ROW}  vec4 q4[D4];
   [[unroll]] for (uint c = 0u; c < D4; ++c) q4[c] = Q4[gid * D4 + c];
   float s[KPT];  // this thread's scores, of keys t + r WG (-inf past the visible keys)
   float mx = NEG_INF;
@@ -316,7 +312,7 @@ ${PUBLISH}  }
 ${APPLY}${STORE_LSE}}
 )",
       {{"GRID", grid},
-       {"KEND", kend_line(causal)},
+       {"ROW", row_indices(causal)},
        {"DOT", vec4_dot("dot", "q4[c]", "K4[(kbase + j) * D4 + c]", "D4", "      ")},
        {"MASK", has_mask ? " + mask_at(b, h, i, j)" : ""},
        {"PUBLISH", out_o ? "    s_p[t + r * WG] = p;\n" : ""},
