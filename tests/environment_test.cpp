@@ -67,7 +67,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_FASHION_MNIST_DIR", "/f"},
       {"MGN_PRECISION", "accelerated"},
       {"MGN_FUSION", "0"},
-      {"MGN_SPIRV_OPT", "0"},
+      {"MGN_SPIRV_OPT", "1"},
       {"MGN_PLAN_REUSE", "off"},
       {"MGN_ATTENTION", "tiled"},
       {"MGN_GEMM_VARIANT", "small"},
@@ -98,7 +98,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.fashion_mnist_dir, "/f");
   EXPECT_EQ(e.default_precision, Precision::Accelerated);
   EXPECT_FALSE(e.kernels.fusion);
-  EXPECT_FALSE(e.kernels.spirv_optimize);
+  EXPECT_TRUE(e.kernels.spirv_optimize);
   EXPECT_FALSE(e.planning.reuse);
   EXPECT_FALSE(e.planning.in_place);
   EXPECT_EQ(e.kernels.attention, AttentionKernel::Tiled);

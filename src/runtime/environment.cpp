@@ -77,9 +77,9 @@ const std::vector<Row>& rows() {
         "to f16 (f32 accumulation) where the device's self-test passed. Option: "
         "`CompileOptions::default_precision`"},
        [](Environment& e, const std::string& v, const char* n) { e.default_precision = parse_precision(v, n); }},
-      {{"MGN_SPIRV_OPT", "compiler", "`1` / `0` (`1`)",
-        "`0`: no spirv-opt performance passes over the kernels' SPIR-V (a cold compile several times faster; "
-        "the driver still optimizes). Option: `KernelOptions::spirv_optimize`"},
+      {{"MGN_SPIRV_OPT", "compiler", "`1` / `0` (`0`)",
+        "`1`: spirv-opt's performance passes over the kernels' SPIR-V (a cold compile several times slower; the "
+        "driver optimizes the SPIR-V anyway). Option: `KernelOptions::spirv_optimize`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.spirv_optimize = parse_flag(v, n); }},
       {{"MGN_FUSION", "compiler", "`1` / `0` (`1`)",
         "`0`: no fusion (pointwise groups; dK + dV; attention + attention_lse). Results are bitwise the same, "
