@@ -41,6 +41,7 @@
 #                bench_dinovision_table.md
 #   attention-forms  the attention rewrite into matrix products vs the kernels vs SDPA at several sequence
 #                lengths, and Whisper's F+L+B profile with and without it
+#   gemm-epilogue the workloads with MGN_GEMM_EPILOGUE=1 and =0 (tiled GEMM epilogues on / off), strict, same call
 #   soak         bench/soak.sh on the SmolLM2-135M shape (random weights), \$SOAK_STEPS steps twice
 #   bench-smolvla the SmolVLA action expert (99.85 M, batch 1, 50 actions x 32, 16 VLM tokens; phases compile,
 #                inference, minimal = the latency shape of 1 action token, flb, step) next to smolvla_bench.py
@@ -732,6 +733,25 @@ PY
             --json "$OUT/spirv_opt_${w}_$o.jsonl" > /dev/null 2>> "$L"
           echo "mgn bench $w MGN_SPIRV_OPT=$o rc=$?" >> "$L"
         done
+      done
+      ;;
+    gemm-epilogue)
+      # KernelOptions::gemm_epilogue (MGN_GEMM_EPILOGUE): each workload with the tiled GEMM's epilogues on and off,
+      # same call, strict, the timed phases and the dispatch counts; then SmolLM2's prefill profiled both ways.
+      # Back: gemm_epilogue.jsonl (mode strict_e1 / strict_e0), gemm_epilogue_log.txt, gemm_epilogue_profile_{0,1}.txt.
+      L="$OUT/gemm_epilogue_log.txt"
+      for wb in ${GEMM_EPILOGUE_WORKLOADS:-smollm2-135m:1 whisper-tiny-encoder:1 dinov3-vits16:8 smolvla-expert:1 sd-unet-small:1 resnet50:4}; do
+        w=${wb%%:*} b=${wb##*:}
+        for e in 1 0; do
+          MGN_GEMM_EPILOGUE=$e timeout 180 "$B/mgn" bench "$w" --batch "$b" --phases inference,flb,step \
+            --json "/tmp/gemm_epi_${w}_$e.jsonl" > /dev/null 2>> "$L"
+          echo "mgn bench $w b$b MGN_GEMM_EPILOGUE=$e rc=$?" >> "$L"
+          sed "s/\"mode\":\"strict\"/\"mode\":\"strict_e$e\"/" "/tmp/gemm_epi_${w}_$e.jsonl" >> "$OUT/gemm_epilogue.jsonl"
+        done
+      done
+      for e in 1 0; do
+        MGN_GEMM_EPILOGUE=$e MGN_PROFILE=1 timeout 60 "$B/mgn" bench smollm2-135m --phases inference \
+          > "$OUT/gemm_epilogue_profile_$e.txt" 2>&1
       done
       ;;
     f16-threshold)

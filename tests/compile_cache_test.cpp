@@ -237,9 +237,9 @@ TEST(CompileCache, RenumberedKernelsShareOneCompile) {
   auto kernel = [](int a, int b, int out, const char* op) {
     const std::string x = "x" + std::to_string(a), y = "x" + std::to_string(b), v = "v" + std::to_string(out);
     return std::string("#version 450\nlayout(local_size_x = 64) in;\n") +
-           "layout(std430, set = 0, binding = 0) readonly buffer B0 { float in_" + x + "[]; };\n" +
-           "layout(std430, set = 0, binding = 1) readonly buffer B1 { float in_" + y + "[]; };\n" +
-           "layout(std430, set = 0, binding = 2) writeonly buffer B2 { float out_" + v + "[]; };\n" +
+           "layout(std430, set = 0, binding = 0) readonly buffer Blk0 { float in_" + x + "[]; };\n" +
+           "layout(std430, set = 0, binding = 1) readonly buffer Blk1 { float in_" + y + "[]; };\n" +
+           "layout(std430, set = 0, binding = 2) writeonly buffer Blk2 { float out_" + v + "[]; };\n" +
            "void main() {\n  uint i = gl_GlobalInvocationID.x;\n  float " + x + " = in_" + x + "[i];  // %" +
            std::to_string(a) + "\n  float " + y + " = in_" + y + "[i];\n  precise float " + v + " = " + x + " " +
            op + " " + y + ";  // mul %" + std::to_string(out) + "\n  out_" + v + "[i] = " + v + ";\n}\n";

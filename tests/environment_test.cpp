@@ -67,6 +67,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_FASHION_MNIST_DIR", "/f"},
       {"MGN_PRECISION", "accelerated"},
       {"MGN_FUSION", "0"},
+      {"MGN_GEMM_EPILOGUE", "0"},
       {"MGN_SPIRV_OPT", "1"},
       {"MGN_PLAN_REUSE", "off"},
       {"MGN_ATTENTION", "tiled"},
@@ -98,6 +99,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.fashion_mnist_dir, "/f");
   EXPECT_EQ(e.default_precision, Precision::Accelerated);
   EXPECT_FALSE(e.kernels.fusion);
+  EXPECT_FALSE(e.kernels.gemm_epilogue);
   EXPECT_TRUE(e.kernels.spirv_optimize);
   EXPECT_FALSE(e.planning.reuse);
   EXPECT_FALSE(e.planning.in_place);

@@ -23,6 +23,7 @@
 #include "backend/cpu/executor.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/graph_executor.h"
+#include "codegen/matmul.h"
 #include "ir/graph.h"
 #include "mgn/autodiff.h"
 #include "mgn/graph.h"
@@ -637,6 +638,49 @@ TEST_F(VulkanFusion, GemvEpilogueRunsInTheMatmulsDispatch) {
                           g.ir().node(d.nodes.back()).op != ir::Op::MatMul;
   EXPECT_EQ(prologue_epilogues, 1);
   check_fused_outputs(g.ir(), fused, plain, {"h", "r", "r1"}, {"out", "m1", "m1_plus", "self"}, 5, 2);
+}
+
+// The pointwise readers of a matmul that lowers to the tiled GEMM (bias, activation, residual add: a
+// transformer's linears at many tokens) run where the GEMM stores its output: in the tiled kernel's store, or,
+// when K is split, in the split-K sum. The same float operations on the same values, so bitwise the session
+// without fusion, and within f32 rounding of the CPU reference. Cases: a batched linear (2 x 20 rows) with bias,
+// GELU and a residual (one K slice, no split; N a multiple of 4); N = 30 (scalar stores) with bias and ReLU; a
+// long K (split 8 ways) whose matmul value is an output too (the epilogue stores it as well) with a residual; and
+// a split one of 15 x 13 outputs (not a multiple of 4: the scalar sum).
+TEST_F(VulkanFusion, TiledGemmEpilogueRunsInTheStoreOrTheSplitSum) {
+  Graph g;
+  auto w = [&](const std::string& name, Shape shape, uint64_t seed) {
+    return g.parameter(name, std::move(shape), Init::uniform(-0.3, 0.3, seed));
+  };
+  Tensor x = g.input("x", {2, 20, 48}), r = g.input("r", {2, 20, 36});
+  g.output("block", r + gelu(linear(x, w("w0", {36, 48}, 1), w("b0", {36}, 2))));
+  g.output("narrow", relu(linear(x, w("w1", {30, 48}, 3), w("b1", {30}, 4))));
+  Tensor xl = g.input("xl", {16, 1024}), rl = g.input("rl", {16, 24});
+  Tensor long_mm = linear(xl, w("w2", {24, 1024}, 5));
+  g.output("long_mm", long_mm);
+  g.output("long_res", (long_mm + rl) * 0.5);
+  Tensor xo = g.input("xo", {15, 1024});
+  g.output("odd", tanh(linear(xo, w("w3", {13, 1024}, 6))));
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
+  int epilogues = 0, matmuls = 0;
+  for (const plan::Dispatch& d : fused.plan().dispatches) {
+    for (int id : d.nodes) matmuls += g.ir().node(id).op == ir::Op::MatMul;
+    if (!codegen::gemv_epilogue(g.ir(), d.nodes)) continue;
+    ++epilogues;
+    for (int id : d.nodes)
+      if (g.ir().node(id).op == ir::Op::MatMul) {
+        EXPECT_TRUE(codegen::tiled_gemm_epilogue(g.ir(), g.ir().node(id), ctx_->caps(), {})) << id;
+        for (int in : g.ir().node(id).inputs) EXPECT_EQ(std::count(d.nodes.begin(), d.nodes.end(), in), 0) << id;
+      }
+  }
+  EXPECT_EQ(matmuls, 4);
+  EXPECT_EQ(epilogues, 4);  // every matmul took its readers
+  EXPECT_LT(fused.plan().dispatches.size(), plain.plan().dispatches.size());
+  check_fused_outputs(g.ir(), fused, plain, {"x", "r", "xl", "rl", "xo"},
+                      {"block", "narrow", "long_mm", "long_res", "odd"}, 7, 2);
+  // The split: long K's GEMM is two kernels (partials, then the sum with the epilogue).
+  const GemmTile t = codegen::resolve_simt_tile(codegen::matmul_shape(g.ir(), g.ir().node(long_mm.id())), ctx_->caps(), {});
+  EXPECT_GT(t.splits, 1u);
 }
 
 // An rms_norm whose every reader is a token projection of it (q, k, v behind a Llama layer's input norm) runs

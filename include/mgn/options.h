@@ -72,6 +72,10 @@ struct KernelOptions {
   // attention as one; attention + attention_lse of the same inputs as one. Results are bitwise the same
   // either way, except dK/dV with AttentionKernel::Tiled (the key-tiled kernel exists only fused).
   bool fusion = true;
+  // ... and the pointwise readers of a tiled (SIMT) matmul's output of its shape (bias, residual add, activation)
+  // computed where that matmul stores its value: in the GEMM's store, or in the split-K sum. Bitwise the same
+  // either way (the same float operations on the same values); needs `fusion`.
+  bool gemm_epilogue = true;
   AttentionKernel attention = AttentionKernel::Auto;
   GemmKernel gemm = GemmKernel::Auto;
   GemmTile gemm_tile;  // the f32 SIMT tile

@@ -9,7 +9,7 @@
 // are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the
 // same-shape pointwise groups one group reads from outside into one (the per-tensor scalars of an
 // optimizer), (3) attention_grad_v with the attention_grad_k of the same inputs (and attention with
-// attention_lse), (4) GEMV siblings, epilogues and norm prologues (kernel.h), and (5) two ropes of the same
+// attention_lse), (4) GEMV siblings, GEMV and tiled-GEMM epilogues and norm prologues (kernel.h), and (5) two ropes of the same
 // tables.
 #include <algorithm>
 #include <cctype>
@@ -80,7 +80,8 @@ class Grouper {
         continue;
       int gi = new_group(i);
       if (opt_.pointwise && groups_[size_t(gi)].pointwise) gi = join_producers(i, gi);
-      if (opt_.pointwise && opt_.gemv && groups_[size_t(gi)].pointwise) gi = join_gemv_epilogue(i, gi);
+      if (opt_.pointwise && (opt_.gemv || opt_.gemm_epilogues) && groups_[size_t(gi)].pointwise)
+        gi = join_epilogue(i, gi);
       if (opt_.attention && is_attention_grad_kv(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, attention_open);
       if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
@@ -111,7 +112,8 @@ class Grouper {
     Group gr;
     gr.members = {i};
     gr.pointwise = pointwise_fusible(g_.node(i));
-    gr.epilogue = opt_.gemv && !gemv_sibling_key(g_, g_.node(i)).empty();
+    gr.epilogue = (opt_.gemv && !gemv_sibling_key(g_, g_.node(i)).empty()) ||
+                  (opt_.gemm_epilogues && tiled_gemm_epilogue(g_, g_.node(i), caps_, *opt_.gemm_epilogues));
     int lv = -1;
     for (int in : g_.node(i).inputs) lv = std::max(lv, level_of(in));
     gr.level = lv + 1;
@@ -180,7 +182,7 @@ class Grouper {
       groups_[size_t(into)].members.insert(groups_[size_t(into)].members.end(), from.members.begin(),
                                            from.members.end());
       groups_[size_t(into)].pointwise = groups_[size_t(into)].pointwise && from.pointwise;
-      groups_[size_t(into)].epilogue = false;  // join_gemv_epilogue sets it for the unions it makes
+      groups_[size_t(into)].epilogue = false;  // join_epilogue sets it for the unions it makes
       if (from.prologue >= 0) groups_[size_t(into)].prologue = from.prologue;
       groups_[size_t(into)].has_epilogue = groups_[size_t(into)].has_epilogue || from.has_epilogue;
       from.members.clear();
@@ -291,7 +293,7 @@ class Grouper {
   // Likewise the pointwise group that computes the left operand of the first GEMV matmul of its key: every node
   // of it read only inside it, except that operand, read only by GEMV matmuls of this key (as their left
   // operand), nothing kept. Each workgroup then computes A(m, k) in its K loop. The union may still take the
-  // matmul's epilogue (join_gemv_epilogue) or its siblings (join_gemv), not both.
+  // matmul's epilogue (join_epilogue) or its siblings (join_gemv), not both.
   int join_pointwise_prologue(int i, int gi, const std::map<std::string, int>& open) {
     const ir::Node& mm = g_.node(i);
     const std::string key = gemv_sibling_key(g_, mm);
@@ -369,10 +371,11 @@ class Grouper {
     return merge(set, lv);
   }
 
-  // A pointwise group joins the GEMV-epilogue-capable group (one small matmul, alone or with pointwise nodes of
-  // its shape) of a producer of its shape: the residual add of a token's projection. Never two matmuls, and
-  // never a union in which the matmul would read a member (every workgroup reads all of its left operand).
-  int join_gemv_epilogue(int i, int gi) {
+  // A pointwise group joins the epilogue-capable group (one small matmul, or one that lowers to the tiled GEMM,
+  // alone or with pointwise nodes of its shape) of a producer of its shape: the residual add of a token's
+  // projection, a bias, an activation. Never two matmuls, never a union in which the matmul would read a member
+  // (every workgroup reads all of its left operand).
+  int join_epilogue(int i, int gi) {
     const ir::Node& node = g_.node(i);
     for (int in : node.inputs) {
       const int gp = gid_[size_t(root_[size_t(in)])];
@@ -380,6 +383,7 @@ class Grouper {
       std::set<int> set = {gi, gp};
       if (!prologue_apart(gp, gi)) continue;
       const int mm = matmul_of(gp);
+
       bool reads_member = false;
       for (int x : g_.node(mm).inputs) {
         const int r = gid_[size_t(root_[size_t(x)])];
@@ -586,7 +590,7 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
   if (nodes.size() == 2 && g.node(nodes[0]).op == ir::Op::Rope && g.node(nodes[1]).op == ir::Op::Rope)
     return lower_rope_pair(g, nodes, caps);
   if (gemv_pointwise_prologue(g, nodes)) return lower_gemv_pointwise_prologue(g, nodes, stored, caps);
-  if (gemv_epilogue(g, nodes)) return lower_gemv_epilogue(g, nodes, stored, caps);
+  if (gemv_epilogue(g, nodes)) return lower_tiled_gemm_epilogue(g, nodes, stored, caps, options);
   if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);
   if (g.node(nodes[0]).op == ir::Op::RmsNorm) return lower_gemv_norm_siblings(g, nodes, caps);
   return lower_pointwise_fusion(g, nodes, stored, caps);

@@ -88,7 +88,7 @@ std::string const_int(const std::string& name, int64_t v) {
 std::string buffer_as(int binding, const std::string& type, const std::string& name,
                       const std::string& qualifiers) {
   const std::string b = std::to_string(binding);
-  return "layout(std430, set = 0, binding = " + b + ") " + qualifiers + "buffer B" + b + " { " + type + " " +
+  return "layout(std430, set = 0, binding = " + b + ") " + qualifiers + "buffer Blk" + b + " { " + type + " " +
          name + "[]; };\n";
 }
 

@@ -127,6 +127,9 @@ struct FusionOptions {
   bool pointwise = true;
   bool attention = true;
   bool gemv = true;  // off as well when KernelOptions::gemm forces the tiled kernel (the siblings' own lowering)
+  // Set: pointwise readers of a matmul that lowers to the tiled GEMM under these options (tiled_gemm_epilogue)
+  // join it as its epilogue (KernelOptions::gemm_epilogue).
+  const CodegenOptions* gemm_epilogues = nullptr;
   uint32_t max_nodes = 64;  // per pointwise fusion (kernel size, compile time)
 };
 inline constexpr size_t kMaxGemvSiblings = 4;
@@ -154,9 +157,18 @@ Lowering lower_gemv_pointwise_prologue(const ir::Graph& g, const std::vector<int
 // shape that read it (a residual add: out = x + h·Wᵀ), evaluated after the matmul's reduction by the thread that
 // stores the output; the pointwise nodes' operands are loaded at the output's element. A dispatch is one when
 // it holds exactly one matmul, which reads no other node of it, and otherwise pointwise nodes.
+// The same shape of dispatch serves the tiled GEMM's epilogue (below), which lower_dispatch routes by the matmul.
 bool gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes);
 Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                              const DeviceCaps& caps);
+// A tiled GEMM epilogue: a matmul that lowers to the tiled (SIMT) GEMM under `options` (not the small kernel, not
+// the f16 one; tiled_gemm_epilogue) and pointwise nodes of its output shape that read it (bias, residual add,
+// activation), evaluated by the thread that stores each output element: in the GEMM's store, or in the split-K
+// sum when K is split. The same float operations on the same values as apart, so bitwise the same results.
+// lower_tiled_gemm_epilogue lowers both kinds of epilogue dispatch (the GEMV one through lower_gemv_epilogue).
+bool tiled_gemm_epilogue(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps, const CodegenOptions& options);
+Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                                   const DeviceCaps& caps, const CodegenOptions& options);
 
 // What a pointwise fusion's kernel computes, for one element `index` (an expression): buffer declarations
 // (bindings numbered after `bindings`), operand loads, the nodes in order, the stores of `stored` nodes. Nodes in

@@ -61,20 +61,61 @@ uint64_t auto_splits(const GemmShape& s, uint64_t blocks, const SplitRule& rule)
   return splits;
 }
 
-Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps) {
+Binding GemmEpilogue::operand(int slot) const {
+  return {BindingKind::Input, slot, false, int(km)};
+}
+
+PointwiseBody GemmEpilogue::body(std::vector<Binding> before, const std::string& index) const {
+  PointwiseBody b = pointwise_body(*graph, nodes, stored, {matmul()}, std::move(before), index);
+  if (b.written == 0) throw Error("internal: the GEMM epilogue of " + graph->describe(matmul()) + " writes nothing");
+  return b;
+}
+
+std::string GemmEpilogue::code(const PointwiseBody& b, const std::string& value, int indent) const {
+  const std::string text = "float v" + std::to_string(matmul()) + " = " + value + ";\n" + b.loads + b.body + b.stores;
+  const std::string pad(size_t(indent), ' ');
+  std::string out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    std::string line = text.substr(at, end - at);
+    size_t first = line.find_first_not_of(' ');
+    out += pad + (first == std::string::npos ? "" : line.substr(first)) + "\n";
+    at = end + 1;
+  }
+  return out;
+}
+
+Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps,
+                         const GemmEpilogue* epilogue) {
   const bool v4 = outs % 4 == 0;
   const std::string T = v4 ? "vec4" : "float";
   const uint64_t count = v4 ? outs / 4 : outs;
-  const std::string body = gl::render(R"(  ${T} sum = P[i];
+  std::string body = gl::render(R"(  ${T} sum = P[i];
   for (uint p = 1u; p < ${SPLITS}; ++p) sum += P[p * ${COUNT} + i];
-  C[i] = sum;
 )",
-                                      {{"T", T}, {"SPLITS", u(splits)}, {"COUNT", u(count)}});
-  return gl::elementwise(
-      "matmul_splitk_sum_" + su(splits),
-      "matmul split-K sum of " + su(splits) + " partial products, in split order",
-      gl::buffer_as(0, T, "P", "readonly restrict ") + gl::buffer_as(1, T, "C", "writeonly restrict "), body,
-      count, {{BindingKind::Scratch, slot, false}, gl::output()}, caps);
+                                {{"T", T}, {"SPLITS", u(splits)}, {"COUNT", u(count)}});
+  std::string decls = gl::buffer_as(0, T, "P", "readonly restrict ");
+  std::vector<Binding> bindings = {{BindingKind::Scratch, slot, false}};
+  std::string name = "matmul_splitk_sum_" + su(splits), what = "matmul split-K sum of " + su(splits) +
+                                                             " partial products, in split order";
+  if (!epilogue) {
+    body += "  C[i] = sum;\n";
+    decls += gl::buffer_as(1, T, "C", "writeonly restrict ");
+    bindings.push_back(gl::output());
+  } else {
+    PointwiseBody b = epilogue->body(bindings, "ei");
+    if (v4)
+      body += "  for (uint q = 0u; q < 4u; ++q) {\n    uint ei = i * 4u + q;\n" +
+              epilogue->code(b, "sum[q]", 4) + "  }\n";
+    else
+      body += "  uint ei = i;\n" + epilogue->code(b, "sum", 2);
+    decls += b.decls + gl::math_lib();
+    bindings = std::move(b.bindings);
+    name += "_e" + su(epilogue->nodes.size() - 1);
+    what += ", then the matmul's epilogue (" + b.ops + ")";
+  }
+  return gl::elementwise(name, what, decls, body, count, std::move(bindings), caps);
 }
 
 namespace {
@@ -214,10 +255,9 @@ std::vector<GemmTile> gemm_tune_candidates(const GemmShape& s, const DeviceCaps&
   return out;
 }
 
-Lowering lower_matmul(const LowerContext& ctx) {
-  const Shape& out = ctx.node.shape;
-  const GemmShape s = matmul_shape(ctx.graph, ctx.node);
-  if (numel(out) == 0) return {};
+namespace {
+
+GemmOptions gemm_options(const LowerContext& ctx, const GemmShape& s) {
   const KernelOptions& ko = ctx.options.kernels;
   GemmOptions o;
   o.variant = ko.gemm == GemmKernel::Tiled   ? GemmVariant::Tiled
@@ -237,7 +277,38 @@ Lowering lower_matmul(const LowerContext& ctx) {
     o.coopmat_scaling = {ctx.input(0).op != ir::Op::Parameter, ctx.input(1).op != ir::Op::Parameter};
   // f16 inputs are only for nodes that allow reduced precision, on a device whose self-test passed.
   if (takes_coopmat(ctx, s)) o.variant = GemmVariant::CoopMatF16;
-  return lower_gemm(s, ctx.caps, o);
+  return o;
+}
+
+}  // namespace
+
+Lowering lower_matmul(const LowerContext& ctx) {
+  if (numel(ctx.node.shape) == 0) return {};
+  const GemmShape s = matmul_shape(ctx.graph, ctx.node);
+  return lower_gemm(s, ctx.caps, gemm_options(ctx, s));
+}
+
+bool tiled_gemm_epilogue(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps, const CodegenOptions& options) {
+  if (n.op != ir::Op::MatMul || numel(n.shape) == 0 || !options.kernels.gemm_epilogue) return false;
+  const GemmShape s = matmul_shape(g, n);
+  if (s.k == 0) return false;
+  const GemmOptions o = gemm_options({g, n, caps, options}, s);
+  return o.variant == GemmVariant::Tiled || (o.variant == GemmVariant::Auto && s.m > 8 && s.n > 8);
+}
+
+Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
+                                   const DeviceCaps& caps, const CodegenOptions& options) {
+  GemmEpilogue e{&g, nodes, stored, nodes.size()};
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (g.node(nodes[k]).op == ir::Op::MatMul) e.km = k;
+  if (!gemv_epilogue(g, nodes) || e.km == nodes.size()) throw Error("internal: " + g.describe(nodes.at(0)) + "... is no GEMM epilogue");
+  if (!tiled_gemm_epilogue(g, g.node(e.matmul()), caps, options)) return lower_gemv_epilogue(g, nodes, stored, caps);
+  const ir::Node& mm = g.node(e.matmul());
+  for (int id : nodes)
+    if (g.node(id).shape != mm.shape)
+      throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));
+  const GemmShape s = matmul_shape(g, mm);
+  return simt_gemm(s, caps, gemm_options({g, mm, caps, options}, s).tile, &e);
 }
 
 }  // namespace mgn::codegen

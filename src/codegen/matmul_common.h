@@ -43,13 +43,34 @@ inline constexpr SplitRule kSimtSplits{256, 256, 512, 96};
 // The f16 cooperative-matrix kernel (larger blocks, measured in runs 6-7): the previous rule.
 inline constexpr SplitRule kCoopmatSplits{128, 1024, 256, 256};
 uint64_t auto_splits(const GemmShape& s, uint64_t blocks, const SplitRule& rule);
+// A GEMM epilogue (kernel.h, gemm_epilogue): the pointwise nodes of a dispatch that a GEMM's store evaluates at
+// each output element it writes, `nodes[km]` the matmul. The matmul's value is the local `v<id>`; the nodes'
+// operands are loaded at the element, and the nodes `stored` marks (the matmul's own value among them when it
+// is read elsewhere) are written there.
+struct GemmEpilogue {
+  const ir::Graph* graph = nullptr;
+  std::vector<int> nodes;
+  std::vector<bool> stored;
+  size_t km = 0;
+  int matmul() const { return nodes.at(km); }
+  // The matmul's operand `slot` (0: A, 1: B) as a binding of this dispatch.
+  Binding operand(int slot) const;
+  // The epilogue at element `index` (a uint expression), its buffers numbered after `before`.
+  PointwiseBody body(std::vector<Binding> before, const std::string& index) const;
+  // The statements that evaluate it for the value `value` (a float expression) at `index`, each line indented
+  // by `indent` spaces.
+  std::string code(const PointwiseBody& b, const std::string& value, int indent) const;
+};
+
 // The second kernel of a split-K GEMM: C = the sum of the `splits` partial products in scratch `slot`
 // ([split][batch][m][n], `outs` = batch * m * n values each), added in split order (deterministic, no
-// atomics).
-Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps);
+// atomics); with `epilogue`, the sum is the matmul's value of the epilogue instead of C.
+Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps,
+                         const GemmEpilogue* epilogue = nullptr);
 
 // The families.
-Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want);
+Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
+                   const GemmEpilogue* epilogue = nullptr);
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps);
 Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
                       const CoopMatShape& mma, GemmAblation ablation, bool emulate, F16Scaling scaling);

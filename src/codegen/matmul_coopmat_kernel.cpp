@@ -119,7 +119,7 @@ ${GRID}${SETUP}${K_LOOP}${EPILOGUE}}
                                   "uvec4 rb0[" + su(per_item(false)) + "];  // a K slice of B in flight\n";
     return gl::render(
         R"(// A16, B16: the operands' f16 copies, 8 halves per uvec4, ${AL} ${AR}x${AC} and ${BL} ${BR}x${BC} halves per matrix (zero padding)
-${BUFFERS}layout(std430, set = 0, binding = 2) buffer B2 { float C[]; };
+${BUFFERS}layout(std430, set = 0, binding = 2) buffer Blk2 { float C[]; };
 ${SCALES}const uint M = ${MU}, N = ${NU};
 const uint BM = ${BM}, BN = ${BN}, BK = ${BK};
 const uint SA = ${SA}, SB = ${SB};  // shared row strides in halves

@@ -167,7 +167,7 @@ GemmTile resolve_simt_tile(const GemmShape& s, const DeviceCaps& caps, const Gem
   return t;
 }
 
-Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want) {
+Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const GemmEpilogue* epilogue) {
   const SimtConfig c = pick_simt(s, caps, want);
   const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty, sm = c.tm / 4, sn = c.tn / 4;
   const uint64_t nb = batch_count(s), tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
@@ -229,17 +229,31 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
         "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n"
         "          if (n + q < N) C[coff + m * N + n + q] = v[q];\n";
   Lowering l;
+  const std::vector<Binding> operands = epilogue ? std::vector<Binding>{epilogue->operand(0), epilogue->operand(1)}
+                                                 : std::vector<Binding>{gl::input(0), gl::input(1)};
   if (!split) {
     g.bindings = gemm_bindings();
+    if (epilogue) {  // each of the 4 columns' values through the epilogue at its element, instead of C's store
+      const PointwiseBody b = epilogue->body(operands, "ei");
+      g.name += "_e" + su(epilogue->nodes.size() - 1);
+      g.header += "// epilogue: " + b.ops + "\n";
+      g.buffers = buffer(0, a_vec, "A", false) + buffer(1, b_vec, "B", false) + b.decls + gl::math_lib();
+      g.store = "        [[unroll]] for (uint q = 0u; q < 4u; ++q) {\n"
+                "          if (n + q >= N) break;\n"
+                "          uint ei = coff + m * N + n + q;\n" +
+                epilogue->code(b, "v[q]", 10) + "        }\n";
+      g.bindings = b.bindings;
+    }
     l.kernels.push_back(emit_tiled_gemm(g, caps));
     return l;
   }
   // Split K: partial products to scratch [split][batch][m][n], then one pass sums them in split order
-  // (deterministic, no atomics).
-  g.bindings = {gl::input(0), gl::input(1), {BindingKind::Scratch, 0, true}};
+  // (deterministic, no atomics) and stores C, or evaluates the epilogue.
+  g.bindings = operands;
+  g.bindings.push_back({BindingKind::Scratch, 0, true});
   l.scratch_words.push_back(c.splits * nb * s.m * s.n);
   l.kernels.push_back(emit_tiled_gemm(g, caps));
-  l.kernels.push_back(splitk_sum_kernel(c.splits, nb * s.m * s.n, 0, caps));
+  l.kernels.push_back(splitk_sum_kernel(c.splits, nb * s.m * s.n, 0, caps, epilogue));
   return l;
 }
 

@@ -376,14 +376,16 @@ Plan make_plan(const ir::Graph& g, const PlanOptions& opt) {
     rep.step_local_peak_live = std::max(rep.step_local_peak_live, uint64_t(run));
   }
 
-  // Submissions: consecutive groups with about the same number of dispatches each.
+  // Submissions: consecutive groups with about the same number of dispatches each, and as many as asked when the
+  // step has that many groups (a boundary leaves a group for each submission after it, even when the last
+  // groups hold most of the dispatches).
   int subs = std::max(1, std::min(opt.submissions, std::max(L, 1)));
   p.submission_begin.assign(1, 0);
   for (int s = 1; s < subs; ++s) {
     int target = int(int64_t(nd) * s / subs);
     int grp = p.submission_begin.back() + 1;
     while (grp < L && p.group_begin[size_t(grp)] < target) ++grp;
-    if (grp >= L) break;
+    grp = std::min(grp, L - (subs - s));
     p.submission_begin.push_back(grp);
   }
   p.submission_begin.push_back(L);

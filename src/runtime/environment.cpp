@@ -86,6 +86,11 @@ const std::vector<Row>& rows() {
         "except dK and dV under `MGN_ATTENTION=tiled` (the key-tiled kernel exists only fused). Option: "
         "`KernelOptions::fusion`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.fusion = parse_flag(v, n); }},
+      {{"MGN_GEMM_EPILOGUE", "compiler", "`1` / `0` (`1`)",
+        "`0`: the pointwise readers of a tiled matmul (bias, residual add, activation) run as their own kernel "
+        "instead of in the GEMM's store or split-K sum. Results are bitwise the same. Option: "
+        "`KernelOptions::gemm_epilogue`"},
+       [](Environment& e, const std::string& v, const char* n) { e.kernels.gemm_epilogue = parse_flag(v, n); }},
       {{"MGN_PLAN_REUSE", "compiler", "`1` / `0` (`1`)",
         "`0`: the static plan gives every step-local tensor its own memory (no sharing, no in-place ops), for "
         "comparison when an aliasing bug is suspected; results are bitwise the same. Options: "

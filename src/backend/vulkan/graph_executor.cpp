@@ -265,8 +265,10 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   std::vector<std::vector<int>> fusions;
   if (cached_) fusions = cached_->fusions;
   else if (opt_.codegen.kernels.fusion)
-    fusions = codegen::find_fusions(g_, need, opt_.plan.pinned, caps,
-                                    {.gemv = opt_.codegen.kernels.gemm != GemmKernel::Tiled});
+    fusions = codegen::find_fusions(
+        g_, need, opt_.plan.pinned, caps,
+        {.gemv = opt_.codegen.kernels.gemm != GemmKernel::Tiled,
+         .gemm_epilogues = opt_.codegen.kernels.gemm_epilogue ? &opt_.codegen : nullptr});
   fusions_ = fusions;
   stats_.fusion_ms = ms_since(tf);
   auto te = std::chrono::steady_clock::now();
@@ -332,6 +334,13 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   po.segment_bytes = alloc_->max_allocation() / po.alignment * po.alignment;
   po.scratch_bytes = [&](const ir::Graph&, const plan::Dispatch& d) {
     std::vector<uint64_t> r;
+    if (gemv_epilogue(d)) {  // lowered after the plan: the scratch is its matmul's (split K), lowered alone
+      for (int id : d.nodes)
+        if (g_.node(id).op == ir::Op::MatMul)
+          for (uint64_t w : codegen::lower_node({g_, g_.node(id), caps, opt_.codegen}).scratch_words)
+            r.push_back(std::max<uint64_t>(w, 1) * 4);
+      return r;
+    }
     if (pointwise_fusion(d)) return r;
     for (uint64_t w : lows.at(d.nodes[0]).scratch_words) r.push_back(std::max<uint64_t>(w, 1) * 4);
     return r;

@@ -337,6 +337,7 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
   const KernelOptions& k = codegen.kernels;
   h.pod(codegen.default_precision);
   h.pod(k.fusion);
+  h.pod(k.gemm_epilogue);
   h.pod(k.attention);
   h.pod(k.gemm);
   for (const GemmTile& t : {k.gemm_tile, k.f16_tile})
