@@ -646,7 +646,8 @@ TEST_F(VulkanFusion, GemvEpilogueRunsInTheMatmulsDispatch) {
 // without fusion, and within f32 rounding of the CPU reference. Cases: a batched linear (2 x 20 rows) with bias,
 // GELU and a residual (one K slice, no split; N a multiple of 4); N = 30 (scalar stores) with bias and ReLU; a
 // long K (split 8 ways) whose matmul value is an output too (the epilogue stores it as well) with a residual; and
-// a split one of 15 x 13 outputs (not a multiple of 4: the scalar sum).
+// a split one of 15 x 13 outputs (not a multiple of 4: the scalar sum); and five nodes behind an unsplit GEMM, of
+// which its store takes only kStoreEpilogueNodes.
 TEST_F(VulkanFusion, TiledGemmEpilogueRunsInTheStoreOrTheSplitSum) {
   Graph g;
   auto w = [&](const std::string& name, Shape shape, uint64_t seed) {
@@ -661,6 +662,8 @@ TEST_F(VulkanFusion, TiledGemmEpilogueRunsInTheStoreOrTheSplitSum) {
   g.output("long_res", (long_mm + rl) * 0.5);
   Tensor xo = g.input("xo", {15, 1024});
   g.output("odd", tanh(linear(xo, w("w3", {13, 1024}, 6))));
+  // Five pointwise nodes behind an unsplit GEMM: its store takes kStoreEpilogueNodes of them, the rest run apart.
+  g.output("deep", sigmoid(relu(linear(x, w("w4", {16, 48}, 7), w("b4", {16}, 8)) * 2.0) - 0.5) + 1.0);
   vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
   int epilogues = 0, matmuls = 0;
   for (const plan::Dispatch& d : fused.plan().dispatches) {
@@ -670,14 +673,17 @@ TEST_F(VulkanFusion, TiledGemmEpilogueRunsInTheStoreOrTheSplitSum) {
     for (int id : d.nodes)
       if (g.ir().node(id).op == ir::Op::MatMul) {
         EXPECT_TRUE(codegen::tiled_gemm_epilogue(g.ir(), g.ir().node(id), ctx_->caps(), {})) << id;
+        if (codegen::tiled_gemm_epilogue_room(g.ir(), g.ir().node(id), ctx_->caps(), {}) == codegen::kStoreEpilogueNodes) {
+          EXPECT_LE(d.nodes.size(), 1 + codegen::kStoreEpilogueNodes) << id;
+        }
         for (int in : g.ir().node(id).inputs) EXPECT_EQ(std::count(d.nodes.begin(), d.nodes.end(), in), 0) << id;
       }
   }
-  EXPECT_EQ(matmuls, 4);
-  EXPECT_EQ(epilogues, 4);  // every matmul took its readers
+  EXPECT_EQ(matmuls, 5);
+  EXPECT_EQ(epilogues, 5);  // every matmul took its readers
   EXPECT_LT(fused.plan().dispatches.size(), plain.plan().dispatches.size());
   check_fused_outputs(g.ir(), fused, plain, {"x", "r", "xl", "rl", "xo"},
-                      {"block", "narrow", "long_mm", "long_res", "odd"}, 7, 2);
+                      {"block", "narrow", "long_mm", "long_res", "odd", "deep"}, 7, 2);
   // The split: long K's GEMM is two kernels (partials, then the sum with the epilogue).
   const GemmTile t = codegen::resolve_simt_tile(codegen::matmul_shape(g.ir(), g.ir().node(long_mm.id())), ctx_->caps(), {});
   EXPECT_GT(t.splits, 1u);

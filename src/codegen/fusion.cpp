@@ -6,11 +6,10 @@
 // allow and is refused when that would make a group's value later than one of its outside readers can
 // wait for (a reader whose level is not above the new one). So every dependency between two groups still
 // goes strictly upwards in level: the dispatch graph stays acyclic and no dependency level is added. Merges
-// are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the
-// same-shape pointwise groups one group reads from outside into one (the per-tensor scalars of an
-// optimizer), (3) attention_grad_v with the attention_grad_k of the same inputs (and attention with
-// attention_lse), (4) GEMV siblings, GEMV and tiled-GEMM epilogues and norm prologues (kernel.h), and (5) two ropes of the same
-// tables.
+// are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the same-shape
+// pointwise groups one group reads from outside into one (the per-tensor scalars of an optimizer), (3) attention_grad_v
+// with the attention_grad_k of the same inputs (and attention with attention_lse), (4) GEMV siblings, GEMV and
+// tiled-GEMM epilogues and norm prologues (kernel.h), and (5) two ropes of the same tables.
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -42,6 +41,7 @@ struct Group {
   bool epilogue = false;   // one GEMV-eligible matmul and pointwise nodes of its shape (a GEMV epilogue)
   int prologue = -1;       // the left operand its GEMV matmuls read, computed in the group (norm or pointwise)
   bool has_epilogue = false;
+  size_t epilogue_room = 0;  // how many pointwise nodes its matmul's epilogue may take (when `epilogue`)
   bool alive = true;
 };
 
@@ -112,8 +112,9 @@ class Grouper {
     Group gr;
     gr.members = {i};
     gr.pointwise = pointwise_fusible(g_.node(i));
-    gr.epilogue = (opt_.gemv && !gemv_sibling_key(g_, g_.node(i)).empty()) ||
-                  (opt_.gemm_epilogues && tiled_gemm_epilogue(g_, g_.node(i), caps_, *opt_.gemm_epilogues));
+    gr.epilogue_room = opt_.gemv && !gemv_sibling_key(g_, g_.node(i)).empty() ? opt_.max_nodes
+                       : opt_.gemm_epilogues ? tiled_gemm_epilogue_room(g_, g_.node(i), caps_, *opt_.gemm_epilogues) : 0;
+    gr.epilogue = gr.epilogue_room > 0;
     int lv = -1;
     for (int in : g_.node(i).inputs) lv = std::max(lv, level_of(in));
     gr.level = lv + 1;
@@ -320,6 +321,7 @@ class Grouper {
     const int into = merge(set, lv);
     groups_[size_t(into)].prologue = a;
     groups_[size_t(into)].epilogue = true;  // one matmul so far
+    groups_[size_t(into)].epilogue_room = opt_.max_nodes;
     return into;
   }
 
@@ -383,17 +385,16 @@ class Grouper {
       std::set<int> set = {gi, gp};
       if (!prologue_apart(gp, gi)) continue;
       const int mm = matmul_of(gp);
-
+      const size_t room = groups_[size_t(gp)].epilogue_room;
+      if (groups_[size_t(gp)].members.size() - 1 + groups_[size_t(gi)].members.size() > room) continue;
       bool reads_member = false;
-      for (int x : g_.node(mm).inputs) {
-        const int r = gid_[size_t(root_[size_t(x)])];
-        reads_member = reads_member || r == gi;
-      }
+      for (int x : g_.node(mm).inputs) reads_member = reads_member || gid_[size_t(root_[size_t(x)])] == gi;
       if (reads_member) continue;
       const int lv = merged_level(set);
       if (lv < 0) continue;
       const int into = merge(set, lv);
       groups_[size_t(into)].epilogue = true;
+      groups_[size_t(into)].epilogue_room = room;
       groups_[size_t(into)].has_epilogue = true;
       return into;
     }

@@ -167,6 +167,14 @@ Lowering lower_gemv_epilogue(const ir::Graph& g, const std::vector<int>& nodes, 
 // sum when K is split. The same float operations on the same values as apart, so bitwise the same results.
 // lower_tiled_gemm_epilogue lowers both kinds of epilogue dispatch (the GEMV one through lower_gemv_epilogue).
 bool tiled_gemm_epilogue(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps, const CodegenOptions& options);
+// How many pointwise nodes the epilogue of matmul `n` may hold: 0 when it has none (not tiled_gemm_epilogue), any
+// number when K is split (the sum kernel runs it once per element), else kStoreEpilogueNodes when an operand is a
+// Parameter (a layer's product, forward or its input gradient) and none otherwise (a weight gradient): the tiled
+// kernel's store is unrolled over a thread's 16-64 accumulators, and a long epilogue there (an optimizer's update
+// of a weight gradient) made training steps up to 8% slower on an H100 (run 17, docs/perf-notes.md).
+inline constexpr size_t kStoreEpilogueNodes = 3;
+size_t tiled_gemm_epilogue_room(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                                const CodegenOptions& options);
 Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                                    const DeviceCaps& caps, const CodegenOptions& options);
 

@@ -10,6 +10,7 @@
 #include "codegen/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "codegen/glsl.h"
@@ -294,6 +295,16 @@ bool tiled_gemm_epilogue(const ir::Graph& g, const ir::Node& n, const DeviceCaps
   if (s.k == 0) return false;
   const GemmOptions o = gemm_options({g, n, caps, options}, s);
   return o.variant == GemmVariant::Tiled || (o.variant == GemmVariant::Auto && s.m > 8 && s.n > 8);
+}
+
+size_t tiled_gemm_epilogue_room(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                                const CodegenOptions& options) {
+  if (!tiled_gemm_epilogue(g, n, caps, options)) return 0;
+  const GemmShape s = matmul_shape(g, n);
+  const GemmTile t = resolve_simt_tile(s, caps, gemm_options({g, n, caps, options}, s).tile);
+  if (t.splits > 1) return SIZE_MAX;
+  const bool parameter_operand = g.node(n.inputs[0]).op == ir::Op::Parameter || g.node(n.inputs[1]).op == ir::Op::Parameter;
+  return parameter_operand ? kStoreEpilogueNodes : 0;
 }
 
 Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
