@@ -322,7 +322,7 @@ PY
     bench-llama)
       # Back: bench_llama_{mgn,torch}.jsonl, bench_llama_table.md, bench_llama_log.txt (the gate tensors and the
       # 540 MB of weights stay in /tmp).
-      model_bench llama smollm2-135m 1 "${BENCH_LLAMA_COMPILE_TIMEOUT:-300}" "llama_ref.py --bench" "" \
+      model_bench llama smollm2-135m 1 "${BENCH_LLAMA_COMPILE_TIMEOUT:-300}" "llama_ref.py --bench" "--impls eager,cudagraph" \
         bench/pytorch/llama_ref.py --bench
       ;;
     bench-resnet)

@@ -294,15 +294,26 @@ def bench_ids(batch, cols, vocab, seed):
 
 
 class LlamaRun:
-    """The timed functions of one configuration (model, AdamW, eager or compiled) on fixed inputs."""
+    """The timed functions of one configuration (model, AdamW, eager, compiled or eager + CUDA-graph replay:
+    inference, flb and step each captured whole on its first call with a capturable AdamW, timing.cuda_graph) on
+    fixed inputs."""
 
-    def __init__(self, model, lr, ids, nxt):
+    def __init__(self, model, lr, ids, nxt, graphed=False):
         self.model, self.ids, self.nxt = model, ids, nxt
-        self.opt = torch.optim.AdamW([p for _, p in model.named_parameters()], lr=lr, **timing.ADAMW)
+        self.opt = torch.optim.AdamW([p for _, p in model.named_parameters()], lr=lr, capturable=graphed,
+                                     **timing.ADAMW)
         self.opt_step = self.opt.step
         self.decode = None
         self.loss = None
         self.compiled = False
+        self.graphs = {} if graphed else None
+
+    def _graphed(self, name, fn):
+        if self.graphs is None:
+            return fn()
+        if name not in self.graphs:
+            self.graphs[name] = timing.cuda_graph(fn)
+        self.graphs[name]()
 
     def compile(self):
         self.compiled = True
@@ -314,16 +325,19 @@ class LlamaRun:
             opt.step()
         self.opt_step = opt_step
 
-    def inference(self):
+    def _inference(self):
         with torch.no_grad():
             self.logits = self.model.logits(self.ids)
+
+    def inference(self):
+        self._graphed("inference", self._inference)
 
     def prepare(self, phase):
         """Before a phase is timed; False: not timed. Minimal: the cache of the prefill (the S prompt tokens),
         then one token at position S per timed call."""
         if phase != "minimal":
             return True
-        if self.compiled:  # a dynamic KV cache under torch.compile recompiles per length: not timed
+        if self.compiled or self.graphs is not None:  # a growing KV cache: neither recompiled nor re-captured
             print("llama_ref.py: minimal (KV-cache decode) is timed eager only", file=sys.stderr)
             return False
         self.decode = self.model.decode_step(self.ids, self.nxt)
@@ -332,14 +346,20 @@ class LlamaRun:
     def minimal(self):
         self.decode()
 
-    def flb(self):
-        self.model.zero_grad()
+    def _flb(self):
+        self.model.zero_grad()  # both models set every gradient to None
         self.loss = self.model.loss(self.ids)
         self.loss.backward()
 
-    def step(self):
-        self.flb()
+    def flb(self):
+        self._graphed("flb", self._flb)
+
+    def _step(self):
+        self._flb()
         self.opt_step()
+
+    def step(self):
+        self._graphed("step", self._step)
 
     def value(self, phase):
         """A scalar of the phase's last result (checked finite after the samples)."""
@@ -397,8 +417,10 @@ def bench_main(a):
             print(f"llama_ref.py: gate outputs in {a.outputs}", file=sys.stderr)
 
         phases, modes, impls = timing.run_lists(a, device, "llama_ref.py")
+        if device.type != "cuda" and "cudagraph" in impls:
+            impls.remove("cudagraph")
         for mode, run_impl, compiled in timing.configurations(modes, impls):
-            run = LlamaRun(build(), a.lr, ids, nxt)
+            run = LlamaRun(build(), a.lr, ids, nxt, graphed=run_impl == "cudagraph")
             common = dict(meta, side="torch", impl=run_impl, workload=workload, mode=mode, batch=B, seq=S,
                           params=params)
             if compiled:
