@@ -177,6 +177,9 @@ size_t tiled_gemm_epilogue_room(const ir::Graph& g, const ir::Node& n, const Dev
                                 const CodegenOptions& options);
 Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                                    const DeviceCaps& caps, const CodegenOptions& options);
+// The scratch sizes (words) of an epilogue dispatch's lowering, known before the plan says what it stores.
+std::vector<uint64_t> gemm_epilogue_scratch_words(const ir::Graph& g, const std::vector<int>& nodes,
+                                                  const DeviceCaps& caps, const CodegenOptions& options);
 
 // What a pointwise fusion's kernel computes, for one element `index` (an expression): buffer declarations
 // (bindings numbered after `bindings`), operand loads, the nodes in order, the stores of `stored` nodes. Nodes in

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "codegen/glsl.h"
@@ -72,19 +73,12 @@ PointwiseBody GemmEpilogue::body(std::vector<Binding> before, const std::string&
   return b;
 }
 
-std::string GemmEpilogue::code(const PointwiseBody& b, const std::string& value, int indent) const {
-  const std::string text = "float v" + std::to_string(matmul()) + " = " + value + ";\n" + b.loads + b.body + b.stores;
-  const std::string pad(size_t(indent), ' ');
-  std::string out;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    std::string line = text.substr(at, end - at);
-    size_t first = line.find_first_not_of(' ');
-    out += pad + (first == std::string::npos ? "" : line.substr(first)) + "\n";
-    at = end + 1;
-  }
-  return out;
+std::string GemmEpilogue::code(const PointwiseBody& b, const std::string& value) const {
+  return "  float v" + std::to_string(matmul()) + " = " + value + ";\n" + b.loads + b.body + b.stores;
+}
+
+uint64_t simt_scratch_words(const GemmShape& s, uint64_t splits) {
+  return splits > 1 ? splits * batch_count(s) * s.m * s.n : 0;
 }
 
 Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps,
@@ -108,9 +102,9 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
     PointwiseBody b = epilogue->body(bindings, "ei");
     if (v4)
       body += "  for (uint q = 0u; q < 4u; ++q) {\n    uint ei = i * 4u + q;\n" +
-              epilogue->code(b, "sum[q]", 4) + "  }\n";
+              epilogue->code(b, "sum[q]") + "  }\n";
     else
-      body += "  uint ei = i;\n" + epilogue->code(b, "sum", 2);
+      body += "  uint ei = i;\n" + epilogue->code(b, "sum");
     decls += b.decls + gl::math_lib();
     bindings = std::move(b.bindings);
     name += "_e" + su(epilogue->nodes.size() - 1);
@@ -126,6 +120,12 @@ bool caps_allow_coopmat(const DeviceCaps& caps) {
   return caps.cooperative_matrix_nv && caps.subgroup_size == 32;
 }
 
+// Auto: the small kernel when M or N is tiny (GEMV-like), else the tiled one.
+GemmVariant resolved_variant(const GemmShape& s, GemmVariant v) {
+  if (v != GemmVariant::Auto) return v;
+  return (s.m <= 8 || s.n <= 8) ? GemmVariant::Small : GemmVariant::Tiled;
+}
+
 }  // namespace
 
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, GemmVariant variant) {
@@ -138,9 +138,7 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, GemmVariant vari
 Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOptions& options) {
   if (s.a_stride.size() != s.batch.size() || s.b_stride.size() != s.batch.size())
     throw Error("matmul: batch strides do not match the batch rank");
-  GemmVariant variant = options.variant;
-  if (variant == GemmVariant::Auto)
-    variant = (s.m <= 8 || s.n <= 8) ? GemmVariant::Small : GemmVariant::Tiled;
+  const GemmVariant variant = resolved_variant(s, options.variant);
   if (s.k == 0) {  // empty contraction: C is all zeros
     Lowering l;
     l.output_zero_filled = true;
@@ -289,22 +287,45 @@ Lowering lower_matmul(const LowerContext& ctx) {
   return lower_gemm(s, ctx.caps, gemm_options(ctx, s));
 }
 
-bool tiled_gemm_epilogue(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps, const CodegenOptions& options) {
-  if (n.op != ir::Op::MatMul || numel(n.shape) == 0 || !options.kernels.gemm_epilogue) return false;
+namespace {
+
+// The options of matmul `n` when it lowers to the tiled GEMM (so it can take an epilogue), else nothing.
+std::optional<GemmOptions> tiled_options(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                                         const CodegenOptions& options) {
+  if (n.op != ir::Op::MatMul || numel(n.shape) == 0 || !options.kernels.gemm_epilogue) return std::nullopt;
   const GemmShape s = matmul_shape(g, n);
-  if (s.k == 0) return false;
-  const GemmOptions o = gemm_options({g, n, caps, options}, s);
-  return o.variant == GemmVariant::Tiled || (o.variant == GemmVariant::Auto && s.m > 8 && s.n > 8);
+  GemmOptions o = gemm_options({g, n, caps, options}, s);
+  if (s.k == 0 || resolved_variant(s, o.variant) != GemmVariant::Tiled) return std::nullopt;
+  return o;
+}
+
+}  // namespace
+
+bool tiled_gemm_epilogue(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps, const CodegenOptions& options) {
+  return tiled_options(g, n, caps, options).has_value();
 }
 
 size_t tiled_gemm_epilogue_room(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
                                 const CodegenOptions& options) {
-  if (!tiled_gemm_epilogue(g, n, caps, options)) return 0;
-  const GemmShape s = matmul_shape(g, n);
-  const GemmTile t = resolve_simt_tile(s, caps, gemm_options({g, n, caps, options}, s).tile);
-  if (t.splits > 1) return SIZE_MAX;
+  const std::optional<GemmOptions> o = tiled_options(g, n, caps, options);
+  if (!o) return 0;
+  if (resolve_simt_tile(matmul_shape(g, n), caps, o->tile).splits > 1) return SIZE_MAX;
   const bool parameter_operand = g.node(n.inputs[0]).op == ir::Op::Parameter || g.node(n.inputs[1]).op == ir::Op::Parameter;
   return parameter_operand ? kStoreEpilogueNodes : 0;
+}
+
+std::vector<uint64_t> gemm_epilogue_scratch_words(const ir::Graph& g, const std::vector<int>& nodes,
+                                                  const DeviceCaps& caps, const CodegenOptions& options) {
+  for (int id : nodes) {
+    const ir::Node& n = g.node(id);
+    if (n.op != ir::Op::MatMul) continue;
+    const std::optional<GemmOptions> o = tiled_options(g, n, caps, options);
+    if (!o) return {};  // the GEMV kernel needs none
+    const GemmShape s = matmul_shape(g, n);
+    const uint64_t words = simt_scratch_words(s, resolve_simt_tile(s, caps, o->tile).splits);
+    return words ? std::vector<uint64_t>{words} : std::vector<uint64_t>{};
+  }
+  return {};
 }
 
 Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
@@ -313,13 +334,13 @@ Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& n
   for (size_t k = 0; k < nodes.size(); ++k)
     if (g.node(nodes[k]).op == ir::Op::MatMul) e.km = k;
   if (!gemv_epilogue(g, nodes) || e.km == nodes.size()) throw Error("internal: " + g.describe(nodes.at(0)) + "... is no GEMM epilogue");
-  if (!tiled_gemm_epilogue(g, g.node(e.matmul()), caps, options)) return lower_gemv_epilogue(g, nodes, stored, caps);
   const ir::Node& mm = g.node(e.matmul());
+  const std::optional<GemmOptions> o = tiled_options(g, mm, caps, options);
+  if (!o) return lower_gemv_epilogue(g, nodes, stored, caps);
   for (int id : nodes)
     if (g.node(id).shape != mm.shape)
       throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));
-  const GemmShape s = matmul_shape(g, mm);
-  return simt_gemm(s, caps, gemm_options({g, mm, caps, options}, s).tile, &e);
+  return simt_gemm(matmul_shape(g, mm), caps, o->tile, &e);
 }
 
 }  // namespace mgn::codegen

@@ -57,10 +57,11 @@ struct GemmEpilogue {
   Binding operand(int slot) const;
   // The epilogue at element `index` (a uint expression), its buffers numbered after `before`.
   PointwiseBody body(std::vector<Binding> before, const std::string& index) const;
-  // The statements that evaluate it for the value `value` (a float expression) at `index`, each line indented
-  // by `indent` spaces.
-  std::string code(const PointwiseBody& b, const std::string& value, int indent) const;
+  // The statements that evaluate it for the value `value` (a float expression) at the body's index.
+  std::string code(const PointwiseBody& b, const std::string& value) const;
 };
+// The split-K scratch (words) of the SIMT kernel split `splits` ways: 0 when K is not split.
+uint64_t simt_scratch_words(const GemmShape& s, uint64_t splits);
 
 // The second kernel of a split-K GEMM: C = the sum of the `splits` partial products in scratch `slot`
 // ([split][batch][m][n], `outs` = batch * m * n values each), added in split order (deterministic, no

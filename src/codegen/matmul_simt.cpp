@@ -241,7 +241,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
       g.store = "        [[unroll]] for (uint q = 0u; q < 4u; ++q) {\n"
                 "          if (n + q >= N) break;\n"
                 "          uint ei = coff + m * N + n + q;\n" +
-                epilogue->code(b, "v[q]", 10) + "        }\n";
+                epilogue->code(b, "v[q]") + "        }\n";
       g.bindings = b.bindings;
     }
     l.kernels.push_back(emit_tiled_gemm(g, caps));
@@ -251,7 +251,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
   // (deterministic, no atomics) and stores C, or evaluates the epilogue.
   g.bindings = operands;
   g.bindings.push_back({BindingKind::Scratch, 0, true});
-  l.scratch_words.push_back(c.splits * nb * s.m * s.n);
+  l.scratch_words.push_back(simt_scratch_words(s, c.splits));
   l.kernels.push_back(emit_tiled_gemm(g, caps));
   l.kernels.push_back(splitk_sum_kernel(c.splits, nb * s.m * s.n, 0, caps, epilogue));
   return l;

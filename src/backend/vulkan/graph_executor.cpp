@@ -334,11 +334,9 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   po.segment_bytes = alloc_->max_allocation() / po.alignment * po.alignment;
   po.scratch_bytes = [&](const ir::Graph&, const plan::Dispatch& d) {
     std::vector<uint64_t> r;
-    if (gemv_epilogue(d)) {  // lowered after the plan: the scratch is its matmul's (split K), lowered alone
-      for (int id : d.nodes)
-        if (g_.node(id).op == ir::Op::MatMul)
-          for (uint64_t w : codegen::lower_node({g_, g_.node(id), caps, opt_.codegen}).scratch_words)
-            r.push_back(std::max<uint64_t>(w, 1) * 4);
+    if (gemv_epilogue(d)) {  // lowered after the plan
+      for (uint64_t w : codegen::gemm_epilogue_scratch_words(g_, d.nodes, caps, opt_.codegen))
+        r.push_back(std::max<uint64_t>(w, 1) * 4);
       return r;
     }
     if (pointwise_fusion(d)) return r;
