@@ -103,7 +103,7 @@ struct KernelOptions {
   // They are most of a cold compile: a tiled GEMM kernel takes 68 ms with them and 7 ms without (glslang alone;
   // lavapipe's host, docs/perf-notes.md 2026-12-07), and every driver optimizes the SPIR-V it gets again. Off
   // (the default): SPIR-V straight from glslang (still validated). Measured on an H100 (run 17): the kernels run as
-  // fast or faster without the passes, and a cold compile is 0.2-0.35 s shorter.
+  // fast or faster without the passes, and a cold compile is 0.02-0.34 s shorter.
   bool spirv_optimize = false;
 
   bool operator==(const KernelOptions&) const = default;
