@@ -266,4 +266,10 @@ TEST(Reliability, FuzzerFindingsStayFixed) {
   EXPECT_EQ(f.get("z").shape, (Shape{0, 4}));
   EXPECT_TRUE(f.get("z").to_f32().empty());
   EXPECT_TRUE(StoredTensor::from_f32("e", {0}, {}).bytes.empty());
+  // safetensors_fuzz: an I64 element of 2^63 - 1 converted to i32: the error message cast the double (2^63) back
+  // to int64 (undefined). Now the error prints the value as it is.
+  const std::string big_i64 = read(dir / "safetensors_i32_out_of_range.safetensors");
+  SafetensorsFile g = SafetensorsFile::parse(std::vector<uint8_t>(big_i64.begin(), big_i64.end()), "big.safetensors");
+  e = error_of([&] { (void)g.get("c").to_i32(); });
+  EXPECT_TRUE(has(e, "'c'") && has(e, "does not fit in i32") && has(e, "9.2233720368547758e+18")) << e;
 }

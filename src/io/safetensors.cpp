@@ -78,8 +78,11 @@ std::vector<int32_t> StoredTensor::to_i32() const {
   std::vector<int32_t> v(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) {
     double x = element(*this, i);
-    if (x < -2147483648.0 || x > 2147483647.0)
-      throw Error("tensor '" + name + "': value " + std::to_string(int64_t(x)) + " does not fit in i32");
+    if (x < -2147483648.0 || x > 2147483647.0) {  // printed as a double: it may be past int64's range too
+      char text[32];
+      std::snprintf(text, sizeof text, "%.17g", x);
+      throw Error("tensor '" + name + "': value " + text + " does not fit in i32");
+    }
     v[size_t(i)] = int32_t(x);
   }
   return v;
