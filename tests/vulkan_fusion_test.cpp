@@ -689,6 +689,35 @@ TEST_F(VulkanFusion, TiledGemmEpilogueRunsInTheStoreOrTheSplitSum) {
   EXPECT_GT(t.splits, 1u);
 }
 
+// A store epilogue only behind GEMMs whose threads hold at most kStoreEpilogueAccumulators (4x4) results: on a
+// big GPU's caps (the defaults), Whisper's batch-8 linears (12,000 rows) take the 128x128 block with 8x8 per
+// thread and store C themselves; the same layer at batch 1 (1,500 rows: 64x64 blocks, 4x4) takes its bias and
+// activation; a weight gradient's product (no Parameter operand) takes none; split K takes any number.
+TEST(GemmEpilogueRule, StoreEpilogueOnlyBehindFourByFourThreadTiles) {
+  const codegen::DeviceCaps big;
+  Graph g;
+  auto fc1 = [&](int64_t rows) {
+    return linear(g.input("x" + std::to_string(rows), {rows, 384}), g.parameter("w" + std::to_string(rows), {1536, 384}));
+  };
+  Tensor b8 = fc1(12000), b1 = fc1(1500);
+  Tensor dw = matmul(g.input("gy", {200, 1536}), g.input("xt", {200, 384}), true, false);  // gyᵀ·x: no Parameter, K unsplit
+  Tensor split = linear(g.input("xl", {16, 1024}), g.parameter("wl", {24, 1024}));
+  auto tile = [&](const Tensor& t) {
+    return codegen::resolve_simt_tile(codegen::matmul_shape(g.ir(), g.ir().node(t.id())), big, {});
+  };
+  auto room = [&](const Tensor& t) { return codegen::tiled_gemm_epilogue_room(g.ir(), g.ir().node(t.id()), big, {}); };
+  EXPECT_EQ(tile(b8).tm * tile(b8).tn, 64u);
+  EXPECT_EQ(tile(b8).splits, 1u);
+  EXPECT_EQ(room(b8), 0u);
+  EXPECT_EQ(tile(b1).tm * tile(b1).tn, 16u);
+  EXPECT_EQ(tile(b1).splits, 1u);
+  EXPECT_EQ(room(b1), codegen::kStoreEpilogueNodes);
+  EXPECT_EQ(tile(dw).splits, 1u);
+  EXPECT_EQ(room(dw), 0u);
+  EXPECT_GT(tile(split).splits, 1u);
+  EXPECT_EQ(room(split), SIZE_MAX);
+}
+
 // An rms_norm whose every reader is a token projection of it (q, k, v behind a Llama layer's input norm) runs
 // in the projections' GEMV dispatch: each workgroup sums x·gamma·W and x² in one pass, so the normalized row is
 // never stored. Not bitwise the separate kernels' (x is scaled after the sum, not before), so fused and plain

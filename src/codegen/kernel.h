@@ -173,6 +173,11 @@ bool tiled_gemm_epilogue(const ir::Graph& g, const ir::Node& n, const DeviceCaps
 // kernel's store is unrolled over a thread's 16-64 accumulators, and a long epilogue there (an optimizer's update
 // of a weight gradient) made training steps up to 8% slower on an H100 (run 17, docs/perf-notes.md).
 inline constexpr size_t kStoreEpilogueNodes = 3;
+// A store epilogue also needs a per-thread tile of at most this many accumulators (the 4x4 tiles): behind the
+// 8x8 tiles of the 128x128-block kernel (Whisper at batch 8: 12,000 x 1,536 x 384) the H100's driver spilled
+// registers to local memory and the whole GEMM ran 11-15x slower (0.37-0.68 ms -> 7.3-7.5 ms; run 18,
+// docs/perf-notes.md), so those products store C and their readers run apart.
+inline constexpr uint32_t kStoreEpilogueAccumulators = 16;
 size_t tiled_gemm_epilogue_room(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
                                 const CodegenOptions& options);
 Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,

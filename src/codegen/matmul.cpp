@@ -309,7 +309,9 @@ size_t tiled_gemm_epilogue_room(const ir::Graph& g, const ir::Node& n, const Dev
                                 const CodegenOptions& options) {
   const std::optional<GemmOptions> o = tiled_options(g, n, caps, options);
   if (!o) return 0;
-  if (resolve_simt_tile(matmul_shape(g, n), caps, o->tile).splits > 1) return SIZE_MAX;
+  const GemmTile t = resolve_simt_tile(matmul_shape(g, n), caps, o->tile);
+  if (t.splits > 1) return SIZE_MAX;
+  if (t.tm * t.tn > kStoreEpilogueAccumulators) return 0;
   const bool parameter_operand = g.node(n.inputs[0]).op == ir::Op::Parameter || g.node(n.inputs[1]).op == ir::Op::Parameter;
   return parameter_operand ? kStoreEpilogueNodes : 0;
 }
