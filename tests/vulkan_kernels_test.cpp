@@ -170,6 +170,34 @@ bool uses(const Lowering& l, const std::string& prefix) {
   return false;
 }
 
+// ---------------------------------------------------------------------------------------------- reductions
+
+// Few outputs over many elements (a loss's mean over every element) split each output's elements into row chunks
+// of at least 8,192: a partial kernel, then the chunks summed in order. 48,251 elements: 5 chunks, the last one
+// short; 3 rows of 41,000: 5 chunks each; max over 18,000: 2; 2 rows of 5,000 stay one workgroup per row.
+TEST_F(VulkanKernels, ReductionsOfFewOutputsSplitTheirRows) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> axes;
+    std::string op, kernel;  // the pass-1 kernel's name prefix ("" = one kernel)
+  };
+  for (const Case& c : {Case{{7, 61, 113}, {}, "sum", "reduce_sum_[7,61,113] axes[0,1,2]_part5"},
+                        Case{{3, 41000}, {1}, "mean", "reduce_mean_[3,41000] axes[1]_part5"},
+                        Case{{9, 2000}, {}, "max", "reduce_max_[9,2000] axes[0,1]_part2"},
+                        Case{{2, 5000}, {1}, "sum", ""}}) {
+    Graph g;
+    Tensor x = g.input("x", c.shape);
+    Tensor y = c.op == "sum" ? sum(x, c.axes) : c.op == "mean" ? mean(x, c.axes) : max(x, c.axes);
+    const Lowering l = check(g, y.id(), codegen::lower_reduction, 1e-5);
+    if (c.kernel.empty()) {
+      EXPECT_EQ(l.kernels.size(), 1u) << l.kernels[0].name;
+    } else {
+      ASSERT_EQ(l.kernels.size(), 2u) << c.kernel;
+      EXPECT_EQ(l.kernels[0].name, c.kernel);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------- matmul
 
 TEST_F(VulkanKernels, MatmulTiledAllTransposes) {

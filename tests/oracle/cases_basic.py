@@ -112,6 +112,11 @@ add(Case("sum_columns", "sum", [In((6, 9, 20))], lambda x: torch.sum(x, dim=(0, 
          attrs={"axes": [0, 1], "keepdim": 0}),
     Case("mean_columns_chunked", "mean", [In((530, 20))], lambda x: torch.mean(x, dim=0), attrs={"axes": [0], "keepdim": 0}),
     Case("min_columns_chunked", "min", [In((300, 17))], lambda x: torch.amin(x, dim=0), attrs={"axes": [0], "keepdim": 0}))
+# Few outputs over many elements (a loss's mean over everything): each output's elements split into row chunks of
+# at least 8,192 (two passes); 48,251 elements make 5 chunks with a short last one.
+add(Case("sum_all_chunked", "sum", [In((7, 61, 113))], lambda x: torch.sum(x), attrs={"axes": [], "keepdim": 0}),
+    Case("mean_rows_chunked", "mean", [In((3, 41000))], lambda x: torch.mean(x, dim=1), attrs={"axes": [1], "keepdim": 0}),
+    Case("max_all_chunked", "max", [In((9, 2000))], lambda x: torch.amax(x), attrs={"axes": [], "keepdim": 0}))
 for key, fn in {"max": torch.amax, "min": torch.amin}.items():
     # continuous random inputs: no ties, so the gradient is well defined
     add(Case(f"{key}_inner", key, [In((3, 4, 5))], lambda x, fn=fn: fn(x, dim=-1), attrs={"axes": [-1], "keepdim": 0}),
