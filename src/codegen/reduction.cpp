@@ -231,17 +231,18 @@ ${STORE}  }
                   {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}});
     return l;
   }
-  // Few outputs over long rows (a loss's mean over every element: Whisper's 4.6 M at batch 8 took 1.9 ms in one
-  // workgroup on an H100): each output's rows are split into chunks, a first kernel reduces chunk ch of output o
-  // into P[o * chunks + ch], a second reduces each output's chunks in order (fixed order: deterministic).
-  const uint64_t row_chunks =
-      is_arg || v.outputs >= kRowGroupsWanted
-          ? 1
-          : std::min<uint64_t>(div_up(kRowGroupsWanted, v.outputs), v.m / kRowChunkMin);
-  if (row_chunks > 1) {
-    const uint64_t chunks = row_chunks, per_chunk = div_up(v.m, chunks);
-    // One workgroup-per-row kernel: row `o` of `groups` (its index math in `index`), `load` the element at r,
-    // r in [r0, r1), `store` of acc by thread 0.
+  if (!is_arg) {
+    // One workgroup per output walks its elements and meets in a shared-memory tree. Few outputs over long rows
+    // (a loss's mean over every element: Whisper's 4.6 M at batch 8 took 1.9 ms in one workgroup on an H100) split
+    // each output's elements into chunks: a first kernel reduces chunk ch of output o into P[o * chunks + ch], a
+    // second each output's chunks in order (fixed order: deterministic).
+    const uint64_t chunks =
+        v.outputs >= kRowGroupsWanted
+            ? 1
+            : std::max<uint64_t>(1, std::min<uint64_t>(div_up(kRowGroupsWanted, v.outputs), v.m / kRowChunkMin));
+    const uint64_t per_chunk = div_up(v.m, chunks);
+    // One kernel: workgroup `gid` of `groups` (`index` sets o and base), `load` the element at r for r in
+    // [r0, r1), `store` of acc by thread 0.
     auto row_kernel = [&](const std::string& kname, const std::string& what, const std::string& kdecls, uint64_t groups,
                           uint64_t longest, const std::string& index, const std::string& load, const std::string& r0,
                           const std::string& r1, const std::string& store, std::vector<Binding> kb) {
@@ -282,26 +283,32 @@ ${STORE}  }
       k.groups = grid.groups;
       l.kernels.push_back(std::move(k));
     };
+    const std::string store_y = "    y[o] = " + fin + ";\n";
+    if (chunks == 1) {
+      row_kernel(name, "workgroup-per-output", decls, v.outputs, v.m, "  uint o = gid, base = base_of(o);\n",
+                 "x[base + roff(r)]", "0u", u(v.m), store_y, bindings);
+      return l;
+    }
     l.scratch_words = {chunks * v.outputs};
     const std::string pdecls =
         gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "P", x.dtype, false, true) + view_fns(v) + comb_fn;
     row_kernel(name + "_part" + std::to_string(chunks), "pass 1 of 2 (" + std::to_string(chunks) + " row chunks)",
                pdecls, v.outputs * chunks, per_chunk,
-               "  uint o = gid / " + u(chunks) + ", ch = gid % " + u(chunks) + ";\n  uint base = base_of(o);\n",
-               "x[base + roff(r)]", "ch * " + u(per_chunk), "min(ch * " + u(per_chunk) + " + " + u(per_chunk) + ", " + u(v.m) + ")",
-               "    P[gid] = acc;\n", {{BindingKind::Input, 0}, {BindingKind::Scratch, 0, true}});
+               "  uint o = gid / " + u(chunks) + ", ch = gid % " + u(chunks) + ", base = base_of(o);\n",
+               "x[base + roff(r)]", "ch * " + u(per_chunk),
+               "min(ch * " + u(per_chunk) + " + " + u(per_chunk) + ", " + u(v.m) + ")", "    P[gid] = acc;\n",
+               {{BindingKind::Input, 0}, {BindingKind::Scratch, 0, true}});
     const std::string sdecls = gl::buffer(0, "P", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true) + comb_fn;
     row_kernel(name + "_sum" + std::to_string(chunks), "pass 2 of 2", sdecls, v.outputs, chunks,
-               "  uint o = gid, base = o * " + u(chunks) + ";\n", "P[base + r]", "0u", u(chunks),
-               "    y[o] = " + fin + ";\n", {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}});
+               "  uint o = gid, base = o * " + u(chunks) + ";\n", "P[base + r]", "0u", u(chunks), store_y,
+               {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}});
     return l;
   }
+  // argmax: one workgroup per output; each thread's first maximum, then a tree that keeps the earlier index.
   const uint32_t wg = gl::row_workgroup(v.m, ctx.caps);
   gl::Grid grid = gl::flat_groups(v.outputs, ctx.caps, name);
   const std::string W = u(wg);
-  std::string reduce;
-  if (is_arg)
-    reduce = arg_scan("t", "r += " + W) + gl::render(R"(  s_v[t] = best;
+  const std::string reduce = arg_scan("t", "r += " + W) + gl::render(R"(  s_v[t] = best;
   s_i[t] = bi;
   barrier();
   for (uint s = ${HALF}; s > 0u; s >>= 1) {
@@ -313,30 +320,15 @@ ${STORE}  }
   }
   if (t == 0u) y[o] = int(s_i[0]);
 )",
-                                                     {{"HALF", u(wg / 2)}});
-  else
-    reduce = gl::render(R"(  ${T} acc = ${INIT};
-  for (uint r = t; r < ${M}; r += ${W}) acc = comb(acc, x[base + roff(r)]);
-  s_v[t] = acc;
-  barrier();
-${TREE}  if (t == 0u) {
-    acc = s_v[0];
-    y[o] = ${FIN};
-  }
-)",
-                        {{"T", T},
-                         {"INIT", init},
-                         {"M", u(v.m)},
-                         {"W", W},
-                         {"TREE", gl::tree_reduce(wg, " s_v[t] = comb(s_v[t], s_v[t + s]);", "  ")},
-                         {"FIN", fin}});
+                                                                   {{"HALF", u(wg / 2)}});
   Kernel k;
   k.name = name;
   k.glsl = gl::render(R"(#version 450
 // archetype: ${COMMENT} workgroup-per-output
 layout(local_size_x = ${WG}) in;
 ${DECLS}shared ${T} s_v[${W}];
-${SHARED_I}void main() {
+shared uint s_i[${W}];
+void main() {
 ${GRID}  uint o = gid, t = gl_LocalInvocationID.x;
   uint base = base_of(o);
 ${REDUCE}}
@@ -346,7 +338,6 @@ ${REDUCE}}
                        {"DECLS", decls},
                        {"T", T},
                        {"W", W},
-                       {"SHARED_I", is_arg ? "shared uint s_i[" + W + "];\n" : ""},
                        {"GRID", grid.glsl},
                        {"REDUCE", reduce}});
   k.bindings = bindings;
