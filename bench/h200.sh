@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the Vulkan loader from .gl/, then the chosen jobs; results under $OUT.
 # Usage there: bench/h200.sh BIN_DIR DATA_DIR JOB...
+#   The model jobs (bench-*) time torch.compile as $COMPILED_IMPLS (default "compiled compiled-graph": the default
+#   mode and mode="reduce-overhead", whose kernels replay from CUDA graphs), each in its own process under the job's
+#   compile cap; compare.py names the fastest PyTorch variant per phase.
 #   BIN_DIR holds mgn and (for `conformance`) tests/vulkan_*_test plus oracle/ (see bench/stage-h200.sh)
 #   gemm         mgn bench-gemm vs torch.mm on the same GPU, same run
 #   conformance  the Vulkan op harness and whole-graph tests on this device (validation layer off: the
@@ -164,9 +167,14 @@ model_bench() {
   python3 "$@" --device cuda --impls eager $GATE_REFS $eager_flags --weights "$P.weights.safetensors" \
     --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
   echo "$label eager rc=$?" >> "$L"
-  timeout "$limit" python3 "$@" --device cuda --impls compiled --modes strict --weights "$P.weights.safetensors" \
-    --json "$P.compiled.torch.jsonl" > /dev/null 2>> "$L"
-  echo "$label compiled rc=$? (124: timed out)" >> "$L"
+  # torch.compile's variants (COMPILED_IMPLS, default both: "compiled" and "compiled-graph", mode="reduce-overhead"),
+  # each in its own process under the cap, so that one timing out still leaves the other's lines.
+  local impl
+  for impl in ${COMPILED_IMPLS:-compiled compiled-graph}; do
+    timeout "$limit" python3 "$@" --device cuda --impls "$impl" --modes strict --weights "$P.weights.safetensors" \
+      --json "$P.$impl.torch.jsonl" > /dev/null 2>> "$L"
+    echo "$label $impl rc=$? (124: timed out)" >> "$L"
+  done
   cat "$T"/*.mgn.jsonl > "$OUT/bench_${tag}_mgn.jsonl"
   cat "$T"/*.torch.jsonl > "$OUT/bench_${tag}_torch.jsonl"
   python3 bench/compare.py --require-gates --out "$OUT/bench_${tag}_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \
@@ -443,10 +451,12 @@ PY
           --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" --outputs "$P.torch_out.safetensors" \
           --json "$P.torch.jsonl" $GATE_REFS > /dev/null 2>> "$L"
         echo "sd_unet_bench.py eager rc=$?" >> "$L"
-        timeout "${BENCH_UNET_COMPILE_TIMEOUT:-200}" python3 bench/pytorch/sd_unet_bench.py --device cuda --impls compiled \
-          --modes strict --lr "$LR" --weights "$P.weights.safetensors" --inputs "$P.mgn_out.safetensors" \
-          --json "$P.compiled.torch.jsonl" > /dev/null 2>> "$L"
-        echo "sd_unet_bench.py compiled rc=$? (124: timed out)" >> "$L"
+        for impl in ${COMPILED_IMPLS:-compiled compiled-graph}; do
+          timeout "${BENCH_UNET_COMPILE_TIMEOUT:-200}" python3 bench/pytorch/sd_unet_bench.py --device cuda \
+            --impls "$impl" --modes strict --lr "$LR" --weights "$P.weights.safetensors" \
+            --inputs "$P.mgn_out.safetensors" --json "$P.$impl.torch.jsonl" > /dev/null 2>> "$L"
+          echo "sd_unet_bench.py $impl rc=$? (124: timed out)" >> "$L"
+        done
         cat "$T"/*.mgn.jsonl > "$OUT/bench_${TAG}_mgn.jsonl"
         cat "$T"/*.torch.jsonl > "$OUT/bench_${TAG}_torch.jsonl"
         python3 bench/compare.py --require-gates --out "$OUT/bench_${TAG}_table.md" "$T"/*.mgn.jsonl "$T"/*.torch.jsonl \

@@ -28,7 +28,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
-from timing import set_mode  # noqa: E402
 
 
 # ---- the ViT in plain torch (DINOv3ViTModel's forward and names)
@@ -279,21 +278,14 @@ def main():
         print(f"dinov3_bench.py: gate outputs ({args.model}) in {args.outputs}", file=sys.stderr)
 
     phases, modes, impls = timing.run_lists(args, device, "dinov3_bench.py")
-    if device.type != "cuda" and "cudagraph" in impls:
-        impls.remove("cudagraph")
-    for mode in modes:
-        for impl in impls:
-            set_mode(mode)
-            compiled = impl == "compiled"
-            if compiled:
-                torch._dynamo.reset()
-            model, _ = build_model(cfg, weights, args.model, args.workload)
-            ph = Phases(model.to(device), args.lr, x, target, args.workload, impl)
-            common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
-                          device=dev_name, batch=batch, image=image, params=params, torch=torch.__version__,
-                          model=args.model)
-            timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples,
-                               device, lines.emit, compiled, ph.value)
+    for mode, impl, compiled in timing.configurations(modes, impls):
+        model, _ = build_model(cfg, weights, args.model, args.workload)
+        ph = Phases(model.to(device), args.lr, x, target, args.workload, impl)
+        common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
+                      device=dev_name, batch=batch, image=image, params=params, torch=torch.__version__,
+                      model=args.model)
+        timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples,
+                           device, lines.emit, compiled, ph.value)
     lines.close()
 
 

@@ -98,20 +98,12 @@ def build_model(workload, weights):
 class Phases:
     """The three timed functions of one configuration (model, optimizer, eager or compiled)."""
 
-    def __init__(self, model, lr, x, y, compiled):
+    def __init__(self, model, lr, x, y, compile_mode=None):
+        """compile_mode: torch.compile's mode (timing.compile_mode of a compiled impl), None: eager."""
         self.model, self.x, self.y = model, x, y
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr, **ADAMW)
-        self.fwd = torch.compile(model) if compiled else model
-        if compiled:
-            opt = self.opt
-
-            # The update compiled as well (PyTorch's recipe "compiling the optimizer").
-            @torch.compile(fullgraph=False)
-            def opt_step():
-                opt.step()
-            self.opt_step = opt_step
-        else:
-            self.opt_step = self.opt.step
+        self.fwd = torch.compile(model, mode=compile_mode) if compile_mode else model
+        self.opt_step = timing.compile_update(self.opt) if compile_mode else self.opt.step
         self.loss = None
 
     def inference(self):
@@ -139,7 +131,7 @@ def gate_outputs(args, weights, x, y, device, meta):
         xd, yd = x.to(dev, dtype), y.to(dev)
 
         def make():
-            ph = Phases(build_model(args.workload, weights).to(dev, dtype), args.lr, xd, yd, compiled=False)
+            ph = Phases(build_model(args.workload, weights).to(dev, dtype), args.lr, xd, yd)
             return ph, lambda ph: ph.model.named_parameters(), None
         return gates.model_tensors(make)
 
@@ -176,7 +168,7 @@ def main():
 
     phases, modes, impls = timing.run_lists(args, device, "fashion_cnn.py")
     for mode, impl, compiled in timing.configurations(modes, impls):
-        ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, compiled)
+        ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, timing.compile_mode(impl))
         common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
                       device=dev_name, batch=args.batch, params=params, torch=torch.__version__)
         timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples, device,

@@ -175,8 +175,8 @@ class PlainLlama:
                 self.last_logits = self.forward(tok, cache)[0]
         return step
 
-    def compile(self):
-        self.forward = torch.compile(self.forward)
+    def compile(self, mode):
+        self.forward = torch.compile(self.forward, mode=mode)
 
 
 # ---- transformers
@@ -213,8 +213,8 @@ class HfLlama:
             self.model.to(dtype)
         self.call = self.model
 
-    def compile(self):
-        self.call = torch.compile(self.model)
+    def compile(self, mode):
+        self.call = torch.compile(self.model, mode=mode)
 
     def named_parameters(self):
         return self.model.named_parameters()
@@ -315,15 +315,11 @@ class LlamaRun:
             self.graphs[name] = timing.cuda_graph(fn)
         self.graphs[name]()
 
-    def compile(self):
+    def compile(self, mode):
+        """The model under torch.compile in `mode` (timing.compile_mode), the AdamW update compiled."""
         self.compiled = True
-        self.model.compile()
-        opt = self.opt
-
-        @torch.compile(fullgraph=False)
-        def opt_step():
-            opt.step()
-        self.opt_step = opt_step
+        self.model.compile(mode)
+        self.opt_step = timing.compile_update(self.opt)
 
     def _inference(self):
         with torch.no_grad():
@@ -417,14 +413,12 @@ def bench_main(a):
             print(f"llama_ref.py: gate outputs in {a.outputs}", file=sys.stderr)
 
         phases, modes, impls = timing.run_lists(a, device, "llama_ref.py")
-        if device.type != "cuda" and "cudagraph" in impls:
-            impls.remove("cudagraph")
         for mode, run_impl, compiled in timing.configurations(modes, impls):
             run = LlamaRun(build(), a.lr, ids, nxt, graphed=run_impl == "cudagraph")
             common = dict(meta, side="torch", impl=run_impl, workload=workload, mode=mode, batch=B, seq=S,
                           params=params)
             if compiled:
-                run.compile()
+                run.compile(timing.compile_mode(run_impl))
             timing.time_phases(run, common, phases, ("inference", "minimal", "flb", "step"), a.warmup, a.samples,
                                device, out_lines.emit, compiled, run.value, prepare=run.prepare)
             del run

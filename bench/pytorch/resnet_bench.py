@@ -126,7 +126,7 @@ def gate_outputs(args, cfg, weights, x, y, device, meta):
         xd, yd = x.to(dev, dtype), y.to(dev)
 
         def make():
-            ph = Phases(build_model(cfg, weights).to(dev, dtype), args.lr, xd, yd, compiled=False)
+            ph = Phases(build_model(cfg, weights).to(dev, dtype), args.lr, xd, yd)
             return ph, lambda ph: ph.model.named_parameters(), lambda ph: [
                 (n, t) for n, t in ph.model.state_dict().items() if not n.endswith("num_batches_tracked")]
         return gates.model_tensors(make)
@@ -166,7 +166,7 @@ def main():
 
     phases, modes, impls = timing.run_lists(args, device, "resnet_bench.py")
     for mode, impl, compiled in timing.configurations(modes, impls):
-        ph = Phases(build_model(cfg, weights).to(device), args.lr, x, y, compiled)
+        ph = Phases(build_model(cfg, weights).to(device), args.lr, x, y, timing.compile_mode(impl))
         common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
                       device=dev_name, batch=batch, image=cfg["image_size"], params=params,
                       torch=torch.__version__)

@@ -108,8 +108,6 @@ def main():
         print(f"sd_unet_bench.py: gate outputs in {args.outputs}", file=sys.stderr)
 
     phases, modes, impls = timing.run_lists(args, device, "sd_unet_bench.py")
-    if device.type != "cuda" and "cudagraph" in impls:
-        impls.remove("cudagraph")
     for mode, impl, compiled in timing.configurations(modes, impls):
         ph = Phases(build_model(cfg, weights).to(device), args.lr, xs, target, impl)
         common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,

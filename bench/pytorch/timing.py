@@ -150,14 +150,45 @@ def add_run_args(ap, phases="compile,inference,flb,step"):
     ap.add_argument("--outputs", help="write the gate tensors of the strict eager model here")
 
 
+# The implementations of the PyTorch side: eager; eager + CUDA-graph replay ("cudagraph": each phase captured whole,
+# cuda_graph); and torch.compile in the mode given here: "compiled" Inductor's kernels launched one by one,
+# "compiled-graph" mode="reduce-overhead" (the same kernels replayed from CUDA graphs; CUDA only). Compiled
+# variants compile the model in their mode and the AdamW update in the default mode (PyTorch's recipe
+# "compiling the optimizer").
+IMPLS = ("eager", "cudagraph", "compiled", "compiled-graph")
+COMPILE_MODES = {"compiled": "default", "compiled-graph": "reduce-overhead"}
+CUDA_ONLY = ("cudagraph", "compiled-graph")
+
+
+def compile_mode(impl):
+    """torch.compile's mode of a compiled implementation, None for the others."""
+    return COMPILE_MODES.get(impl)
+
+
+def compile_update(opt):
+    """The optimizer's step under torch.compile (default mode), as every compiled implementation runs it."""
+    @torch.compile(fullgraph=False)
+    def opt_step():
+        opt.step()
+    return opt_step
+
+
 def run_lists(args, device, script):
-    """The phases, modes and impls of the flags: strict only on the CPU, eager only without torch.compile."""
+    """The phases, modes and impls of the flags: strict only on the CPU, no CUDA-graph variant without CUDA,
+    no compiled one without torch.compile (each one left out is said on stderr)."""
     phases = [p for p in args.phases.split(",") if p]
     modes = cpu_modes([m for m in args.modes.split(",") if m], device, script)
     impls = [i for i in args.impls.split(",") if i]
-    if "compiled" in impls and not hasattr(torch, "compile"):
-        impls.remove("compiled")
-        print(f"{script}: torch {torch.__version__} has no torch.compile, eager only", file=sys.stderr)
+    unknown = [i for i in impls if i not in IMPLS]
+    if unknown:
+        raise SystemExit(f"{script}: unknown --impls {','.join(unknown)} (known: {','.join(IMPLS)})")
+    for impl in list(impls):
+        if impl in CUDA_ONLY and device.type != "cuda":
+            impls.remove(impl)
+            print(f"{script}: {impl} needs CUDA, left out on {device.type}", file=sys.stderr)
+        elif impl in COMPILE_MODES and not hasattr(torch, "compile"):
+            impls.remove(impl)
+            print(f"{script}: torch {torch.__version__} has no torch.compile, {impl} left out", file=sys.stderr)
     return phases, modes, impls
 
 
@@ -167,7 +198,7 @@ def configurations(modes, impls):
     for mode in modes:
         for impl in impls:
             set_mode(mode)
-            compiled = impl == "compiled"
+            compiled = impl in COMPILE_MODES
             if compiled:
                 importlib.import_module("torch._dynamo").reset()
             yield mode, impl, compiled
@@ -219,23 +250,18 @@ def cuda_graph(fn, warmup=3):
 
 class Phases:
     """The three timed functions (inference, flb, step) of one configuration of a model whose loss is
-    loss_fn(output): impl "eager", "compiled" (the model and the AdamW update under torch.compile) or
-    "cudagraph" (each phase captured whole on its first call, cuda_graph, with a capturable AdamW, then replayed)."""
+    loss_fn(output): impl "eager", "compiled" / "compiled-graph" (the model under torch.compile in that impl's
+    mode, the AdamW update compiled, compile_update) or "cudagraph" (each phase captured whole on its first call,
+    cuda_graph, with a capturable AdamW, then replayed)."""
 
     def __init__(self, model, lr, x, impl, loss_fn):
         self.model, self.x, self.loss_fn = model, x, loss_fn
         graphed = impl == "cudagraph"
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=lr, capturable=graphed, **ADAMW)
-        self.fwd = torch.compile(model) if impl == "compiled" else model
-        self.opt_step = self.opt.step
-        if impl == "compiled":
-            opt = self.opt
-
-            @torch.compile(fullgraph=False)
-            def opt_step():
-                opt.step()
-            self.opt_step = opt_step
+        mode = compile_mode(impl)
+        self.fwd = torch.compile(model, mode=mode) if mode else model
+        self.opt_step = compile_update(self.opt) if mode else self.opt.step
         self.graphs = {} if graphed else None
         self.loss = self.out = None
 

@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gates  # noqa: E402
 import safetensors_lite  # noqa: E402
 import timing  # noqa: E402
-from timing import set_mode  # noqa: E402
 
 
 class Attention(nn.Module):
@@ -173,20 +172,13 @@ def main():
         print(f"whisper_bench.py: gate outputs ({args.model}) in {args.outputs}", file=sys.stderr)
 
     phases, modes, impls = timing.run_lists(args, device, "whisper_bench.py")
-    if device.type != "cuda" and "cudagraph" in impls:
-        impls.remove("cudagraph")
-    for mode in modes:
-        for impl in impls:
-            set_mode(mode)
-            compiled = impl == "compiled"
-            if compiled:
-                torch._dynamo.reset()
-            ph = Phases(build_model(cfg, weights, args.model).to(device), args.lr, x, impl)
-            common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
-                          device=dev_name, batch=batch, frames=int(x.shape[2]), params=params,
-                          torch=torch.__version__, model=args.model)
-            timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples,
-                               device, lines.emit, compiled, ph.value)
+    for mode, impl, compiled in timing.configurations(modes, impls):
+        ph = Phases(build_model(cfg, weights, args.model).to(device), args.lr, x, impl)
+        common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
+                      device=dev_name, batch=batch, frames=int(x.shape[2]), params=params,
+                      torch=torch.__version__, model=args.model)
+        timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples,
+                           device, lines.emit, compiled, ph.value)
     lines.close()
 
 

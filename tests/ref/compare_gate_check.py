@@ -15,9 +15,12 @@ closed forms. The files are written with tests/ref/st_io.py (not the harness's r
             grad.ln_bias at 6e-2 > 5e-2 fails, exit 1; with ours 3e-2 off there, exit 0
   strict    our strict file 1e-5 off PyTorch f32 (along U3) against the same reference: the strict gate, no accelerated rows, exit 0
 
-and bench/pytorch/gates.py's write() with a stand-in compute(): on a "cuda" device it computes f32 strict, f64 strict,
+and the timing table (check_best_variant): every PyTorch variant in its column (eager, CUDA graph, compiled,
+compiled + CUDA graph), ours ÷ the fastest with that variant named; and bench/pytorch/gates.py's write() with a
+stand-in compute(): on a "cuda" device it computes f32 strict, f64 strict,
 then f32 with TF32 on for matmul and cuDNN (acc.*), and restores strict; on the CPU it writes no acc.* and says why.
 """
+import json
 import math
 import os
 import re
@@ -165,6 +168,44 @@ def check_gates_write(out):
            and b"none: cpu device" in blob, f"gates.write on the CPU: no TF32 run, no acc.*, the reason recorded: {calls}")
 
 
+def check_best_variant(out):
+    """The timing table: each PyTorch variant in its column, ours ÷ the fastest of them, that variant named. Per
+    phase a different variant is fastest; a phase with ours only has no best."""
+    medians = {"inference": {"eager": 8.0, "cudagraph": 5.0, "compiled": 6.0, "compiled-graph": 4.0},
+               "flb": {"eager": 20.0, "cudagraph": 10.0, "compiled": 12.0},
+               "step": {"eager": 30.0, "compiled": 25.0, "compiled-graph": 26.0}}
+    ours = {"inference": 3.0, "flb": 15.0, "step": 20.0, "minimal": 1.0}
+    ours_path, torch_path = os.path.join(out, "best.mgn.jsonl"), os.path.join(out, "best.torch.jsonl")
+    common = {"workload": "toy", "batch": 2, "mode": "strict", "backend": "cpu"}
+    with open(ours_path, "w") as f:
+        for phase, ms in ours.items():
+            f.write(json.dumps(dict(common, side="mgn", impl="mgn", phase=phase, median_ms=ms)) + "\n")
+    with open(torch_path, "w") as f:
+        for phase, impls in medians.items():
+            for impl, ms in impls.items():
+                f.write(json.dumps(dict(common, side="torch", impl=impl, phase=phase, median_ms=ms)) + "\n")
+    table = os.path.join(out, "best.md")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compare.py"), "--out", table, ours_path,
+                        torch_path], capture_output=True, text=True)
+    expect(p.returncode == 0, f"best: compare.py exits 0 (got {p.returncode}: {p.stderr.strip()[-200:]})")
+    with open(table) as f:
+        text = f.read()
+    rows = {}
+    for ln in text.splitlines():
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        if len(cells) >= 11 and cells[0] == "toy":
+            rows[cells[2]] = cells
+    # Columns: ours, eager, CUDA graph, compiled, compiled + graph, ours/eager, ours/best.
+    want = {"inference": (["3.000", "8.000", "5.000", "6.000", "4.000"], "0.75× (compile + graph)"),
+            "flb": (["15.00", "20.00", "10.00", "12.00", "—"], "1.50× (CUDA graph)"),
+            "step": (["20.00", "30.00", "—", "25.00", "26.00"], "0.80× (compile)"),
+            "minimal": (["1.000", "—", "—", "—", "—"], "—")}
+    for phase, (cols, ratio) in want.items():
+        r = rows.get(phase)
+        expect(r is not None and r[4:9] == cols and r[10] == ratio,
+               f"best: {phase} row has {cols} and ours/best {ratio}: {r and r[4:11]}")
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -268,6 +309,7 @@ def main():
     expect(r is not None and r[2] == "pass", f"strict: plain verdicts: {r}")
 
     check_gates_write(out)
+    check_best_variant(out)
 
     if failures:
         print(f"compare_gate_check: {len(failures)} check(s) failed")
