@@ -20,7 +20,9 @@
 #                flb, step; planned and measured memory): mgn bench smollm2-135m (strict and accelerated) next to
 #                llama_ref.py --bench
 #                (transformers eager and eager + CUDA-graph replay, strict and accelerated; torch.compile strict only, capped at
-#                $BENCH_LLAMA_COMPILE_TIMEOUT s, default 300) -> bench_llama_table.md (about 3-6 minutes)
+#                $BENCH_LLAMA_COMPILE_TIMEOUT s, default 300) -> bench_llama_table.md (about 3-6 minutes, plus
+#                about 3 minutes per torch.compile variant: run 18 measured 166 s of first calls for the default
+#                mode; COMPILED_IMPLS=compiled-graph keeps one)
 #   bench-resnet the same harness for ResNet-50 (batch 4, 3x224x224, 1000 classes, real BatchNorm; phases compile,
 #                inference, flb, step): mgn bench resnet50 (strict and accelerated) next to resnet_bench.py (eager
 #                strict and accelerated;
