@@ -553,17 +553,21 @@ def memory_table(cell, keys):
             peak_e = eager.get("peak_mem_bytes") if eager else None
             peak_c = comp.get("peak_mem_bytes") if comp else None
             rows.append(f"| {w} | {b} | {phase} | {fmt_mib(o.get('plan_logical_bytes'))} | "
-                        f"{fmt_mib(o.get('plan_physical_bytes'))} | {fmt_mib(alloc or None)} | {fmt_mib(heap)} | "
+                        f"{fmt_mib(o.get('plan_physical_bytes'))} | {fmt_mib(o.get('session_arena_bytes'))} | "
+                        f"{fmt_mib(alloc or None)} | {fmt_mib(heap)} | "
                         f"{fmt_mib(peak_e)} | {fmt_mib(peak_c)} | {fmt_ratio(alloc or None, peak_e)} |")
     if not rows:
         return []
     return ["Memory in MiB per session (strict): planned logical (every tensor) and physical (the arena after "
-            "aliasing), as `mgn plan` plans the session's graph; allocated = the VkDeviceMemory the session's "
+            "aliasing), as `mgn plan` plans the session's graph; session arena = the arena of the plan the engine "
+            "made (after its rewrites: attention as matrix products stores its score matrices; its fusions and "
+            "scratch); allocated = the VkDeviceMemory the session's "
             "allocator reserved (device + staging; its blocks are coarse, so small models show the block size); "
             "heap usage = VK_EXT_memory_budget's device-local usage, process-wide (every session alive at that "
             "point); PyTorch: torch.cuda.max_memory_allocated over the phase's calls (CUDA only).", "",
-            "| workload | batch | phase | planned logical | planned physical | allocated | heap usage | "
-            "torch eager peak | torch compiled peak | allocated ÷ eager peak |", "|---|---|---|---|---|---|---|---|---|---|"
+            "| workload | batch | phase | planned logical | planned physical | session arena | allocated | heap usage | "
+            "torch eager peak | torch compiled peak | allocated ÷ eager peak |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"
             ] + rows + [""]
 
 

@@ -50,6 +50,7 @@ for W in "$@"; do
         --weights "$P.weights.safetensors" --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" $REFS
       # Every timed phase carries the session's planned and measured memory.
       [ "$(grep -c '"plan_physical_bytes"' "$P.mgn.jsonl")" -eq 4 ] || { echo "tiny.sh: memory fields missing"; exit 1; }
+      [ "$(grep -c '"session_arena_bytes"' "$P.mgn.jsonl")" -eq 4 ] || { echo "tiny.sh: session arena missing"; exit 1; }
       ;;
     resnet-tiny)
       # ResNet-18, width 8, batch 2, 64x64, 10 classes; the PyTorch side reads our inputs from the gate file and

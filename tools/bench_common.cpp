@@ -169,6 +169,7 @@ Json memory_fields(const Session& s, const Graph& compiled) {
               {"plan_logical_bytes", p.logical_bytes},
               {"plan_physical_bytes", p.physical_bytes},
               {"plan_peak_live_bytes", p.peak_live_bytes},
+              {"session_arena_bytes", m.arena_bytes},
               {"allocated_bytes", m.allocated_bytes},
               {"heap_usage_bytes", m.heap_usage_bytes},
               {"heap_budget_bytes", m.heap_budget_bytes},

@@ -117,8 +117,10 @@ void add_gradient_outputs(Graph& g, const std::vector<std::string>& params, cons
 Graph llama_flb_graph(const llama::Config& cfg, int64_t batch, int64_t seq, uint64_t seed = 0);
 
 // Memory of one session: the static plan of its graph (mgn::summarize_plan, as `mgn plan` plans it: 4-byte
-// elements, 256-byte alignment) and what the engine measured (Session::device_memory). Fields:
-// plan_logical_bytes, plan_physical_bytes, plan_peak_live_bytes, allocated_bytes, heap_usage_bytes,
+// elements, 256-byte alignment), the arena of the plan the engine made of it (session_arena_bytes: after the
+// backend's rewrites, e.g. attention as matrix products with its score matrices, and its fusions and scratch)
+// and what the engine measured (Session::device_memory). Fields: plan_logical_bytes, plan_physical_bytes,
+// plan_peak_live_bytes, session_arena_bytes, allocated_bytes, heap_usage_bytes,
 // heap_budget_bytes, budget_ext; and the session's dispatches: dispatches, matmul_dispatches (kernels named
 // matmul_*, without the f16 packing passes), f16_gemm_dispatches (the f16 cooperative-matrix GEMM kernels,
 // not their packing passes).

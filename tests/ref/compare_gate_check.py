@@ -191,7 +191,7 @@ def check_best_variant(out):
     with open(table) as f:
         text = f.read()
     rows = {}
-    for ln in text.splitlines():
+    for ln in section(text, "| workload | batch | phase | mode |", "Memory in MiB").splitlines():
         cells = [c.strip() for c in ln.strip("|").split("|")]
         if len(cells) >= 11 and cells[0] == "toy":
             rows[cells[2]] = cells
