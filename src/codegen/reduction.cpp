@@ -17,11 +17,10 @@ using gl::u;
 
 constexpr uint64_t kSerialMax = 32;  // at most this many reduced elements: one thread per output
 constexpr uint32_t kColumns = 16;    // outputs per workgroup of the column kernel (64-byte rows)
-constexpr uint64_t kColumnBlocksWanted = 128;  // fewer column blocks than this: the rows are split as well
-// Workgroup-per-output reductions with fewer outputs than kRowGroupsWanted split each output's elements into
-// chunks of at least kRowChunkMin (two passes through scratch).
-constexpr uint64_t kRowGroupsWanted = 128;
-constexpr uint64_t kRowChunkMin = 8192;
+// A reduction of fewer workgroups than this (column blocks, or outputs of the workgroup-per-output kernel) splits
+// its rows into chunks as well: two passes through scratch (row_chunks).
+constexpr uint64_t kGroupsWanted = 128;
+constexpr uint64_t kRowChunkMin = 8192;  // elements per chunk of the workgroup-per-output kernel, at least
 
 struct View {
   std::vector<gl::Dim> kept, reduced;
@@ -55,6 +54,13 @@ bool column_view(const View& v) {
   return true;
 }
 
+// How many chunks the m rows of `groups` workgroups split into: enough for kGroupsWanted workgroups in all, each
+// chunk at least `min_rows` long; 1 when there are workgroups enough.
+uint64_t row_chunks(uint64_t groups, uint64_t m, uint64_t min_rows) {
+  if (groups >= kGroupsWanted) return 1;
+  return std::max<uint64_t>(1, std::min<uint64_t>(div_up(kGroupsWanted, groups), m / min_rows));
+}
+
 // `uint base_of(uint o)` and `uint roff(uint r)`: input offsets of output o and reduced element r.
 std::string view_fns(const View& v) {
   return "uint base_of(uint o) {\n  uint b = 0u;\n" + gl::offset_code(v.kept, "o", "b", "ot") +
@@ -70,6 +76,34 @@ std::string key_of(const Shape& in, const std::set<int>& axes) {
     first = false;
   }
   return k + "]";
+}
+
+// A kernel of the reduction archetypes: `wg` threads per workgroup, `groups` workgroups (`uint gid` in scope),
+// the shared array s_v[wg] of T (plus `extra_shared`), `body` the rest of main().
+Kernel shared_reduction_kernel(const std::string& name, const std::string& archetype, uint32_t wg,
+                               const std::string& decls, const std::string& T, const std::string& extra_shared,
+                               uint64_t groups, const std::string& body, std::vector<Binding> bindings,
+                               const DeviceCaps& caps) {
+  const gl::Grid grid = gl::flat_groups(groups, caps, name);
+  Kernel k;
+  k.name = name;
+  k.glsl = gl::render(R"(#version 450
+// archetype: ${ARCHETYPE}
+layout(local_size_x = ${WG}) in;
+${DECLS}shared ${T} s_v[${WG}];
+${EXTRA}void main() {
+${GRID}${BODY}}
+)",
+                      {{"ARCHETYPE", archetype},
+                       {"WG", std::to_string(wg)},
+                       {"DECLS", decls},
+                       {"T", T},
+                       {"EXTRA", extra_shared},
+                       {"GRID", grid.glsl},
+                       {"BODY", body}});
+  k.bindings = std::move(bindings);
+  k.groups = grid.groups;
+  return k;
 }
 
 // reduce_sum/mean/max/min and argmax.
@@ -118,6 +152,12 @@ Lowering lower_reduce(const LowerContext& ctx, const std::set<int>& axes) {
   std::string comment = std::string("reduction ") + ir::op_name(n.op) + " " + key_of(x.shape, axes) + " " +
                         dtype_name(x.dtype);
   std::vector<Binding> bindings = {{BindingKind::Input, 0}, {BindingKind::Output, 0, true}};
+  // Two-pass reductions (few outputs, many elements): pass 1 writes partials to the scratch P, pass 2 reads them.
+  const std::string pass1_decls =
+      gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "P", x.dtype, false, true) + view_fns(v) + comb_fn;
+  const std::string pass2_decls = gl::buffer(0, "P", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true);
+  const std::vector<Binding> pass1_bindings = {{BindingKind::Input, 0}, {BindingKind::Scratch, 0, true}};
+  const std::vector<Binding> pass2_bindings = {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}};
   Lowering l;
   // argmax's scan over this thread's elements (from `first`, by `step`) of the output's reduced elements.
   auto arg_scan = [&](const std::string& first, const std::string& step) {
@@ -150,25 +190,14 @@ Lowering lower_reduce(const LowerContext& ctx, const std::set<int>& axes) {
     const uint32_t wg = ctx.caps.max_workgroup_invocations >= 256 ? 256 : 128;  // 128: Vulkan's minimum
     const uint32_t lanes = wg / kColumns;
     const uint64_t blocks = div_up(v.outputs, kColumns);
-    uint64_t chunks = 1;
-    if (blocks < kColumnBlocksWanted)  // at least 8 rows per lane and chunk
-      chunks = std::min<uint64_t>(div_up(kColumnBlocksWanted, blocks), v.m / (uint64_t(lanes) * 8));
-    chunks = std::max<uint64_t>(chunks, 1);
+    const uint64_t chunks = row_chunks(blocks, v.m, uint64_t(lanes) * 8);  // at least 8 rows per lane and chunk
     const uint64_t per_chunk = div_up(v.m, chunks);
     // One column kernel: `load` is the element (o, r) (uint base = base_of(o) is in scope), rows [r0, r1) of
     // chunk `ch`, `store` writes acc for output o.
     auto column_kernel = [&](const std::string& kname, const std::string& what, const std::string& kdecls,
                              uint64_t groups, const std::string& load, const std::string& r0, const std::string& r1,
                              const std::string& store, std::vector<Binding> kb) {
-      gl::Grid grid = gl::flat_groups(groups, ctx.caps, name);
-      Kernel k;
-      k.name = kname;
-      k.glsl = gl::render(R"(#version 450
-// archetype: ${COMMENT} ${WHAT}, column blocks of ${NC} outputs, ${NL} row lanes
-layout(local_size_x = ${WG}) in;
-${DECLS}shared ${T} s_v[${WG}];
-void main() {
-${GRID}  uint t = gl_LocalInvocationID.x, c = t % ${C}, rl = t / ${C};
+      const std::string body = gl::render(R"(  uint t = gl_LocalInvocationID.x, c = t % ${C}, rl = t / ${C};
   uint cb = gid % ${BLOCKS}, ch = gid / ${BLOCKS};
   uint o = cb * ${C} + c;
   ${T} acc = ${INIT};
@@ -186,29 +215,23 @@ ${GRID}  uint t = gl_LocalInvocationID.x, c = t % ${C}, rl = t / ${C};
   if (rl == 0u && o < ${OUTS}) {
     acc = s_v[c];
 ${STORE}  }
-}
 )",
-                          {{"COMMENT", comment},
-                           {"WHAT", what},
-                           {"C", u(kColumns)},
-                           {"NC", std::to_string(kColumns)},
-                           {"NL", std::to_string(lanes)},
-                           {"L", u(lanes)},
-                           {"WG", std::to_string(wg)},
-                           {"DECLS", kdecls},
-                           {"T", T},
-                           {"GRID", grid.glsl},
-                           {"BLOCKS", u(blocks)},
-                           {"INIT", init},
-                           {"OUTS", u(v.outputs)},
-                           {"R0", r0},
-                           {"R1", r1},
-                           {"LOAD", load},
-                           {"HALF", u(lanes / 2)},
-                           {"STORE", store}});
-      k.bindings = std::move(kb);
-      k.groups = grid.groups;
-      l.kernels.push_back(std::move(k));
+                                          {{"C", u(kColumns)},
+                                           {"L", u(lanes)},
+                                           {"T", T},
+                                           {"BLOCKS", u(blocks)},
+                                           {"INIT", init},
+                                           {"OUTS", u(v.outputs)},
+                                           {"R0", r0},
+                                           {"R1", r1},
+                                           {"LOAD", load},
+                                           {"HALF", u(lanes / 2)},
+                                           {"STORE", store}});
+      l.kernels.push_back(shared_reduction_kernel(
+          kname,
+          comment + " " + what + ", column blocks of " + std::to_string(kColumns) + " outputs, " +
+              std::to_string(lanes) + " row lanes",
+          wg, kdecls, T, "", groups, body, std::move(kb), ctx.caps));
     };
     if (chunks == 1) {
       column_kernel(name + "_cols", "one pass", decls, blocks, "x[base + roff(r)]", "0u", u(v.m),
@@ -217,18 +240,13 @@ ${STORE}  }
     }
     // Pass 1: chunk ch's rows [ch * per_chunk, ...) into P[ch * outputs + o]; pass 2: the chunks in order.
     l.scratch_words = {chunks * v.outputs};
-    const std::string pdecls =
-        gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "P", x.dtype, false, true) + view_fns(v) + comb_fn;
     column_kernel(name + "_cols_part" + std::to_string(chunks), "pass 1 of 2 (" + std::to_string(chunks) + " row chunks)",
-                  pdecls, blocks * chunks, "x[base + roff(r)]", "ch * " + u(per_chunk),
+                  pass1_decls, blocks * chunks, "x[base + roff(r)]", "ch * " + u(per_chunk),
                   "min(ch * " + u(per_chunk) + " + " + u(per_chunk) + ", " + u(v.m) + ")",
-                  "    P[ch * " + u(v.outputs) + " + o] = acc;\n",
-                  {{BindingKind::Input, 0}, {BindingKind::Scratch, 0, true}});
-    const std::string sdecls = gl::buffer(0, "P", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true) +
-                               "uint base_of(uint o) { return o; }\n" + comb_fn;
-    column_kernel(name + "_cols_sum" + std::to_string(chunks), "pass 2 of 2", sdecls, blocks,
-                  "P[r * " + u(v.outputs) + " + o]", "0u", u(chunks), "    y[o] = " + fin + ";\n",
-                  {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}});
+                  "    P[ch * " + u(v.outputs) + " + o] = acc;\n", pass1_bindings);
+    column_kernel(name + "_cols_sum" + std::to_string(chunks), "pass 2 of 2",
+                  pass2_decls + "uint base_of(uint o) { return o; }\n" + comb_fn, blocks,
+                  "P[r * " + u(v.outputs) + " + o]", "0u", u(chunks), "    y[o] = " + fin + ";\n", pass2_bindings);
     return l;
   }
   if (!is_arg) {
@@ -236,10 +254,7 @@ ${STORE}  }
     // (a loss's mean over every element: Whisper's 4.6 M at batch 8 took 1.9 ms in one workgroup on an H100) split
     // each output's elements into chunks: a first kernel reduces chunk ch of output o into P[o * chunks + ch], a
     // second each output's chunks in order (fixed order: deterministic).
-    const uint64_t chunks =
-        v.outputs >= kRowGroupsWanted
-            ? 1
-            : std::max<uint64_t>(1, std::min<uint64_t>(div_up(kRowGroupsWanted, v.outputs), v.m / kRowChunkMin));
+    const uint64_t chunks = row_chunks(v.outputs, v.m, kRowChunkMin);
     const uint64_t per_chunk = div_up(v.m, chunks);
     // One kernel: workgroup `gid` of `groups` (`index` sets o and base), `load` the element at r for r in
     // [r0, r1), `store` of acc by thread 0.
@@ -247,41 +262,27 @@ ${STORE}  }
                           uint64_t longest, const std::string& index, const std::string& load, const std::string& r0,
                           const std::string& r1, const std::string& store, std::vector<Binding> kb) {
       const uint32_t kwg = gl::row_workgroup(longest, ctx.caps);
-      gl::Grid grid = gl::flat_groups(groups, ctx.caps, kname);
-      Kernel k;
-      k.name = kname;
-      k.glsl = gl::render(R"(#version 450
-// archetype: ${COMMENT} ${WHAT}
-layout(local_size_x = ${WG}) in;
-${DECLS}shared ${T} s_v[${WG}];
-void main() {
-${GRID}  uint t = gl_LocalInvocationID.x;
+      const std::string body = gl::render(R"(  uint t = gl_LocalInvocationID.x;
 ${INDEX}  ${T} acc = ${INIT};
   uint r1 = ${R1};
-  for (uint r = ${R0} + t; r < r1; r += ${WG}u) acc = comb(acc, ${LOAD});
+  for (uint r = ${R0} + t; r < r1; r += ${WG}) acc = comb(acc, ${LOAD});
   s_v[t] = acc;
   barrier();
 ${TREE}  if (t == 0u) {
     acc = s_v[0];
 ${STORE}  }
-}
 )",
-                          {{"COMMENT", comment},
-                           {"WHAT", what},
-                           {"WG", std::to_string(kwg)},
-                           {"DECLS", kdecls},
-                           {"T", T},
-                           {"GRID", grid.glsl},
-                           {"INDEX", index},
-                           {"INIT", init},
-                           {"R0", r0},
-                           {"R1", r1},
-                           {"LOAD", load},
-                           {"TREE", gl::tree_reduce(kwg, " s_v[t] = comb(s_v[t], s_v[t + s]);", "  ")},
-                           {"STORE", store}});
-      k.bindings = std::move(kb);
-      k.groups = grid.groups;
-      l.kernels.push_back(std::move(k));
+                                          {{"INDEX", index},
+                                           {"T", T},
+                                           {"INIT", init},
+                                           {"R0", r0},
+                                           {"R1", r1},
+                                           {"WG", u(kwg)},
+                                           {"LOAD", load},
+                                           {"TREE", gl::tree_reduce(kwg, " s_v[t] = comb(s_v[t], s_v[t + s]);", "  ")},
+                                           {"STORE", store}});
+      l.kernels.push_back(
+          shared_reduction_kernel(kname, comment + " " + what, kwg, kdecls, T, "", groups, body, std::move(kb), ctx.caps));
     };
     const std::string store_y = "    y[o] = " + fin + ";\n";
     if (chunks == 1) {
@@ -290,25 +291,21 @@ ${STORE}  }
       return l;
     }
     l.scratch_words = {chunks * v.outputs};
-    const std::string pdecls =
-        gl::buffer(0, "x", x.dtype, true) + gl::buffer(1, "P", x.dtype, false, true) + view_fns(v) + comb_fn;
     row_kernel(name + "_part" + std::to_string(chunks), "pass 1 of 2 (" + std::to_string(chunks) + " row chunks)",
-               pdecls, v.outputs * chunks, per_chunk,
+               pass1_decls, v.outputs * chunks, per_chunk,
                "  uint o = gid / " + u(chunks) + ", ch = gid % " + u(chunks) + ", base = base_of(o);\n",
                "x[base + roff(r)]", "ch * " + u(per_chunk),
                "min(ch * " + u(per_chunk) + " + " + u(per_chunk) + ", " + u(v.m) + ")", "    P[gid] = acc;\n",
-               {{BindingKind::Input, 0}, {BindingKind::Scratch, 0, true}});
-    const std::string sdecls = gl::buffer(0, "P", x.dtype, true) + gl::buffer(1, "y", n.dtype, false, true) + comb_fn;
-    row_kernel(name + "_sum" + std::to_string(chunks), "pass 2 of 2", sdecls, v.outputs, chunks,
+               pass1_bindings);
+    row_kernel(name + "_sum" + std::to_string(chunks), "pass 2 of 2", pass2_decls + comb_fn, v.outputs, chunks,
                "  uint o = gid, base = o * " + u(chunks) + ";\n", "P[base + r]", "0u", u(chunks), store_y,
-               {{BindingKind::Scratch, 0, false}, {BindingKind::Output, 0, true}});
+               pass2_bindings);
     return l;
   }
   // argmax: one workgroup per output; each thread's first maximum, then a tree that keeps the earlier index.
   const uint32_t wg = gl::row_workgroup(v.m, ctx.caps);
-  gl::Grid grid = gl::flat_groups(v.outputs, ctx.caps, name);
-  const std::string W = u(wg);
-  const std::string reduce = arg_scan("t", "r += " + W) + gl::render(R"(  s_v[t] = best;
+  const std::string body = "  uint o = gid, t = gl_LocalInvocationID.x;\n  uint base = base_of(o);\n" +
+                           arg_scan("t", "r += " + u(wg)) + gl::render(R"(  s_v[t] = best;
   s_i[t] = bi;
   barrier();
   for (uint s = ${HALF}; s > 0u; s >>= 1) {
@@ -320,29 +317,10 @@ ${STORE}  }
   }
   if (t == 0u) y[o] = int(s_i[0]);
 )",
-                                                                   {{"HALF", u(wg / 2)}});
-  Kernel k;
-  k.name = name;
-  k.glsl = gl::render(R"(#version 450
-// archetype: ${COMMENT} workgroup-per-output
-layout(local_size_x = ${WG}) in;
-${DECLS}shared ${T} s_v[${W}];
-shared uint s_i[${W}];
-void main() {
-${GRID}  uint o = gid, t = gl_LocalInvocationID.x;
-  uint base = base_of(o);
-${REDUCE}}
-)",
-                      {{"COMMENT", comment},
-                       {"WG", std::to_string(wg)},
-                       {"DECLS", decls},
-                       {"T", T},
-                       {"W", W},
-                       {"GRID", grid.glsl},
-                       {"REDUCE", reduce}});
-  k.bindings = bindings;
-  k.groups = grid.groups;
-  l.kernels.push_back(std::move(k));
+                                                                       {{"HALF", u(wg / 2)}});
+  l.kernels.push_back(shared_reduction_kernel(name, comment + " workgroup-per-output", wg, decls, T,
+                                              "shared uint s_i[" + std::to_string(wg) + "];\n", v.outputs, body,
+                                              bindings, ctx.caps));
   return l;
 }
 
