@@ -68,6 +68,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_PRECISION", "accelerated"},
       {"MGN_FUSION", "0"},
       {"MGN_GEMM_EPILOGUE", "0"},
+      {"MGN_GEMM_K_VEC4", "0"},
       {"MGN_SPIRV_OPT", "1"},
       {"MGN_PLAN_REUSE", "off"},
       {"MGN_ATTENTION", "tiled"},
@@ -100,6 +101,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.default_precision, Precision::Accelerated);
   EXPECT_FALSE(e.kernels.fusion);
   EXPECT_FALSE(e.kernels.gemm_epilogue);
+  EXPECT_FALSE(e.kernels.gemm_k_vec4);
   EXPECT_TRUE(e.kernels.spirv_optimize);
   EXPECT_FALSE(e.planning.reuse);
   EXPECT_FALSE(e.planning.in_place);

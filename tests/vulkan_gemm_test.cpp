@@ -189,6 +189,11 @@ std::vector<Problem> boundary_problems(bool all_transposes) {
   // M, N multiples of 4 but not of the tile (vec4 loads and stores with clamped edges), both transposes.
   ps.push_back({{20, 132}, {68, 20}, true, true});
   ps.push_back({{20, 132}, {20, 68}, true, false});
+  // K a multiple of 4 but not of the slice, read along K as vec4s (`_ka` / `_kb`: A not transposed, B
+  // transposed), with M and N edges; K of one quad; batched with broadcasting.
+  ps.push_back({{133, 20}, {70, 20}, false, true});
+  ps.push_back({{37, 4}, {4, 66}, false, false});
+  ps.push_back({{2, 1, 33, 24}, {3, 40, 24}, false, true});
   // K shorter than one slice.
   ps.push_back({{65, 3}, {3, 67}});
   // Batched with broadcasting on both sides.
@@ -203,6 +208,10 @@ TEST_F(VulkanGemm, DefaultSimtOnBoundaries) {
         p, [](const GemmShape& s) { return codegen::lower_gemm(s, caps_, GemmVariant::Tiled); }, &names);
     EXPECT_LE(err, 1e-5) << names;
     EXPECT_NE(names.find("matmul_tiled_"), std::string::npos) << names;
+    // Operands contiguous along K with K % 4 == 0 take the vec4-along-K loader, the others not.
+    const int64_t k = p.a.size() >= 2 ? (p.ta ? p.a[p.a.size() - 2] : p.a.back()) : 0;
+    EXPECT_EQ(names.find("_ka") != std::string::npos, !p.ta && k % 4 == 0) << names;
+    EXPECT_EQ(names.find("_kb") != std::string::npos, p.tb && k % 4 == 0) << names;
   }
 }
 
@@ -221,6 +230,41 @@ TEST_F(VulkanGemm, SweepTileConfigsOnBoundaries) {
           p, [&](const GemmShape& s) { return simt(s, t); }, &names);
       EXPECT_LE(err, 1e-5) << spec << " via " << names;
     }
+  }
+}
+
+TEST_F(VulkanGemm, VecAlongKLoadsAreBitwiseTheScalarOnes) {
+  // KernelOptions::gemm_k_vec4 changes how a slice reaches shared memory, not the sums: every output is the
+  // same fma chain either way. Both transposes, edges in M, N and K, a batch, and split K.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const std::vector<std::pair<Problem, const char*>> cases = {
+      {{{133, 20}, {70, 20}, false, true}, "32x32x16"},
+      {{{2, 1, 33, 24}, {3, 40, 24}, false, true}, "64x64x8"},
+      {{{72, 36}, {36, 64}, false, false}, "128x128x8"},
+      {{{30, 1000}, {50, 1000}, false, true}, "64x64x16,s5"},
+  };
+  for (const auto& [p, spec] : cases) {
+    std::vector<float> av(size_t(numel(p.a))), bv(size_t(numel(p.b)));
+    for (float& x : av) x = dist(rng);
+    for (float& x : bv) x = dist(rng);
+    mgn::Graph g;
+    Tensor y = matmul(g.input("a", p.a), g.input("b", p.b), p.ta, p.tb);
+    const GemmShape gs = gemm_shape(p.a, p.b, y.shape(), p.ta, p.tb);
+    GemmOptions o;
+    o.variant = GemmVariant::Tiled;
+    o.tile = parse_gemm_tile(spec, false);
+    const Lowering vec = codegen::lower_gemm(gs, caps_, o);
+    o.k_vec4 = false;
+    const Lowering scalar = codegen::lower_gemm(gs, caps_, o);
+    ASSERT_NE(vec.kernels.at(0).name.find("_ka"), std::string::npos) << vec.kernels.at(0).name;
+    ASSERT_EQ(scalar.kernels.at(0).name.find("_ka"), std::string::npos) << scalar.kernels.at(0).name;
+    const size_t n_out = size_t(numel(y.shape()));
+    const std::vector<float> got_vec = run_gpu(vec, av, bv, n_out), got_scalar = run_gpu(scalar, av, bv, n_out);
+    ASSERT_EQ(got_vec.size(), got_scalar.size());
+    EXPECT_EQ(std::memcmp(got_vec.data(), got_scalar.data(), got_vec.size() * sizeof(float)), 0) << spec;
+    // And both are the product (the reference executor, in double).
+    EXPECT_LE(check(p, [&](const GemmShape& s2) { return codegen::lower_gemm(s2, caps_, o); }), 1e-5) << spec;
   }
 }
 

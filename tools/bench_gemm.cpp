@@ -26,6 +26,7 @@ struct GemmArgs {
   int64_t warmup = 5, samples = 20;
   double warmup_ms = bench::Warmup{}.min_ms;
   std::string tag, variant, tile, f16_tile;
+  std::string layout = "nn";  // A then B: n stored as the product reads it, t stored transposed
   CompileFlags compile;
 };
 
@@ -37,6 +38,7 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
     shapes.push_back({d[0], d[1], d[2]});
   }
   if (shapes.empty()) shapes.push_back({1024, 1024, 1024});
+  const bool ta_t = a.layout[0] == 't', tb_t = a.layout[1] == 't';
   CompileOptions opt = compile_options(c, a.compile, Mode::Infer);
   if (!a.variant.empty()) opt.kernels.gemm = parse_gemm_kernel(a.variant, "--variant");
   if (!a.tile.empty()) opt.kernels.gemm_tile = parse_gemm_tile(a.tile, false, "--tile");
@@ -56,8 +58,10 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
   }
   for (auto [m, n, k] : shapes) {
     Graph g;
-    Tensor ta = g.input("a", {m, k}), tb = g.input("b", {k, n});
-    Tensor tc = matmul(ta, tb);
+    // Stored A is [K, M] when transposed, B [N, K] (a linear layer's weight).
+    Tensor ta = g.input("a", ta_t ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k});
+    Tensor tb = g.input("b", tb_t ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n});
+    Tensor tc = matmul(ta, tb, ta_t, tb_t);
     if (a.f16) tc.set_precision(Precision::Accelerated);
     g.output("c", tc);
     auto t0 = std::chrono::steady_clock::now();
@@ -86,7 +90,8 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
         const int64_t i = idx / n, j = idx % n;
         double ref = 0, mag = 0;
         for (int64_t l = 0; l < k; ++l) {
-          const double x = double(av[size_t(i * k + l)]) * double(bv[size_t(l * n + j)]);
+          const double x = double(av[size_t(ta_t ? l * m + i : i * k + l)]) *
+                           double(bv[size_t(tb_t ? j * k + l : l * n + j)]);
           ref += x;
           mag += x < 0 ? -x : x;
         }
@@ -101,6 +106,7 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
                               {"m", m},
                               {"n", n},
                               {"k", k},
+                              {"layout", a.layout},
                               {"precision", accelerated ? "f16" : "strict"},
                               {"variant", gemm_kernel_name(opt.kernels.gemm)},
                               {"tile", gemm_tile_str(opt.kernels.gemm_tile, false)},
@@ -151,6 +157,10 @@ Run declare_bench_gemm(CLI::App& app) {
   app.add_option("--warmup-ms", a->warmup_ms, "wall time of the untimed calls, at least")
       ->check(number_at_least(0));
   app.add_option("--samples", a->samples, "timed calls per shape")->check(at_least(1));
+  app.add_option("--layout", a->layout,
+                 "how A and B are stored: n as read (A [M,K], B [K,N]), t transposed (A [K,M], B [N,K]: a "
+                 "linear layer's weight)")
+      ->check(CLI::IsMember({"nn", "nt", "tn", "tt"}));
   app.add_option("--tag", a->tag, "copied into every JSON line (e.g. the variant's name in a sweep)");
   app.add_option("--variant", a->variant, "the f32 GEMM kernel family; overrides MGN_GEMM_VARIANT")
       ->check(CLI::IsMember({"auto", "simt", "small"}));

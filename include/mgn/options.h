@@ -79,6 +79,10 @@ struct KernelOptions {
   AttentionKernel attention = AttentionKernel::Auto;
   GemmKernel gemm = GemmKernel::Auto;
   GemmTile gemm_tile;  // the f32 SIMT tile
+  // The f32 SIMT GEMM reads an operand stored contiguous along K (A not transposed, B transposed: a linear
+  // layer's weight) as vec4s along K when K is a multiple of 4, transposing them into its k-major shared tile;
+  // off: 4 scalar loads down the tile's rows. Results are bitwise the same either way.
+  bool gemm_k_vec4 = true;
   // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
   bool f16_gemm = true;
   // ... when the product is big enough to pay for its operand passes: the f16 path adds two packing

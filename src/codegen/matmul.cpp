@@ -147,7 +147,7 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
   switch (variant) {
     case GemmVariant::Auto:
     case GemmVariant::Tiled:
-      return simt_gemm(s, caps, options.tile);
+      return simt_gemm(s, caps, options.tile, nullptr, options.k_vec4);
     case GemmVariant::Small:
       return gl::one_kernel(small_gemm_kernel(s, caps));
     case GemmVariant::CoopMatF16:
@@ -263,6 +263,7 @@ GemmOptions gemm_options(const LowerContext& ctx, const GemmShape& s) {
               : ko.gemm == GemmKernel::Small ? GemmVariant::Small
                                              : GemmVariant::Auto;
   o.tile = ko.gemm_tile;
+  o.k_vec4 = ko.gemm_k_vec4;
   if (!ctx.options.gemm_tuned.empty()) {
     auto it = ctx.options.gemm_tuned.find(tunable_gemm_key(ctx));
     if (it != ctx.options.gemm_tuned.end()) o.tile = it->second;
@@ -342,7 +343,7 @@ Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& n
   for (int id : nodes)
     if (g.node(id).shape != mm.shape)
       throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));
-  return simt_gemm(matmul_shape(g, mm), caps, o->tile, &e);
+  return simt_gemm(matmul_shape(g, mm), caps, o->tile, &e, o->k_vec4);
 }
 
 }  // namespace mgn::codegen

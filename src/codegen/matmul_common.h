@@ -71,7 +71,7 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
 
 // The families.
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
-                   const GemmEpilogue* epilogue = nullptr);
+                   const GemmEpilogue* epilogue = nullptr, bool k_vec4 = true);
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps);
 Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
                       const CoopMatShape& mma, GemmAblation ablation, bool emulate, F16Scaling scaling);

@@ -82,10 +82,12 @@ SimtConfig pick_simt(const GemmShape& s, const DeviceCaps& caps, const GemmTile&
   return c;
 }
 
-// One operand's tile loader. The tile holds `outer` (BM of A, BN of B) x BK values; an item is 4
-// consecutive outer indices at one k, stored as one vec4 of the k-major shared tile. Consecutive threads
-// take consecutive items along the operand's contiguous axis, so global loads coalesce: one vec4 load when
-// the operand is contiguous along `outer` and its row length is a multiple of 4, else 4 scalar loads.
+// One operand's tile loader. The tile holds `outer` (BM of A, BN of B) x BK values; consecutive threads take
+// consecutive items along the operand's contiguous axis, so global loads coalesce. Contiguous along `outer`:
+// an item is 4 consecutive outer indices at one k, one vec4 load when the row length is a multiple of 4 (else
+// 4 scalar loads), stored as one vec4 of the k-major shared tile. Contiguous along K (A not transposed, B
+// transposed): with K a multiple of 4 (`kvec`) an item is 4 consecutive k at one outer index, one vec4 load
+// transposed into 4 scalar stores; otherwise 4 scalar loads down the outer axis.
 struct TileLoader {
   std::string name;     // "a" / "b"
   std::string buf;      // "A" / "B": global buffer (float) or buf + "4" (vec4)
@@ -95,11 +97,56 @@ struct TileLoader {
   uint64_t outer_dim;   // M / N
   uint32_t outer_tile;  // BM / BN
   bool contig_outer;    // A transposed / B not transposed
-  bool vec;             // vec4 global loads
+  bool vec;             // vec4 global loads along `outer`
+  bool kvec;            // vec4 global loads along K (!contig_outer)
   std::string index;    // GLSL word index of (o, kr) within one matrix
 };
 
+// The kvec loader: the item's 4 k values at one outer index go to 4 shared vec4s, one component each.
+// Items are numbered k-quad fastest when BK holds at most 2 quads (a warp then reads whole 32-byte sectors
+// and its stores fall on distinct banks: rows of the tile are BM + 4 words apart, 4 mod 32), else outer
+// fastest (distinct banks again; each lane reads 16 bytes of its own row).
+std::string emit_kvec_loader(const TileLoader& L, const GemmShape& s, uint32_t bk, uint32_t nt) {
+  const uint64_t items = uint64_t(L.outer_tile) * bk / 4, per = div_up(items, nt);
+  const bool o_edge = L.outer_dim % L.outer_tile != 0, k_edge = s.k % bk != 0;
+  const uint32_t quads = bk / 4;
+  const std::string coords = quads <= 2 ? "uint kq = e % " + u(quads) + ", ol = e / " + u(quads) + ";"
+                                        : "uint ol = e % " + u(L.outer_tile) + ", kq = e / " + u(L.outer_tile) + ";";
+  const std::string item =
+      gl::render(R"(    uint e = tid + it * ${NT};
+    ${COORDS}
+${GUARD})",
+                 {{"NT", u(nt)}, {"COORDS", coords}, {"GUARD", items % nt != 0 ? "    if (e >= " + u(items) + ") break;\n" : ""}});
+  return gl::render(R"(void load_${X}(uint k0) {
+  [[unroll]] for (uint it = 0u; it < ${PER}; ++it) {
+${ITEM}    uint k = k0 + 4u * kq;
+    uint kr = ${KR};
+    uint o = ${O0} + ol;
+${O_EDGE}    vec4 v = ${BUF}4[(${OFF} + ${INDEX}) >> 2];
+${K_EDGE}    r${X}[it] = v;
+  }
+}
+void store_${X}(uint buf) {
+  [[unroll]] for (uint it = 0u; it < ${PER}; ++it) {
+${ITEM}    [[unroll]] for (uint c = 0u; c < 4u; ++c) ${SHARED}[buf][4u * kq + c][ol >> 2][ol & 3u] = r${X}[it][c];
+  }
+}
+)",
+                    {{"X", L.name},
+                     {"PER", u(per)},
+                     {"ITEM", item},
+                     {"KR", k_edge ? "min(k, " + u(s.k - 4) + ")" : "k"},
+                     {"O0", L.o0},
+                     {"O_EDGE", o_edge ? "    o = min(o, " + u(L.outer_dim - 1) + ");\n" : ""},
+                     {"BUF", L.buf},
+                     {"OFF", L.off},
+                     {"INDEX", L.index},
+                     {"K_EDGE", k_edge ? "    if (k >= " + u(s.k) + ") v = vec4(0.0);\n" : ""},
+                     {"SHARED", L.shared}});
+}
+
 std::string emit_loader(const TileLoader& L, const GemmShape& s, uint32_t bk, uint32_t nt) {
+  if (L.kvec) return emit_kvec_loader(L, s, bk, nt);
   const uint64_t items = uint64_t(L.outer_tile) * bk / 4, per = div_up(items, nt);
   const bool o_edge = L.outer_dim % L.outer_tile != 0, k_edge = s.k % bk != 0;
   const std::string q4 = u(L.outer_tile / 4);
@@ -167,23 +214,26 @@ GemmTile resolve_simt_tile(const GemmShape& s, const DeviceCaps& caps, const Gem
   return t;
 }
 
-Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const GemmEpilogue* epilogue) {
+Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const GemmEpilogue* epilogue,
+                   bool k_vec4) {
   const SimtConfig c = pick_simt(s, caps, want);
   const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty, sm = c.tm / 4, sn = c.tn / 4;
   const uint64_t nb = batch_count(s), tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
   const bool split = c.splits > 1;
   const bool a_vec = s.transpose_a && s.m % 4 == 0, b_vec = !s.transpose_b && s.n % 4 == 0;
+  const bool a_kvec = k_vec4 && !s.transpose_a && s.k % 4 == 0, b_kvec = k_vec4 && s.transpose_b && s.k % 4 == 0;
   const bool c_vec = s.n % 4 == 0;
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
                           "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +
                           (split ? "_s" + su(c.splits) : "") + (a_vec ? "_va" : "") + (b_vec ? "_vb" : "") +
+                          (a_kvec ? "_ka" : "") + (b_kvec ? "_kb" : "") +
                           "_t" + su(s.transpose_a) + su(s.transpose_b);
   auto buffer = [](int binding, bool vec, const std::string& name, bool write) {
     return gl::buffer_as(binding, vec ? "vec4" : "float", vec ? name + "4" : name,
                          write ? "writeonly restrict " : "readonly restrict ");
   };
-  const TileLoader la{"a", "A", "As", "m0", "a_off", s.m, c.bm, s.transpose_a, a_vec, a_index(s, "o", "kr")};
-  const TileLoader lb{"b", "B", "Bs", "n0", "b_off", s.n, c.bn, !s.transpose_b, b_vec, b_index(s, "kr", "o")};
+  const TileLoader la{"a", "A", "As", "m0", "a_off", s.m, c.bm, s.transpose_a, a_vec, a_kvec, a_index(s, "o", "kr")};
+  const TileLoader lb{"b", "B", "Bs", "n0", "b_off", s.n, c.bn, !s.transpose_b, b_vec, b_kvec, b_index(s, "kr", "o")};
   const uint64_t items_a = uint64_t(c.bm) * c.bk / 4, items_b = uint64_t(c.bn) * c.bk / 4;
 
   TiledGemm g;
@@ -208,7 +258,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
   g.lane_x = c.lx, g.lane_y = c.ly;
   g.k_chunk = split ? c.k_chunk : 0;
   g.order = TileOrder::RowMajor, g.group_m = c.group_m;
-  g.buffers = buffer(0, a_vec, "A", false) + buffer(1, b_vec, "B", false) + buffer(2, c_vec, "C", true);
+  g.buffers = buffer(0, a_vec || a_kvec, "A", false) + buffer(1, b_vec || b_kvec, "B", false) + buffer(2, c_vec, "C", true);
   g.state =
       "vec4 ra[" + su(div_up(items_a, nt)) + "], rb[" + su(div_up(items_b, nt)) +
       "];  // this thread's items of the next K slice\nuint a_off, b_off;  // word offsets of this batch's "
@@ -237,7 +287,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
       const PointwiseBody b = epilogue->body(operands, "ei");
       g.name += "_e" + su(epilogue->nodes.size() - 1);
       g.header += "// epilogue: " + b.ops + "\n";
-      g.buffers = buffer(0, a_vec, "A", false) + buffer(1, b_vec, "B", false) + b.decls + gl::math_lib();
+      g.buffers = buffer(0, a_vec || a_kvec, "A", false) + buffer(1, b_vec || b_kvec, "B", false) + b.decls + gl::math_lib();
       g.store = "        [[unroll]] for (uint q = 0u; q < 4u; ++q) {\n"
                 "          if (n + q >= N) break;\n"
                 "          uint ei = coff + m * N + n + q;\n" +

@@ -338,6 +338,7 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
   h.pod(codegen.default_precision);
   h.pod(k.fusion);
   h.pod(k.gemm_epilogue);
+  h.pod(k.gemm_k_vec4);
   h.pod(k.attention);
   h.pod(k.gemm);
   for (const GemmTile& t : {k.gemm_tile, k.f16_tile})
