@@ -365,6 +365,18 @@ def main():
     r, _ = mgn_run(["help", "environment"], {"MGN_FUSION": "maybe"})
     check(r.returncode == 0 and "MGN_FUSION" in r.stderr, "help works with a malformed variable (a warning)")
 
+    # ---- bench-gemm: every storage layout, batched, against its double-precision check of sampled entries
+    for layout in ["nn", "nt", "tn", "tt"]:
+        r, _ = mgn_run(["bench-gemm", "--backend", "vulkan", "--layout", layout, "--samples", "1", "--warmup", "0",
+                        "--warmup-ms", "0", "2x33x20x12", "37x68x20"])
+        lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+        check(r.returncode == 0 and len(lines) == 2, f"bench-gemm --layout {layout}: {r.stderr.strip()[-300:]}")
+        for ln in lines:
+            check(ln["layout"] == layout and 0 <= ln["check_err"] < 1e-5,
+                  f"bench-gemm --layout {layout} {ln['batch']}x{ln['m']}x{ln['n']}x{ln['k']}: error {ln['check_err']}")
+    one_usage_error("bench-gemm", ["--layout", "nx"], "--layout")
+    one_usage_error("bench-gemm", ["2x3"], "BATCHxMxNxK")
+
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)

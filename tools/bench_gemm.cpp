@@ -31,13 +31,14 @@ struct GemmArgs {
 };
 
 int bench_gemm(const GemmArgs& a, const Context& c) {
-  std::vector<std::array<int64_t, 3>> shapes;
+  std::vector<std::array<int64_t, 4>> shapes;  // batch, M, N, K
   for (const std::string& s : a.shapes) {
     std::vector<int64_t> d = parse_dims(s, "shape");
-    if (d.size() != 3) throw UsageError("shapes are MxNxK, got '" + s + "'");
-    shapes.push_back({d[0], d[1], d[2]});
+    if (d.size() == 3) d.insert(d.begin(), 1);
+    if (d.size() != 4) throw UsageError("shapes are MxNxK or BATCHxMxNxK, got '" + s + "'");
+    shapes.push_back({d[0], d[1], d[2], d[3]});
   }
-  if (shapes.empty()) shapes.push_back({1024, 1024, 1024});
+  if (shapes.empty()) shapes.push_back({1, 1024, 1024, 1024});
   const bool ta_t = a.layout[0] == 't', tb_t = a.layout[1] == 't';
   CompileOptions opt = compile_options(c, a.compile, Mode::Infer);
   if (!a.variant.empty()) opt.kernels.gemm = parse_gemm_kernel(a.variant, "--variant");
@@ -56,11 +57,12 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
       coopmat = std::string("no Vulkan device: ") + e.what();
     }
   }
-  for (auto [m, n, k] : shapes) {
+  for (auto [nb, m, n, k] : shapes) {
     Graph g;
-    // Stored A is [K, M] when transposed, B [N, K] (a linear layer's weight).
-    Tensor ta = g.input("a", ta_t ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k});
-    Tensor tb = g.input("b", tb_t ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n});
+    // Stored A is [K, M] when transposed, B [N, K] (a linear layer's weight); a batch > 1 leads both.
+    auto dims = [nb](int64_t r, int64_t c) { return nb > 1 ? Shape{nb, r, c} : Shape{r, c}; };
+    Tensor ta = g.input("a", ta_t ? dims(k, m) : dims(m, k));
+    Tensor tb = g.input("b", tb_t ? dims(n, k) : dims(k, n));
     Tensor tc = matmul(ta, tb, ta_t, tb_t);
     if (a.f16) tc.set_precision(Precision::Accelerated);
     g.output("c", tc);
@@ -68,7 +70,7 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
     Session s = compile(g, opt);
     double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::vector<float> av(size_t(m * k)), bv(size_t(k * n));
+    std::vector<float> av(size_t(nb * m * k)), bv(size_t(nb * k * n));
     for (size_t i = 0; i < av.size(); ++i) av[i] = float((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     for (size_t i = 0; i < bv.size(); ++i) bv[i] = float((i * 40503u) % 1000) / 1000.0f - 0.5f;
     s.set_input("a", av);
@@ -83,15 +85,15 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
     if (!a.no_check) {
       std::vector<float> cv = s.read("c");
       check_err = 0;
-      const int64_t count = std::min<int64_t>(m * n, 512);
+      const int64_t outs = nb * m * n, count = std::min<int64_t>(outs, 512);
       for (int64_t q = 0; q < count; ++q) {
-        const int64_t idx =
-            count == m * n ? q : int64_t((uint64_t(q) * 2654435761ull + 12345) % uint64_t(m * n));
-        const int64_t i = idx / n, j = idx % n;
+        const int64_t idx = count == outs ? q : int64_t((uint64_t(q) * 2654435761ull + 12345) % uint64_t(outs));
+        const int64_t bi = idx / (m * n), i = idx / n % m, j = idx % n;
+        const float* ab = av.data() + bi * m * k;
+        const float* bb = bv.data() + bi * k * n;
         double ref = 0, mag = 0;
         for (int64_t l = 0; l < k; ++l) {
-          const double x = double(av[size_t(ta_t ? l * m + i : i * k + l)]) *
-                           double(bv[size_t(tb_t ? j * k + l : l * n + j)]);
+          const double x = double(ab[ta_t ? l * m + i : i * k + l]) * double(bb[tb_t ? j * k + l : l * n + j]);
           ref += x;
           mag += x < 0 ? -x : x;
         }
@@ -103,6 +105,7 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
     for (const auto& [name, src] : s.kernel_sources()) kernels += (kernels.empty() ? "" : " ") + name;
     const bench::Json line = {{"side", "mgn"},
                               {"backend", s.backend()},
+                              {"batch", nb},
                               {"m", m},
                               {"n", n},
                               {"k", k},
@@ -118,7 +121,7 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
                               {"warmup_ms", timed.warmup_ms},
                               {"median_ms", med},
                               {"min_ms", ms.front()},
-                              {"tflops", 2.0 * double(m) * double(n) * double(k) / (med * 1e-3) / 1e12},
+                              {"tflops", 2.0 * double(nb) * double(m) * double(n) * double(k) / (med * 1e-3) / 1e12},
                               {"check_err", check_err},
                               {"coopmat", coopmat}};
     std::printf("%s\n", line.dump().c_str());
@@ -146,7 +149,7 @@ CLI::Validator tile_text(bool coopmat) {
 
 Run declare_bench_gemm(CLI::App& app) {
   auto a = std::make_shared<GemmArgs>();
-  app.add_option("SHAPES", a->shapes, "MxNxK, one session each (default 1024x1024x1024)")
+  app.add_option("SHAPES", a->shapes, "MxNxK or BATCHxMxNxK, one session each (default 1024x1024x1024)")
       ->check(shape_text("shape"))
       ->type_name("MxNxK")
       ->default_str("");
