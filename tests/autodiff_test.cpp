@@ -100,8 +100,12 @@ const std::map<Op, CaseFn>& cases() {
       {Op::MatMul,
        [](Case& c) {
          Tensor a = c.in({2, 3, 4}), b = c.in({4, 5}), at = c.in({4, 3}), bt = c.in({2, 1, 5, 4});
+         // A matrix shared by the batches (a linear layer's weight, stored [out, in] or [in, out]; its gradient
+         // folds the batch into the rows), over 3-D and 4-D batches, and under a transposed batched a (no fold).
+         Tensor w = c.in({5, 4}), a4 = c.in({2, 2, 3, 4}), abt = c.in({2, 4, 3});
          return concat({flat(matmul(a, b)), flat(matmul(at, b, true, false)), flat(matmul(a, bt, false, true)),
-                        flat(matmul(at, bt, true, true))},
+                        flat(matmul(at, bt, true, true)), flat(matmul(a, w, false, true)), flat(matmul(a4, b)),
+                        flat(matmul(a4, w, false, true)), flat(matmul(abt, b, true, false))},
                        0);
        }},
       {Op::LayerNorm, [](Case& c) { return layer_norm(c.in({3, 5}, -2, 2), c.in({5}), c.in({5}), 1e-5); }},

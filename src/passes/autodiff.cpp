@@ -232,7 +232,19 @@ RULE(MatMul) {
   bool ta = c.n.attrs.i("transpose_a") != 0, tb = c.n.attrs.i("transpose_b") != 0;
   Tensor a = c.x(0), b = c.x(1), dc = c.dy;
   if (c.wants(0)) c.give(0, ta ? matmul(b, dc, tb, true) : matmul(dc, b, false, !tb));
-  if (c.wants(1)) c.give(1, tb ? matmul(dc, a, true, ta) : matmul(a, dc, !ta, false));
+  if (!c.wants(1)) return;
+  // A matrix b shared by every batch of a (a linear layer's weight over [batch, tokens, features]): its gradient
+  // sums over the batch and the rows, so the batch folds into the rows of one product, [B*M, K]^T [B*M, N],
+  // instead of B products of M rows and a sum over their outputs. Needs a's rows stored [.., M, K] (not
+  // transposed) and the same batch as dc.
+  const Shape as = a.shape(), ds = dc.shape();
+  if (b.shape().size() == 2 && as.size() > 2 && !ta && Shape(as.begin(), as.end() - 2) == Shape(ds.begin(), ds.end() - 2)) {
+    const int64_t rows = numel(as) / as.back();
+    Tensor a2 = reshape(a, {rows, as.back()}), d2 = reshape(dc, {rows, ds.back()});
+    c.give(1, tb ? matmul(d2, a2, true, false) : matmul(a2, d2, true, false));
+    return;
+  }
+  c.give(1, tb ? matmul(dc, a, true, ta) : matmul(a, dc, !ta, false));
 }
 
 // ---- normalization: dx through the *_norm_grad ops; weight and bias from reductions of dy and xhat

@@ -42,10 +42,15 @@ from finetune_check import tiny_model  # noqa: E402
 import bpe_reference  # noqa: E402
 
 STEPS, BATCH, SEQ, LR = 4, 4, 16, 1e-2
-# Measured on lavapipe (printed below): losses 4.8e-7 apart at most (1 ulp at 6.5, the first step), weights
-# 2.5e-7; the bounds are about 10x that.
+# Measured on lavapipe (printed below): losses 4.8e-7 apart at most (1 ulp at 6.5, the first step); weights 2.5e-7
+# apart, except a few embedding elements up to 3e-6 since the weight gradients of the tied lm_head fold the batch
+# into one product (each run sums its own number of rows: B*S against B/2*S; AdamW divides by the gradient's running
+# RMS, so where a gradient is tiny its rounding moves the update by more, as against PyTorch below). The bounds are
+# about 10x that: every weight within WEIGHT_TOLERANCE, at most WEIGHT_OUTLIERS beyond WEIGHT_BULK.
 LOSS_TOLERANCE = 5e-6       # absolute, on losses of 5 to 6.5 (ulp 4.8e-7)
-WEIGHT_TOLERANCE = 2.5e-6   # absolute, on weights of size ~0.1 that moved by up to 0.04 (4 steps of lr 1e-2)
+WEIGHT_TOLERANCE = 3e-5     # absolute, on weights of size ~0.1 that moved by up to 0.04 (4 steps of lr 1e-2)
+WEIGHT_BULK = 2.5e-6
+WEIGHT_OUTLIERS = 5
 # Against the float64 PyTorch run (f32 against f64), measured on lavapipe and printed below: losses 4.7e-7 apart;
 # weights: one embedding element of the 27k 1.9e-5 apart (AdamW divides by the gradient's running RMS, so where a
 # gradient is tiny its f32 rounding moves the update by more), every other 6.3e-7 at most. Bounds about 10x that:
@@ -167,17 +172,20 @@ def main():
     wd, md = safetensors_lite.read(os.path.join(out["dp"], "model.safetensors"))
     assert set(ws) == set(wd) == set(shapes), (sorted(ws), sorted(wd))
     assert md.get("mgn.finetune_steps") == str(STEPS), md
-    worst, worst_name, moved = 0.0, "", 0.0
+    worst, worst_name, moved, beyond = 0.0, "", 0.0, 0
     for n in ws:
         assert ws[n].shape == wd[n].shape == shapes[n], (n, ws[n].shape, wd[n].shape)
-        d = float(np.abs(ws[n].astype(np.float64) - wd[n]).max())
+        diff = np.abs(ws[n].astype(np.float64) - wd[n])
+        d = float(diff.max())
+        beyond += int((diff > WEIGHT_BULK).sum())
         moved = max(moved, float(np.abs(ws[n].astype(np.float64) - weights[n]).max()))
         if d > worst:
             worst, worst_name = d, n
-    print(f"final weights: max |single - 2 replicas| {worst:.3g} ({worst_name}); "
+    print(f"final weights: max |single - 2 replicas| {worst:.3g} ({worst_name}), {beyond} beyond {WEIGHT_BULK:g}; "
           f"largest move from the start {moved:.3g}")
-    assert moved > 10 * WEIGHT_TOLERANCE, "the weights barely moved: the comparison would not tell anything"
+    assert moved > 10 * WEIGHT_BULK, "the weights barely moved: the comparison would not tell anything"
     assert worst <= WEIGHT_TOLERANCE, f"{worst_name}: {worst} > {WEIGHT_TOLERANCE}"
+    assert beyond <= WEIGHT_OUTLIERS, f"{beyond} weights beyond {WEIGHT_BULK}"
     # Both against the float64 PyTorch run.
     for label, log_rows, w in (("single", single, ws), ("2 replicas", dp, wd)):
         dl = max(abs(r[2] - t) for r, t in zip(log_rows, ref_losses))
