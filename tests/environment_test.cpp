@@ -101,7 +101,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.default_precision, Precision::Accelerated);
   EXPECT_FALSE(e.kernels.fusion);
   EXPECT_FALSE(e.kernels.gemm_epilogue);
-  EXPECT_FALSE(e.kernels.gemm_k_vec4);
+  EXPECT_EQ(e.kernels.gemm_k_vec4, GemmOperands::None);
   EXPECT_TRUE(e.kernels.spirv_optimize);
   EXPECT_FALSE(e.planning.reuse);
   EXPECT_FALSE(e.planning.in_place);

@@ -292,6 +292,24 @@ TEST(GemmTune, CandidatesAreResolvedDistinctAndStartWithTheHeuristics) {
     }
 }
 
+// The split-K rule (kSimtSplits) on a big GPU's caps, counted by hand: a grid below 256 blocks doubles its splits
+// while it stays within 512 blocks and each split keeps 96 of K, then, for long contractions, within 1024 blocks
+// while each keeps 1024.
+TEST(GemmSplit, LongContractionsSplitFurther) {
+  const codegen::DeviceCaps big;
+  auto splits = [&](uint64_t m, uint64_t n, uint64_t k) {
+    codegen::GemmShape s;
+    s.m = m, s.n = n, s.k = k;
+    s.transpose_a = true;
+    return codegen::resolve_simt_tile(s, big).splits;
+  };
+  EXPECT_EQ(splits(1536, 384, 12000), 4u);  // 144 blocks of 64x64: 2 (288 blocks), then 4 (576; 3000 of K each)
+  EXPECT_EQ(splits(384, 384, 12000), 8u);   // 36 blocks: 8 (288); 16 would keep 750 of K
+  EXPECT_EQ(splits(128, 576, 1536), 16u);   // SmolLM2's down projection: 18 blocks, 16 ways (288)
+  EXPECT_EQ(splits(128, 1536, 576), 2u);    // 192 blocks of 32x32: 2 (384); 4 would keep 144 of K
+  EXPECT_EQ(splits(4096, 4096, 12000), 1u);  // a full grid is not split
+}
+
 // A kept tile that parses but is no kernel of the shape (a per-thread tile that is not a multiple of 4) is not
 // used: Use falls back to the heuristics for that shape, Measure measures it again.
 TEST(GemmTune, AnInvalidKeptTileIsNotUsed) {

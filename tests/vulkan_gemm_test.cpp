@@ -255,7 +255,7 @@ TEST_F(VulkanGemm, VecAlongKLoadsAreBitwiseTheScalarOnes) {
     o.variant = GemmVariant::Tiled;
     o.tile = parse_gemm_tile(spec, false);
     const Lowering vec = codegen::lower_gemm(gs, caps_, o);
-    o.k_vec4 = false;
+    o.k_vec4 = GemmOperands::None;
     const Lowering scalar = codegen::lower_gemm(gs, caps_, o);
     ASSERT_NE(vec.kernels.at(0).name.find("_ka"), std::string::npos) << vec.kernels.at(0).name;
     ASSERT_EQ(scalar.kernels.at(0).name.find("_ka"), std::string::npos) << scalar.kernels.at(0).name;

@@ -16,6 +16,8 @@ namespace mgn {
 // The f32 (strict) GEMM kernel family. Tiled: the double-buffered register-tiled SIMT kernel (split K for
 // small grids). Small: GEMV-like kernels for products with M or N of at most a few rows. Auto picks per shape.
 enum class GemmKernel : uint8_t { Auto, Tiled, Small };
+// Which operands of a GEMM a choice applies to.
+enum class GemmOperands : uint8_t { None = 0, A = 1, B = 2, Both = 3 };
 
 // The attention kernels: Auto rewrites long attentions (at least kAttentionMatmulMinSeq queries and keys), and
 // every attention of a graph that differentiates one (training), into matrix products over the materialized
@@ -79,10 +81,10 @@ struct KernelOptions {
   AttentionKernel attention = AttentionKernel::Auto;
   GemmKernel gemm = GemmKernel::Auto;
   GemmTile gemm_tile;  // the f32 SIMT tile
-  // The f32 SIMT GEMM reads an operand stored contiguous along K (A not transposed, B transposed: a linear
-  // layer's weight) as vec4s along K when K is a multiple of 4, transposing them into its k-major shared tile;
-  // off: 4 scalar loads down the tile's rows. Results are bitwise the same either way.
-  bool gemm_k_vec4 = true;
+  // The f32 SIMT GEMM reads these operands, where stored contiguous along K (A not transposed, B transposed: a
+  // linear layer's weight) and K is a multiple of 4, as vec4s along K, transposing them into its k-major shared
+  // tile; the others with 4 scalar loads down the tile's rows. Results are bitwise the same either way.
+  GemmOperands gemm_k_vec4 = GemmOperands::Both;
   // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
   bool f16_gemm = true;
   // ... when the product is big enough to pay for its operand passes: the f16 path adds two packing

@@ -57,9 +57,12 @@ std::vector<Binding> gemm_bindings() {
 
 uint64_t auto_splits(const GemmShape& s, uint64_t blocks, const SplitRule& rule) {
   uint64_t splits = 1;
-  if (blocks < rule.below_blocks && s.k >= rule.min_k)
+  if (blocks < rule.below_blocks && s.k >= rule.min_k) {
     while (splits * 2 * blocks <= rule.max_blocks && s.k / (splits * 2) >= rule.min_chunk && splits < 16)
       splits *= 2;
+    while (splits * 2 * blocks <= rule.long_max_blocks && s.k / (splits * 2) >= rule.long_chunk && splits < 16)
+      splits *= 2;
+  }
   return splits;
 }
 

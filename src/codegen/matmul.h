@@ -39,7 +39,7 @@ struct F16Scaling {
 struct GemmOptions {
   GemmVariant variant = GemmVariant::Auto;
   GemmTile tile;          // for Tiled
-  bool k_vec4 = true;     // for Tiled: operands contiguous along K (K % 4 == 0) read as vec4s along K
+  GemmOperands k_vec4 = GemmOperands::Both;  // for Tiled: KernelOptions::gemm_k_vec4
   GemmTile coopmat_tile;  // for CoopMatF16
   F16Scaling coopmat_scaling;  // for CoopMatF16
   CoopMatShape mma;       // for CoopMatF16

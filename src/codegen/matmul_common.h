@@ -28,9 +28,12 @@ std::vector<Binding> gemm_bindings();
 
 // How many ways to split K (a power of two, at most 16): only when the grid of `blocks` is below
 // `below_blocks` and K is at least `min_k`; doubling while the grid stays within `max_blocks` and each split
-// keeps at least `min_chunk` of K. The partial products are summed by a second kernel.
+// keeps at least `min_chunk` of K, then on while the grid stays within `long_max_blocks` and each split keeps
+// at least `long_chunk` (long contractions: a weight gradient over all the tokens of a batch). The partial
+// products are summed by a second kernel.
 struct SplitRule {
   uint64_t below_blocks, min_k, max_blocks, min_chunk;
+  uint64_t long_max_blocks = 0, long_chunk = 0;
 };
 // The f32 SIMT kernel. Run 16's measured choice on an H100 (bench/results/2026-12-07-h100-run16/call4,
 // tune_smollm2-135m.txt) split every small-M GEMM of SmolLM2 at 128 tokens that had K >= 384 and fewer than 256
@@ -39,7 +42,10 @@ struct SplitRule {
 // grid <= 256, chunks >= 256) split only two of them. On the 19 measured shapes this rule's choice is the
 // measured best or within 10% of it on 17 (the other two differ from the best in the block, not the split:
 // 576x576x128, 1000x2048x4); summed 1.22 ms with the previous rule, 1.12 with this one, 1.11 at best.
-inline constexpr SplitRule kSimtSplits{256, 256, 512, 96};
+// The long tier, from run 19 on an H100 (bench/results/2026-12-07-h100-run19/call1, gemm_dw.jsonl): Whisper b8's fc
+// weight gradient 1536x384x12000 in 64x64 blocks took 0.656 ms split 2 ways (288 blocks) and 0.553 split 4 (576);
+// 384x384x12000 stays at 8 ways (0.196 ms; 16 would leave 750 of K per split).
+inline constexpr SplitRule kSimtSplits{256, 256, 512, 96, 1024, 1024};
 // The f16 cooperative-matrix kernel (larger blocks, measured in runs 6-7): the previous rule.
 inline constexpr SplitRule kCoopmatSplits{128, 1024, 256, 256};
 uint64_t auto_splits(const GemmShape& s, uint64_t blocks, const SplitRule& rule);
@@ -71,7 +77,7 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
 
 // The families.
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
-                   const GemmEpilogue* epilogue = nullptr, bool k_vec4 = true);
+                   const GemmEpilogue* epilogue = nullptr, GemmOperands k_vec4 = GemmOperands::Both);
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps);
 Lowering coopmat_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
                       const CoopMatShape& mma, GemmAblation ablation, bool emulate, F16Scaling scaling);

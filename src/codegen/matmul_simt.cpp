@@ -215,13 +215,14 @@ GemmTile resolve_simt_tile(const GemmShape& s, const DeviceCaps& caps, const Gem
 }
 
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const GemmEpilogue* epilogue,
-                   bool k_vec4) {
+                   GemmOperands k_vec4) {
   const SimtConfig c = pick_simt(s, caps, want);
   const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty, sm = c.tm / 4, sn = c.tn / 4;
   const uint64_t nb = batch_count(s), tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
   const bool split = c.splits > 1;
   const bool a_vec = s.transpose_a && s.m % 4 == 0, b_vec = !s.transpose_b && s.n % 4 == 0;
-  const bool a_kvec = k_vec4 && !s.transpose_a && s.k % 4 == 0, b_kvec = k_vec4 && s.transpose_b && s.k % 4 == 0;
+  const bool a_kvec = (uint8_t(k_vec4) & uint8_t(GemmOperands::A)) && !s.transpose_a && s.k % 4 == 0;
+  const bool b_kvec = (uint8_t(k_vec4) & uint8_t(GemmOperands::B)) && s.transpose_b && s.k % 4 == 0;
   const bool c_vec = s.n % 4 == 0;
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
                           "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +

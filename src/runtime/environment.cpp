@@ -91,11 +91,21 @@ const std::vector<Row>& rows() {
         "instead of in the GEMM's store or split-K sum. Results are bitwise the same. Option: "
         "`KernelOptions::gemm_epilogue`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.gemm_epilogue = parse_flag(v, n); }},
-      {{"MGN_GEMM_K_VEC4", "compiler", "`1` / `0` (`1`)",
-        "`0`: the tiled matmul reads operands stored contiguous along K (a linear layer's weight) with 4 scalar "
-        "loads per item instead of one vec4 along K. Results are bitwise the same. Option: "
-        "`KernelOptions::gemm_k_vec4`"},
-       [](Environment& e, const std::string& v, const char* n) { e.kernels.gemm_k_vec4 = parse_flag(v, n); }},
+      {{"MGN_GEMM_K_VEC4", "compiler", "`1` / `0` / `a` / `b` (`1`)",
+        "which operands of the tiled matmul that are stored contiguous along K (A not transposed; B transposed: a "
+        "linear layer's weight) are read as one vec4 along K per item (`1`: both) instead of 4 scalar loads. "
+        "Results are bitwise the same. Option: `KernelOptions::gemm_k_vec4`"},
+       [](Environment& e, const std::string& v, const char* n) {
+         if (v == "a" || v == "b") {
+           e.kernels.gemm_k_vec4 = v == "a" ? GemmOperands::A : GemmOperands::B;
+           return;
+         }
+         try {
+           e.kernels.gemm_k_vec4 = parse_flag(v, n) ? GemmOperands::Both : GemmOperands::None;
+         } catch (const Error&) {
+           throw Error(std::string(n) + "='" + v + "': expected 1, 0, a or b");
+         }
+       }},
       {{"MGN_PLAN_REUSE", "compiler", "`1` / `0` (`1`)",
         "`0`: the static plan gives every step-local tensor its own memory (no sharing, no in-place ops), for "
         "comparison when an aliasing bug is suspected; results are bitwise the same. Options: "
