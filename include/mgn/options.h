@@ -81,9 +81,10 @@ struct KernelOptions {
   AttentionKernel attention = AttentionKernel::Auto;
   GemmKernel gemm = GemmKernel::Auto;
   GemmTile gemm_tile;  // the f32 SIMT tile
-  // The f32 SIMT GEMM reads these operands, where stored contiguous along K (A not transposed, B transposed: a
+  // The f32 SIMT GEMM may read these operands, where stored contiguous along K (A not transposed, B transposed: a
   // linear layer's weight) and K is a multiple of 4, as vec4s along K, transposing them into its k-major shared
-  // tile; the others with 4 scalar loads down the tile's rows. Results are bitwise the same either way.
+  // tile, instead of 4 scalar loads down the tile's rows; it does where that measured faster (matmul_simt.cpp:
+  // 8-deep K slices, and the other operand read as vec4s or K <= 128). Results are bitwise the same either way.
   GemmOperands gemm_k_vec4 = GemmOperands::Both;
   // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
   bool f16_gemm = true;

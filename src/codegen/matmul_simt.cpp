@@ -221,8 +221,17 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
   const uint64_t nb = batch_count(s), tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
   const bool split = c.splits > 1;
   const bool a_vec = s.transpose_a && s.m % 4 == 0, b_vec = !s.transpose_b && s.n % 4 == 0;
-  const bool a_kvec = (uint8_t(k_vec4) & uint8_t(GemmOperands::A)) && !s.transpose_a && s.k % 4 == 0;
-  const bool b_kvec = (uint8_t(k_vec4) & uint8_t(GemmOperands::B)) && s.transpose_b && s.k % 4 == 0;
+  // Vec4 loads along K where they measured faster (run 19 on an H100, bench/results/2026-12-07-h100-run19,
+  // kernel options KernelOptions::gemm_k_vec4 off / A / B / both): only behind 8-deep K slices (the 128x128 tile;
+  // with 16-deep slices, SmolLM2's 32x32 and 64x64 kernels took 10-18% longer), for one operand when the other
+  // is read as vec4s along its rows (12000x384x1536 with B [K, N]: 0.656 -> 0.551 ms, 4096^3 4.61 -> 3.84), and
+  // for both operands of a short contraction (K <= 128: the attention scores 48x1500x1500x64, 0.533 -> 0.473);
+  // with both operands along K and a long K it was 1-11% slower (4096^3 3.71 -> 3.92).
+  const bool k_slices_fit = c.bk <= 8 && s.k % 4 == 0, short_k = s.k <= 128;
+  const bool a_kvec = (uint8_t(k_vec4) & uint8_t(GemmOperands::A)) && !s.transpose_a && k_slices_fit &&
+                      (b_vec || short_k);
+  const bool b_kvec = (uint8_t(k_vec4) & uint8_t(GemmOperands::B)) && s.transpose_b && k_slices_fit &&
+                      (a_vec || short_k);
   const bool c_vec = s.n % 4 == 0;
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
                           "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +
