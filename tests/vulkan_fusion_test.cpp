@@ -813,6 +813,42 @@ TEST_F(VulkanFusion, RopesOfOneTablePair) {
   check_fused_outputs(g.ir(), fused, plain, {"cos", "sin", "xq", "xk", "xc", "xe"}, {"q", "k", "twice", "e"}, 9);
 }
 
+// A rope reads its input through the head split that makes it ([B, S, H, D] -> [B, H, S, D], a permute that keeps
+// the last axis and has no other reader), so the permuted copy is not made: q and k with their permutes are one
+// dispatch. A permute that is also an output, and one that moves the last axis, stay their own kernels (their
+// ropes still pair). Bitwise the session without fusion, within rounding of the CPU reference.
+TEST_F(VulkanFusion, RopesReadThroughTheirHeadSplit) {
+  Graph g;
+  Tensor cs = g.input("cos", {3, 4}), sn = g.input("sin", {3, 4});
+  g.output("q", rope(transpose(g.input("xq", {2, 3, 4, 8}), 1, 2), cs, sn));
+  g.output("k", rope(transpose(g.input("xk", {2, 3, 2, 8}), 1, 2), cs, sn));
+  Tensor tv = transpose(g.input("xv", {1, 3, 2, 8}), 1, 2);
+  g.output("v", rope(tv, cs, sn));
+  g.output("tv", tv);
+  g.output("w", rope(permute(g.input("xw", {8, 3}), {1, 0}), cs, sn));
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
+  std::vector<std::string> groups;  // per rope dispatch: its ops, in node order
+  for (const plan::Dispatch& d : fused.plan().dispatches) {
+    bool has_rope = false;
+    std::string ops;
+    for (int id : d.nodes) {
+      has_rope = has_rope || g.ir().node(id).op == ir::Op::Rope;
+      ops += std::string(ops.empty() ? "" : " ") + ir::op_name(g.ir().node(id).op);
+    }
+    if (has_rope) groups.push_back(ops);
+  }
+  std::sort(groups.begin(), groups.end());
+  EXPECT_EQ(groups, (std::vector<std::string>{"permute rope permute rope", "rope rope"}));
+  int through = 0, permutes = 0;
+  for (const auto& [name, glsl] : fused.kernel_sources()) {
+    through += name.rfind("rope_pair_[2,4,3,8]p_[2,2,3,8]p", 0) == 0;
+    permutes += name.rfind("permute", 0) == 0;
+  }
+  EXPECT_EQ(through, 1);
+  EXPECT_EQ(permutes, 2);  // tv's and xw's
+  check_fused_outputs(g.ir(), fused, plain, {"cos", "sin", "xq", "xk", "xv", "xw"}, {"q", "k", "v", "tv", "w"}, 10, 2);
+}
+
 // The pointwise nodes that compute a token projection's left operand and nothing else run inside the GEMV's K
 // loop (silu(gate)·up before a Llama down projection), bitwise as their own kernel stores that operand. Cases:
 // the Llama MLP (gate and up siblings, then silu·mul as the down projection's prologue and the residual add as

@@ -86,7 +86,10 @@ class Grouper {
         gi = pair_attention(i, gi, attention_open);
       if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, forward_open);
-      if (opt_.pointwise && node.op == ir::Op::Rope && numel(node.shape) > 0) gi = pair_rope(i, gi, rope_open);
+      if (opt_.pointwise && node.op == ir::Op::Rope && numel(node.shape) > 0) {
+        gi = join_rope_permute(i, gi);
+        gi = pair_rope(i, gi, rope_open);
+      }
       if (opt_.gemv && node.op == ir::Op::MatMul && numel(node.shape) > 0) {
         gi = join_norm_prologue(i, gi, gemv_open);
         gi = join_pointwise_prologue(i, gi, gemv_open);
@@ -350,6 +353,28 @@ class Grouper {
 
   // Two ropes with the same cos and sin tables (q and k of one attention, or their derivatives) share one
   // dispatch when neither reads the other.
+  // A rope reads its input through the permute that makes it (the head split of an attention, [B, S, H, D] ->
+  // [B, H, S, D]) when the permute keeps the last axis and has no other reader: the permuted copy is not made.
+  int join_rope_permute(int i, int gi) {
+    const int in = g_.node(i).inputs[0];
+    const int gp = gid_[size_t(in)];
+    if (!rope_reads_through(g_, g_.node(in)) || kept_[size_t(in)] || users_[size_t(in)].size() != 1 || gp < 0 ||
+        gp == gi || groups_[size_t(gp)].members.size() != 1)
+      return gi;
+    const std::set<int> set = {gi, gp};
+    const int lv = merged_level(set);
+    return lv < 0 ? gi : merge(set, lv);
+  }
+
+  // Whether group `gi` reads node x (directly or through a view).
+  bool group_reads(int gi, int x) const {
+    for (int m : groups_[size_t(gi)].members)
+      for (int in : g_.node(m).inputs)
+        if (root_[size_t(in)] == x) return true;
+    return false;
+  }
+
+  // Two ropes of the same tables (each alone, or with the permute it reads through) share one dispatch.
   int pair_rope(int i, int gi, std::map<std::pair<int, int>, int>& open) {
     const ir::Node& node = g_.node(i);
     const std::pair<int, int> key{node.inputs[1], node.inputs[2]};
@@ -359,7 +384,13 @@ class Grouper {
       return gi;
     }
     const int other = it->second, go = gid_[size_t(other)];
-    if (go < 0 || go == gi || groups_[size_t(go)].members.size() != 1 || root_[size_t(node.inputs[0])] == other) {
+    auto rope_alone = [&](int g) {
+      for (int m : groups_[size_t(g)].members)
+        if (g_.node(m).op != ir::Op::Rope && g_.node(m).op != ir::Op::Permute) return false;
+      return true;
+    };
+    if (go < 0 || go == gi || !rope_alone(go) || !rope_alone(gi) || groups_[size_t(go)].members.size() > 2 ||
+        group_reads(gi, other) || group_reads(go, i)) {
       it->second = i;
       return gi;
     }
@@ -588,8 +619,10 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
     return lower_attention_grad_kv(g, nodes, caps, options);
   if (nodes.size() == 2 && is_attention_forward(g.node(nodes[0])) && is_attention_forward(g.node(nodes[1])))
     return lower_attention_with_lse(g, nodes, caps, options);
-  if (nodes.size() == 2 && g.node(nodes[0]).op == ir::Op::Rope && g.node(nodes[1]).op == ir::Op::Rope)
-    return lower_rope_pair(g, nodes, caps);
+  if (std::all_of(nodes.begin(), nodes.end(), [&](int id) {
+        return g.node(id).op == ir::Op::Rope || g.node(id).op == ir::Op::Permute;
+      }))
+    return lower_rope_group(g, nodes, caps);
   if (gemv_pointwise_prologue(g, nodes)) return lower_gemv_pointwise_prologue(g, nodes, stored, caps);
   if (gemv_epilogue(g, nodes)) return lower_tiled_gemm_epilogue(g, nodes, stored, caps, options);
   if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);

@@ -218,8 +218,12 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
 
 // The pointwise fusion kernel (fusion.cpp), the dK+dV kernel and the attention + lse kernel (attention.cpp);
 // lower_dispatch routes.
-// Two rope nodes of the same cos and sin (fusion (5)): one elementwise kernel over both outputs.
-Lowering lower_rope_pair(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+// One or two rope nodes of the same cos and sin (fusion (5)), each with the permute it reads through where that
+// joined (a permute that keeps the last axis and has no other reader: the head split of an attention, whose copy
+// is then not made): one elementwise kernel over the ropes' outputs. A single rope alone is the node's lowering.
+Lowering lower_rope_group(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps);
+// Whether a rope may read its input through `permute` instead of the permute's output.
+bool rope_reads_through(const ir::Graph& g, const ir::Node& permute);
 Lowering lower_pointwise_fusion(const ir::Graph& g, const std::vector<int>& nodes, const std::vector<bool>& stored,
                                 const DeviceCaps& caps);
 Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,

@@ -1,6 +1,7 @@
 // Pointwise archetype: one thread per output element; numpy broadcasting is index arithmetic specialized to
 // the operand shapes (identity where a shape equals the output's). Covers unary/binary/compare/where/cast,
 // the derivative helpers and rope.
+#include <algorithm>
 #include <cmath>
 
 #include "codegen/glsl.h"
@@ -95,16 +96,19 @@ std::string pointwise_expr(const ir::Node& n, DType in0) {
 
 namespace {
 
-// The rope of x (`xs`, its element `i`) into y, cos/sin broadcast by idx_cs (`sfx` tells the buffers of a pair
-// apart). Pairs (d, d + D/2): y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin.
+// The rope of x (`xs`, its element `i`) into y, cos/sin broadcast by idx_cs (`sfx` tells the buffers of a group
+// apart). Pairs (d, d + D/2): y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin. x is read at src<sfx>(i):
+// the element itself, or, where x is a permute the dispatch does not make, the permute's input at the element's
+// source (the permute keeps the last axis, so the partner is D/2 away there too).
 std::string rope_body(const Shape& xs, const std::string& i, const std::string& sfx) {
   const int64_t D = xs.back(), H = D / 2;
   return gl::render(R"(  uint d = ${I} % ${D};
   uint j = d % ${H};
   uint h = idx_cs${S}((${I} / ${D}) * ${H} + j);
   float c = cs[h], s = sn[h];
-  if (d < ${H}) y${S}[${I}] = x${S}[${I}] * c - x${S}[${I} + ${H}] * s;
-  else y${S}[${I}] = x${S}[${I}] * c + x${S}[${I} - ${H}] * s;
+  uint xi = src${S}(${I});
+  if (d < ${H}) y${S}[${I}] = x${S}[xi] * c - x${S}[xi + ${H}] * s;
+  else y${S}[${I}] = x${S}[xi] * c + x${S}[xi - ${H}] * s;
 )",
                     {{"I", i}, {"S", sfx}, {"D", u(uint64_t(D))}, {"H", u(uint64_t(H))}});
 }
@@ -114,50 +118,92 @@ Shape rope_half(Shape xs) {
   return xs;
 }
 
+// `uint src<sfx>(uint i)`: the flat index in x's memory of element i of the rope's input (shape `xs`): i itself,
+// or through `permute` (a node, or nullptr).
+std::string rope_source_fn(const std::string& sfx, const Shape& xs, const ir::Graph& g, const ir::Node* permute) {
+  std::string body = "  return i;\n";
+  if (permute) {
+    const Shape& ps = g.node(permute->inputs[0]).shape;
+    const auto& perm = permute->attrs.ints("perm");
+    const int r = int(ps.size());
+    const std::vector<int64_t> pst = gl::strides(ps);
+    std::vector<gl::Dim> dims;
+    for (int d = 0; d < r; ++d) dims.push_back({xs[size_t(d)], pst[size_t((perm[size_t(d)] + r) % r)]});
+    body = "  uint src = 0u;\n" + gl::offset_code(dims, "i", "src", "t") + "  return src;\n";
+  }
+  return "uint src" + sfx + "(uint i) {\n" + body + "}\n";
+}
+
 Lowering lower_rope(const LowerContext& ctx) {
-  const ir::Node& n = ctx.node;
-  const Shape& xs = ctx.input(0).shape;
-  std::string decls = gl::buffer(0, "x", DType::F32, true) + gl::buffer(1, "cs", DType::F32, true) +
-                      gl::buffer(2, "sn", DType::F32, true) + gl::buffer(3, "y", DType::F32, false, true) +
-                      gl::broadcast_fn("idx_cs", ctx.input(1).shape, rope_half(xs));
-  Lowering l;
-  l.kernels.push_back(gl::elementwise("rope_" + shape_str(xs), "pointwise rope x " + shape_str(xs) + " cos " +
-                                          shape_str(ctx.input(1).shape),
-                                      decls, rope_body(xs, "i", ""), gl::numel_u(n.shape),
-                                      {{BindingKind::Input, 0}, {BindingKind::Input, 1}, {BindingKind::Input, 2},
-                                       {BindingKind::Output, 0, true}},
-                                      ctx.caps));
-  return l;
+  return lower_rope_group(ctx.graph, {ctx.node.id}, ctx.caps);
 }
 
 }  // namespace
 
-Lowering lower_rope_pair(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
-  const ir::Node &a = g.node(nodes.at(0)), &b = g.node(nodes.at(1));
-  if (a.op != ir::Op::Rope || b.op != ir::Op::Rope || a.inputs[1] != b.inputs[1] || a.inputs[2] != b.inputs[2])
-    throw Error("internal: " + g.describe(a.id) + " and " + g.describe(b.id) + " are not ropes of one table");
-  const Shape &xa = g.node(a.inputs[0]).shape, &xb = g.node(b.inputs[0]).shape, &cs = g.node(a.inputs[1]).shape;
-  const uint64_t na = gl::numel_u(a.shape), nb = gl::numel_u(b.shape);
-  const std::string decls = gl::buffer(0, "x0", DType::F32, true) + gl::buffer(1, "x1", DType::F32, true) +
-                            gl::buffer(2, "cs", DType::F32, true) + gl::buffer(3, "sn", DType::F32, true) +
-                            gl::buffer(4, "y0", DType::F32, false, true) +
-                            gl::buffer(5, "y1", DType::F32, false, true) +
-                            gl::broadcast_fn("idx_cs0", cs, rope_half(xa)) +
-                            gl::broadcast_fn("idx_cs1", cs, rope_half(xb));
-  const std::string body = "  if (i < " + u(na) + ") {\n" + rope_body(xa, "i", "0") + "  } else {\n  uint i1 = i - " +
-                           u(na) + ";\n" + rope_body(xb, "i1", "1") + "  }\n";
+bool rope_reads_through(const ir::Graph& g, const ir::Node& permute) {
+  if (permute.op != ir::Op::Permute || numel(permute.shape) == 0 || permute.dtype != DType::F32) return false;
+  const auto& perm = permute.attrs.ints("perm");
+  const int64_t r = int64_t(perm.size());
+  return r > 0 && (perm.back() + r) % r == r - 1 && g.node(permute.inputs[0]).shape.size() == size_t(r);
+}
+
+Lowering lower_rope_group(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
+  // The ropes in node order, each with the member permute it reads through (if any).
+  std::vector<std::pair<const ir::Node*, const ir::Node*>> ropes;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const ir::Node& n = g.node(nodes[k]);
+    if (n.op == ir::Op::Permute) continue;
+    if (n.op != ir::Op::Rope) throw Error("internal: " + g.describe(n.id) + " in a rope dispatch");
+    const ir::Node* p = nullptr;
+    for (int id : nodes)
+      if (id == n.inputs[0]) p = &g.node(id);
+    if (p && !rope_reads_through(g, *p)) throw Error("internal: a rope cannot read through " + g.describe(p->id));
+    ropes.emplace_back(&n, p);
+  }
+  if (ropes.empty() || ropes.size() > 2 || nodes.size() != ropes.size() + size_t(std::count_if(ropes.begin(), ropes.end(), [](const auto& r) { return r.second != nullptr; })))
+    throw Error("internal: " + g.describe(nodes.at(0)) + "... is no rope dispatch");
+  const ir::Node& first = *ropes[0].first;
+  for (const auto& [r, p] : ropes)
+    if (r->inputs[1] != first.inputs[1] || r->inputs[2] != first.inputs[2])
+      throw Error("internal: " + g.describe(r->id) + " and " + g.describe(first.id) + " are not ropes of one table");
+  auto member = [&](const ir::Node* n) { return int(std::find(nodes.begin(), nodes.end(), n->id) - nodes.begin()); };
+  const Shape& cs = g.node(first.inputs[1]).shape;
+  const bool pair = ropes.size() == 2;
+  std::string decls, body, name = pair ? "rope_pair" : "rope", what = pair ? "pointwise rope pair" : "pointwise rope";
+  std::vector<Binding> bindings;
+  std::vector<uint64_t> counts;
+  for (size_t k = 0; k < ropes.size(); ++k) {
+    const auto& [r, p] = ropes[k];
+    const std::string sfx = pair ? std::to_string(k) : "";
+    const Shape& xs = g.node(r->inputs[0]).shape;
+    decls += gl::buffer(int(k), "x" + sfx, DType::F32, true);
+    // x: the rope's input, or the permute's input (the permute's own input 0).
+    bindings.push_back(p ? Binding{BindingKind::Input, 0, false, member(p)} : Binding{BindingKind::Input, 0, false, member(r)});
+    name += "_" + shape_str(xs) + (p ? "p" : "");
+    what += (k ? " and x " : " x ") + shape_str(xs) + (p ? " read through permute " + shape_str(p->attrs.ints("perm")) : "");
+    counts.push_back(gl::numel_u(r->shape));
+  }
+  const int nr = int(ropes.size());
+  decls += gl::buffer(nr, "cs", DType::F32, true) + gl::buffer(nr + 1, "sn", DType::F32, true);
+  bindings.push_back({BindingKind::Input, 1, false, member(&first)});
+  bindings.push_back({BindingKind::Input, 2, false, member(&first)});
+  for (size_t k = 0; k < ropes.size(); ++k) {
+    const auto& [r, p] = ropes[k];
+    const std::string sfx = pair ? std::to_string(k) : "";
+    const Shape& xs = g.node(r->inputs[0]).shape;
+    decls += gl::buffer(nr + 2 + int(k), "y" + sfx, DType::F32, false, true);
+    bindings.push_back({BindingKind::Output, 0, true, member(r)});
+    decls += gl::broadcast_fn("idx_cs" + sfx, cs, rope_half(xs)) + rope_source_fn(sfx, xs, g, p);
+  }
+  if (pair)
+    body = "  if (i < " + u(counts[0]) + ") {\n" + rope_body(g.node(ropes[0].first->inputs[0]).shape, "i", "0") +
+           "  } else {\n  uint i1 = i - " + u(counts[0]) + ";\n" +
+           rope_body(g.node(ropes[1].first->inputs[0]).shape, "i1", "1") + "  }\n";
+  else
+    body = rope_body(g.node(first.inputs[0]).shape, "i", "");
   Lowering l;
-  l.kernels.push_back(gl::elementwise("rope_pair_" + shape_str(xa) + "_" + shape_str(xb),
-                                      "pointwise rope pair x " + shape_str(xa) + " and " + shape_str(xb) + " cos " +
-                                          shape_str(cs),
-                                      decls, body, na + nb,
-                                      {{BindingKind::Input, 0, false, 0},
-                                       {BindingKind::Input, 0, false, 1},
-                                       {BindingKind::Input, 1, false, 0},
-                                       {BindingKind::Input, 2, false, 0},
-                                       {BindingKind::Output, 0, true, 0},
-                                       {BindingKind::Output, 0, true, 1}},
-                                      caps));
+  l.kernels.push_back(gl::elementwise(name, what + " cos " + shape_str(cs), decls, body,
+                                      pair ? counts[0] + counts[1] : counts[0], std::move(bindings), caps));
   return l;
 }
 
