@@ -57,7 +57,8 @@ int bench_gemm(const GemmArgs& a, const Context& c) {
       coopmat = std::string("no Vulkan device: ") + e.what();
     }
   }
-  for (auto [nb, m, n, k] : shapes) {
+  for (const auto& shape : shapes) {
+    const int64_t nb = shape[0], m = shape[1], n = shape[2], k = shape[3];
     Graph g;
     // Stored A is [K, M] when transposed, B [N, K] (a linear layer's weight); a batch > 1 leads both.
     auto dims = [nb](int64_t r, int64_t c) { return nb > 1 ? Shape{nb, r, c} : Shape{r, c}; };
