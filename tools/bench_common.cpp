@@ -163,7 +163,18 @@ Json memory_fields(const Session& s, const Graph& compiled) {
     if (name.rfind("matmul_coopmat_f16_", 0) == 0 && name.rfind("matmul_coopmat_f16_emul_", 0) != 0)
       ++f16_gemm;
   }
-  return Json{{"dispatches", dispatches},
+  Json profile = Json::array();  // with MGN_PROFILE / CompileOptions::profile: per dispatch, heaviest first
+  for (const KernelProfile& k : s.kernel_profile())
+    profile.push_back({{"kernels", k.kernels},
+                       {"nodes", k.nodes},
+                       {"ops", k.ops},
+                       {"ms", k.ms_per_run},
+                       {"count", k.kernels_per_run},
+                       {"bytes", k.bytes_per_run},
+                       {"flops", k.flops_per_run},
+                       {"gbps", k.gbps()},
+                       {"tflops", k.tflops()}});
+  Json out{{"dispatches", dispatches},
               {"matmul_dispatches", matmuls},
               {"f16_gemm_dispatches", f16_gemm},
               {"plan_logical_bytes", p.logical_bytes},
@@ -174,6 +185,8 @@ Json memory_fields(const Session& s, const Graph& compiled) {
               {"heap_usage_bytes", m.heap_usage_bytes},
               {"heap_budget_bytes", m.heap_budget_bytes},
               {"budget_ext", m.budget_ext}};
+  if (!profile.empty()) out["kernel_profile"] = std::move(profile);
+  return out;
 }
 
 std::vector<float> uniform(size_t n, uint64_t seed, float lo, float hi) {

@@ -86,6 +86,23 @@ struct CompileOptions {
   FaultInjection faults;
 };
 
+// GPU time of one dispatch of the compiled step (one node's lowering, or one fusion of several nodes: its kernels
+// together, e.g. a split-K GEMM and the sum of its splits), over the runs since compile (CompileOptions::profile).
+struct KernelProfile {
+  std::string kernels;       // the kernels' names in dispatch order, joined by '+'
+  std::string nodes;         // "%<id>,<id>,..." (Session::kernel_sources names them the same way)
+  std::string ops;           // the nodes' ops, e.g. "matmul", "mul add"
+  double ms_per_run = 0;     // GPU time (timestamps around each kernel, summed) per run
+  int64_t kernels_per_run = 0;
+  // Work per run, estimated: bytes = every buffer its kernels bind, counted once per kernel (an upper bound on
+  // what they must move when every element is touched); flops = 2 per multiply-add of the matmuls,
+  // convolutions (forward and both derivatives) and attentions (forward: QK^T and PV) among its nodes, 0 for
+  // other ops.
+  double bytes_per_run = 0, flops_per_run = 0;
+  double gbps() const { return ms_per_run > 0 ? bytes_per_run / (ms_per_run * 1e6) : 0; }
+  double tflops() const { return ms_per_run > 0 ? flops_per_run / (ms_per_run * 1e9) : 0; }
+};
+
 // Memory one session holds, measured (not planned) where the device can say.
 struct DeviceMemoryReport {
   uint64_t allocated_bytes = 0;  // VkDeviceMemory the session's allocator reserved (device + staging)
@@ -198,6 +215,9 @@ class Session {
   std::vector<std::pair<std::string, std::string>> kernel_sources() const;
   // What the session's engine holds now (the CPU engine reports its plan's arena only).
   DeviceMemoryReport device_memory() const;
+  // Per dispatch, heaviest first: the GPU time of the runs since compile with CompileOptions::profile on (Vulkan,
+  // where the device has timestamp queries); empty otherwise.
+  std::vector<KernelProfile> kernel_profile() const;
   // Where compiling this session spent its time, and what came from the caches.
   const CompileReport& compile_report() const;
 

@@ -41,6 +41,7 @@ class Engine {
   // (kernel name, GLSL source) of every dispatch, in order; empty for engines without generated kernels.
   virtual std::vector<std::pair<std::string, std::string>> kernel_sources() const { return {}; }
   virtual DeviceMemoryReport device_memory() const { return {}; }
+  virtual std::vector<KernelProfile> kernel_profile() const { return {}; }
   // The engine's compile phases (the Session adds the graph passes and the total).
   virtual CompileReport compile_report() const { return {}; }
 };

@@ -85,6 +85,7 @@ std::vector<std::pair<std::string, std::string>> Session::kernel_sources() const
   return impl_->engine->kernel_sources();
 }
 DeviceMemoryReport Session::device_memory() const { return impl_->engine->device_memory(); }
+std::vector<KernelProfile> Session::kernel_profile() const { return impl_->engine->kernel_profile(); }
 const CompileReport& Session::compile_report() const { return impl_->report; }
 
 void Session::set_input(const std::string& name, std::span<const float> values) {

@@ -26,6 +26,30 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 constexpr uint32_t kNanBits = 0x7fc00000u;
 
+// FLOPs of one node (2 per multiply-add) for the profile: matmuls, convolutions and their derivatives, attention
+// forwards (QK^T and PV, causal not halved); 0 for every other op.
+double node_flops(const ir::Graph& g, const ir::Node& n) {
+  auto count = [](const Shape& s) { return double(numel(s)); };
+  if (n.op == ir::Op::MatMul) {
+    const Shape& a = g.node(n.inputs[0]).shape;
+    const double k = double(n.attrs.i("transpose_a") != 0 ? a[a.size() - 2] : a.back());
+    return 2.0 * count(n.shape) * k;
+  }
+  if (n.op == ir::Op::Conv2d || n.op == ir::Op::Conv2dGradInput) {  // per forward output: Cin/groups x kh x kw
+    const Shape& w = g.node(n.inputs[1]).shape;
+    const Shape& y = n.op == ir::Op::Conv2d ? n.shape : g.node(n.inputs[0]).shape;
+    return 2.0 * count(y) * count(w) / double(w[0]);
+  }
+  if (n.op == ir::Op::Conv2dGradWeight) {  // (x, dy) -> the weight
+    return 2.0 * count(g.node(n.inputs[1]).shape) * count(n.shape) / double(n.shape[0]);
+  }
+  if (n.op == ir::Op::Attention) {  // q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [.., Dv]
+    const Shape &q = g.node(n.inputs[0]).shape, &k = g.node(n.inputs[1]).shape, &v = g.node(n.inputs[2]).shape;
+    return 2.0 * count(q) / double(q.back()) * double(k[k.size() - 2]) * double(q.back() + v.back());
+  }
+  return 0.0;
+}
+
 }  // namespace
 
 GraphExecutor::GraphExecutor(const ir::Graph& g, Context& ctx, GraphExecutorOptions options)
@@ -468,7 +492,16 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
           st.storages.push_back(sid);
           st.writes.push_back(b.written);
         }
-        for (size_t k2 = 0; k2 < nodes.size(); ++k2) kern.name += (k2 ? "," : " %") + std::to_string(nodes[k2]);
+        KernelCost cost;
+        for (size_t k2 = 0; k2 < nodes.size(); ++k2) {
+          cost.nodes += (k2 ? "," : "%") + std::to_string(nodes[k2]);
+          cost.ops += std::string(k2 ? " " : "") + ir::op_name(g_.node(nodes[k2]).op);
+          cost.group_flops += node_flops(g_, g_.node(nodes[k2]));
+        }
+        for (int sid : std::set<int>(st.storages.begin(), st.storages.end()))
+          cost.bytes += double(storages_[size_t(sid)].words) * 4.0;
+        kern.name += " " + cost.nodes;
+        costs_[kern.name] = cost;
         kernel_spirv_.push_back(hit ? &cached_->spirv.at(hit->spirv.at(k)) : nullptr);
         kernels_.push_back(std::move(kern));
         steps_.push_back(std::move(st));
