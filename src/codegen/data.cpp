@@ -33,11 +33,7 @@ Lowering lower_permute(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
   const Shape& xs = ctx.input(0).shape;
   const auto& perm = n.attrs.ints("perm");
-  const int r = int(xs.size());
-  std::vector<int64_t> xst = gl::strides(xs);
-  std::vector<gl::Dim> dims;
-  for (int i = 0; i < r; ++i) dims.push_back({n.shape[size_t(i)], xst[size_t((perm[size_t(i)] + r) % r)]});
-  return strided_copy(ctx, 0, dims, "permute " + shape_str(xs) + " perm " + shape_str(perm));
+  return strided_copy(ctx, 0, gl::permuted_dims(xs, n.shape, perm), "permute " + shape_str(xs) + " perm " + shape_str(perm));
 }
 
 Lowering lower_slice(const LowerContext& ctx) {

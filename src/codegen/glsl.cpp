@@ -178,6 +178,14 @@ std::vector<int64_t> strides(const Shape& s) {
   return st;
 }
 
+std::vector<Dim> permuted_dims(const Shape& in, const Shape& out, const std::vector<int64_t>& perm) {
+  const int64_t r = int64_t(in.size());
+  const std::vector<int64_t> st = strides(in);
+  std::vector<Dim> dims;
+  for (size_t d = 0; d < out.size(); ++d) dims.push_back({out[d], st[size_t((perm[d] + r) % r)]});
+  return dims;
+}
+
 std::vector<Dim> merge_dims(const std::vector<Dim>& dims) {
   std::vector<Dim> out;
   for (const Dim& d : dims) {

@@ -84,6 +84,9 @@ struct Dim {
 };
 std::vector<Dim> merge_dims(const std::vector<Dim>& dims);
 std::vector<int64_t> strides(const Shape& s);
+// The dims of a permute's output (`out`) as a strided view of its row-major input `in`: out[d] walks input axis
+// perm[d] (negative axes count from the end).
+std::vector<Dim> permuted_dims(const Shape& in, const Shape& out, const std::vector<int64_t>& perm);
 // GLSL statements adding to `acc` the offset of flat index `var` unravelled over `dims` (row-major); `var`
 // is consumed (a copy named tmp is used).
 std::string offset_code(const std::vector<Dim>& dims, const std::string& var, const std::string& acc,

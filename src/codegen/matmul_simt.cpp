@@ -102,6 +102,15 @@ struct TileLoader {
   std::string index;    // GLSL word index of (o, kr) within one matrix
 };
 
+// Statements locating this thread's item `it` of a K slice: its number e (< items, over nt threads) and, by
+// `coords`, its place in the tile.
+std::string tile_item(const std::string& coords, uint64_t items, uint32_t nt) {
+  return gl::render(R"(    uint e = tid + it * ${NT};
+    ${COORDS}
+${GUARD})",
+                    {{"NT", u(nt)}, {"COORDS", coords}, {"GUARD", items % nt != 0 ? "    if (e >= " + u(items) + ") break;\n" : ""}});
+}
+
 // The kvec loader: the item's 4 k values at one outer index go to 4 shared vec4s, one component each.
 // Items are numbered k-quad fastest when BK holds at most 2 quads (a warp then reads whole 32-byte sectors
 // and its stores fall on distinct banks: rows of the tile are BM + 4 words apart, 4 mod 32), else outer
@@ -112,11 +121,7 @@ std::string emit_kvec_loader(const TileLoader& L, const GemmShape& s, uint32_t b
   const uint32_t quads = bk / 4;
   const std::string coords = quads <= 2 ? "uint kq = e % " + u(quads) + ", ol = e / " + u(quads) + ";"
                                         : "uint ol = e % " + u(L.outer_tile) + ", kq = e / " + u(L.outer_tile) + ";";
-  const std::string item =
-      gl::render(R"(    uint e = tid + it * ${NT};
-    ${COORDS}
-${GUARD})",
-                 {{"NT", u(nt)}, {"COORDS", coords}, {"GUARD", items % nt != 0 ? "    if (e >= " + u(items) + ") break;\n" : ""}});
+  const std::string item = tile_item(coords, items, nt);
   return gl::render(R"(void load_${X}(uint k0) {
   [[unroll]] for (uint it = 0u; it < ${PER}; ++it) {
 ${ITEM}    uint k = k0 + 4u * kq;
@@ -151,14 +156,9 @@ std::string emit_loader(const TileLoader& L, const GemmShape& s, uint32_t bk, ui
   const bool o_edge = L.outer_dim % L.outer_tile != 0, k_edge = s.k % bk != 0;
   const std::string q4 = u(L.outer_tile / 4);
   // This thread's item `it`: e, and its place in the tile (q: vec4 along outer, kk: k).
-  const std::string item =
-      gl::render(R"(    uint e = tid + it * ${NT};
-    ${COORDS}
-${GUARD})",
-                 {{"NT", u(nt)},
-                  {"COORDS", L.contig_outer ? "uint q = e % " + q4 + ", kk = e / " + q4 + ";"
-                                            : "uint kk = e % " + u(bk) + ", q = e / " + u(bk) + ";"},
-                  {"GUARD", items % nt != 0 ? "    if (e >= " + u(items) + ") break;\n" : ""}});
+  const std::string item = tile_item(L.contig_outer ? "uint q = e % " + q4 + ", kk = e / " + q4 + ";"
+                                                    : "uint kk = e % " + u(bk) + ", q = e / " + u(bk) + ";",
+                                     items, nt);
   std::string fetch;
   if (L.vec)
     fetch = gl::render(R"(    uint o = ${O0} + 4u * q;

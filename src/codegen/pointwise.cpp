@@ -123,12 +123,7 @@ Shape rope_half(Shape xs) {
 std::string rope_source_fn(const std::string& sfx, const Shape& xs, const ir::Graph& g, const ir::Node* permute) {
   std::string body = "  return i;\n";
   if (permute) {
-    const Shape& ps = g.node(permute->inputs[0]).shape;
-    const auto& perm = permute->attrs.ints("perm");
-    const int r = int(ps.size());
-    const std::vector<int64_t> pst = gl::strides(ps);
-    std::vector<gl::Dim> dims;
-    for (int d = 0; d < r; ++d) dims.push_back({xs[size_t(d)], pst[size_t((perm[size_t(d)] + r) % r)]});
+    const std::vector<gl::Dim> dims = gl::permuted_dims(g.node(permute->inputs[0]).shape, xs, permute->attrs.ints("perm"));
     body = "  uint src = 0u;\n" + gl::offset_code(dims, "i", "src", "t") + "  return src;\n";
   }
   return "uint src" + sfx + "(uint i) {\n" + body + "}\n";
@@ -150,17 +145,18 @@ bool rope_reads_through(const ir::Graph& g, const ir::Node& permute) {
 Lowering lower_rope_group(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps) {
   // The ropes in node order, each with the member permute it reads through (if any).
   std::vector<std::pair<const ir::Node*, const ir::Node*>> ropes;
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    const ir::Node& n = g.node(nodes[k]);
+  size_t through = 0;  // permutes read through
+  for (int id : nodes) {
+    const ir::Node& n = g.node(id);
     if (n.op == ir::Op::Permute) continue;
     if (n.op != ir::Op::Rope) throw Error("internal: " + g.describe(n.id) + " in a rope dispatch");
-    const ir::Node* p = nullptr;
-    for (int id : nodes)
-      if (id == n.inputs[0]) p = &g.node(id);
+    const bool member = std::find(nodes.begin(), nodes.end(), n.inputs[0]) != nodes.end();
+    const ir::Node* p = member ? &g.node(n.inputs[0]) : nullptr;
     if (p && !rope_reads_through(g, *p)) throw Error("internal: a rope cannot read through " + g.describe(p->id));
+    through += member;
     ropes.emplace_back(&n, p);
   }
-  if (ropes.empty() || ropes.size() > 2 || nodes.size() != ropes.size() + size_t(std::count_if(ropes.begin(), ropes.end(), [](const auto& r) { return r.second != nullptr; })))
+  if (ropes.empty() || ropes.size() > 2 || nodes.size() != ropes.size() + through)
     throw Error("internal: " + g.describe(nodes.at(0)) + "... is no rope dispatch");
   const ir::Node& first = *ropes[0].first;
   for (const auto& [r, p] : ropes)

@@ -229,25 +229,23 @@ class VulkanEngine final : public Engine {
   std::vector<KernelProfile> kernel_profile() const override {
     std::vector<KernelProfile> out;
     if (!profile_ || runs_ == 0) return out;
-    const auto& costs = exec_.kernel_costs();
     std::set<std::string> seen;           // kernel labels taken
     std::map<std::string, size_t> group;  // node group -> its row
-    for (const auto& [label, src] : exec_.kernel_sources()) {  // dispatch order
-      const auto t = kernel_ms_.find(label);
-      const auto c = costs.find(label);
-      if (t == kernel_ms_.end() || c == costs.end() || !seen.insert(label).second) continue;
-      auto [r, fresh] = group.emplace(c->second.nodes, out.size());
+    for (const vk::GraphExecutor::KernelCost& c : exec_.kernel_costs()) {  // dispatch order
+      const auto t = kernel_ms_.find(c.label);
+      if (t == kernel_ms_.end() || !seen.insert(c.label).second) continue;
+      auto [r, fresh] = group.emplace(c.nodes, out.size());
       if (fresh) {
         out.emplace_back();
-        out.back().nodes = c->second.nodes;
-        out.back().ops = c->second.ops;
-        out.back().flops_per_run = c->second.group_flops;
+        out.back().nodes = c.nodes;
+        out.back().ops = c.ops;
+        out.back().flops_per_run = c.group_flops;
       }
       KernelProfile& p = out[r->second];
-      p.kernels += (p.kernels.empty() ? "" : "+") + label.substr(0, label.rfind(" %"));
+      p.kernels += (p.kernels.empty() ? "" : "+") + c.label.substr(0, c.label.rfind(" %"));
       p.ms_per_run += t->second.first / double(runs_);
       p.kernels_per_run += t->second.second / runs_;
-      p.bytes_per_run += c->second.bytes * double(t->second.second) / double(runs_);
+      p.bytes_per_run += c.bytes * double(t->second.second) / double(runs_);
     }
     std::sort(out.begin(), out.end(),
               [](const KernelProfile& a, const KernelProfile& b) { return a.ms_per_run > b.ms_per_run; });

@@ -501,7 +501,8 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
         for (int sid : std::set<int>(st.storages.begin(), st.storages.end()))
           cost.bytes += double(storages_[size_t(sid)].words) * 4.0;
         kern.name += " " + cost.nodes;
-        costs_[kern.name] = cost;
+        cost.label = kern.name;
+        costs_.push_back(std::move(cost));
         kernel_spirv_.push_back(hit ? &cached_->spirv.at(hit->spirv.at(k)) : nullptr);
         kernels_.push_back(std::move(kern));
         steps_.push_back(std::move(st));

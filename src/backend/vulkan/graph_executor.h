@@ -142,13 +142,13 @@ class GraphExecutor {
   const plan::Plan& plan() const { return *plan_; }
   // Per-dispatch GPU times of the last run; throws mgn::Error if timestamps are off or unsupported.
   std::vector<DispatchTiming> timings() const;
-  // What each dispatched kernel (labelled as in timings()) works on: its node group ("%<id>,..." and the ops),
-  // the bytes of the buffers it binds, and the group's multiply-add FLOPs (mgn::KernelProfile).
+  // What each kernel works on, in dispatch order: its label (as in timings()), its node group ("%<id>,..." and
+  // the ops), the bytes of the buffers it binds, and the group's multiply-add FLOPs (mgn::KernelProfile).
   struct KernelCost {
-    std::string nodes, ops;
+    std::string label, nodes, ops;
     double bytes = 0, group_flops = 0;
   };
-  const std::map<std::string, KernelCost>& kernel_costs() const { return costs_; }
+  const std::vector<KernelCost>& kernel_costs() const { return costs_; }
   SessionMemory memory() const;
 
  private:
@@ -206,7 +206,7 @@ class GraphExecutor {
   std::map<int, int> output_copy_;        // output node -> storage holding its pre-commit value
   std::vector<int> poison_;               // storages poisoned before each run
   std::vector<codegen::Kernel> kernels_;  // in dispatch order
-  std::map<std::string, KernelCost> costs_;  // by kernel label
+  std::vector<KernelCost> costs_;          // parallel to kernels_
   // Compiled-session cache: the entry a hit loaded (until the kernels are compiled), the SPIR-V it gives
   // each kernel (null: compile), and what a miss stores (each dispatch's lowering, in kernel order).
   SessionKey session_key_;
