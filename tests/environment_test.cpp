@@ -68,6 +68,8 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_PRECISION", "accelerated"},
       {"MGN_FUSION", "0"},
       {"MGN_GEMM_EPILOGUE", "0"},
+      {"MGN_GEMM_SIBLINGS", "0"},
+      {"MGN_GEMM_SPLITK_FIXUP", "0"},
       {"MGN_GEMM_K_VEC4", "0"},
       {"MGN_SPIRV_OPT", "1"},
       {"MGN_PLAN_REUSE", "off"},
@@ -101,6 +103,8 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.default_precision, Precision::Accelerated);
   EXPECT_FALSE(e.kernels.fusion);
   EXPECT_FALSE(e.kernels.gemm_epilogue);
+  EXPECT_FALSE(e.kernels.gemm_siblings);
+  EXPECT_FALSE(e.kernels.gemm_splitk_fixup);
   EXPECT_EQ(e.kernels.gemm_k_vec4, GemmOperands::None);
   EXPECT_TRUE(e.kernels.spirv_optimize);
   EXPECT_FALSE(e.planning.reuse);

@@ -689,6 +689,150 @@ TEST_F(VulkanFusion, TiledGemmEpilogueRunsInTheStoreOrTheSplitSum) {
   EXPECT_GT(t.splits, 1u);
 }
 
+// Tiled matmuls of one left operand (a layer's q, k, v; gate, up) run as one grouped GEMM: one grid over the
+// blocks of all of them, each block inside one product, and one split-K sum for all. Cases: four linears of a
+// batched x (2 x 40 rows: a row edge; N = 96, 32, 32, 32; the fourth with a bias, which then runs apart, since a
+// grouped GEMM takes no epilogue), K = 64 (no split); gate and up of a 512-deep x (split K) read by silu(gate)·up,
+// gate also an output; a linear of x with N = 48 (no multiple of 32) and one of another input stay alone. Values
+// within f32 rounding of the CPU reference (double) and of the session without fusion (the grouped shape may
+// split K otherwise) and bitwise the same run to run and with the split summed by a second kernel
+// (KernelOptions::gemm_splitk_fixup off); with KernelOptions::gemm_siblings off, no group (and bitwise the session
+// without fusion).
+TEST_F(VulkanFusion, SiblingGemmsRunAsOneGroupedGemm) {
+  Graph g;
+  auto w = [&](const std::string& name, Shape shape, uint64_t seed) {
+    return g.parameter(name, std::move(shape), Init::uniform(-0.3, 0.3, seed));
+  };
+  Tensor x = g.input("x", {2, 40, 64});
+  g.output("q", linear(x, w("wq", {96, 64}, 1)));
+  g.output("k", linear(x, w("wk", {32, 64}, 2)));
+  g.output("v", linear(x, w("wv", {32, 64}, 3)));
+  g.output("qb", linear(x, w("wb", {32, 64}, 4), w("bb", {32}, 5)));
+  g.output("odd", linear(x, w("wo", {48, 64}, 6)));
+  Tensor xl = g.input("xl", {40, 512});
+  Tensor gate = linear(xl, w("wg", {64, 512}, 7)), up = linear(xl, w("wu", {64, 512}, 8));
+  g.output("gate", gate);
+  g.output("mlp", silu(gate) * up);
+  g.output("other", linear(g.input("y", {2, 40, 64}), w("wy", {32, 64}, 9)));
+  const std::vector<std::string> inputs = {"x", "xl", "y"}, outputs = {"q", "k", "v", "qb", "odd", "gate", "mlp", "other"};
+  vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
+  vk::GraphExecutorOptions apart_options = poisoned(true);
+  apart_options.codegen.kernels.gemm_siblings = false;
+  vk::GraphExecutor apart(g.ir(), *ctx_, apart_options);
+  vk::GraphExecutorOptions summed_options = poisoned(true);
+  summed_options.codegen.kernels.gemm_splitk_fixup = false;
+  vk::GraphExecutor summed(g.ir(), *ctx_, summed_options);
+  auto groups = [&](vk::GraphExecutor& e) {
+    std::multiset<size_t> sizes;
+    for (const plan::Dispatch& d : e.plan().dispatches)
+      if (d.nodes.size() > 1 && std::all_of(d.nodes.begin(), d.nodes.end(),
+                                            [&](int id) { return g.ir().node(id).op == ir::Op::MatMul; }))
+        sizes.insert(d.nodes.size());
+    return sizes;
+  };
+  EXPECT_EQ(groups(fused), (std::multiset<size_t>{2, 4}));
+  EXPECT_TRUE(groups(apart).empty());
+  for (const auto& [name, glsl] : fused.kernel_sources()) {
+    if (name.rfind("matmul_grouped_", 0) == 0) {
+      EXPECT_NE(glsl.find("SEG_N0"), std::string::npos) << name;
+    }
+  }
+  bool grouped = false, grouped_split = false, grouped_sum = false;
+  for (const auto& [name, glsl] : fused.kernel_sources()) {
+    grouped = grouped || name.rfind("matmul_grouped_", 0) == 0;
+    grouped_split = grouped_split || (name.rfind("matmul_grouped_", 0) == 0 && name.find("_s4") != std::string::npos &&
+                                      name.find("_fx") != std::string::npos);
+  }
+  for (const auto& [name, glsl] : summed.kernel_sources())
+    grouped_sum = grouped_sum || name.rfind("matmul_splitk_sum_4_x2", 0) == 0;
+  EXPECT_TRUE(grouped);
+  EXPECT_TRUE(grouped_split);  // gate and up: K split 4 ways, summed by the GEMM's last blocks
+  EXPECT_TRUE(grouped_sum);    // ... or by one sum kernel for both (KernelOptions::gemm_splitk_fixup off)
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  cpu::Executor cpu(g.ir());
+  for (const std::string& name : inputs) {
+    std::vector<float> v(size_t(numel(g.ir().node(*g.ir().find_named(name)).shape)));
+    for (float& e : v) e = dist(rng);
+    for (vk::GraphExecutor* e : {&fused, &plain, &apart, &summed}) e->set_input(name, v);
+    cpu.set_input(name, v);
+  }
+  for (int rep = 0; rep < 2; ++rep)
+    for (vk::GraphExecutor* e : {&fused, &plain, &apart, &summed}) e->run();
+  cpu.run();
+  for (const std::string& o : outputs) {
+    const std::vector<float> a = fused.read_output(o);
+    EXPECT_LE(test::rel_l2(f64(a), cpu.output(o).v), 1e-6) << o;
+    EXPECT_LE(test::rel_l2(f64(a), f64(plain.read_output(o))), 1e-6) << o;
+    EXPECT_TRUE(same_bits(apart.read_output(o), plain.read_output(o))) << o;  // the rest of fusion is bitwise
+    EXPECT_TRUE(same_bits(a, summed.read_output(o))) << o;  // the split-K fixup adds as the sum kernel does
+  }
+  fused.run();  // run to run: bitwise the same
+  for (const std::string& o : outputs) {
+    std::vector<float> again = fused.read_output(o);
+    fused.run();
+    EXPECT_TRUE(same_bits(again, fused.read_output(o))) << o;
+  }
+}
+
+// Which matmuls group (codegen::gemm_sibling_key) on a big GPU's caps (the defaults): SmolLM2-135M's projections at
+// 128 tokens (q 576, k and v 192, gate and up 1536 wide: each alone a grid below 256 blocks) do, and the grouped
+// shape takes a block that divides every product; Whisper's at batch 8 (12,000 rows: 282 blocks alone) do not;
+// neither does a product of another left operand, of another K, a batched right operand, N = 48, or a
+// non-transposed weight; nor anything with the option off.
+TEST(GemmSiblingRule, SmallGridsOfOneLeftOperandGroup) {
+  const codegen::DeviceCaps big;
+  Graph g;
+  Tensor h = g.input("h", {1, 128, 576});
+  auto lin = [&](const Tensor& x, int64_t n, const std::string& name) {
+    return linear(x, g.parameter(name, {n, x.shape().back()}));
+  };
+  Tensor q = lin(h, 576, "q"), k = lin(h, 192, "k"), gate = lin(h, 1536, "gate");
+  Tensor other = lin(g.input("h2", {1, 128, 576}), 192, "o2");
+  Tensor odd = lin(h, 48, "odd");
+  Tensor plain_b = matmul(h, g.parameter("wn", {576, 64}));
+  Tensor batched_b = matmul(h, g.input("bw", {1, 64, 576}), false, true);
+  Tensor whisper = lin(g.input("x8", {8, 1500, 384}), 384, "w8");
+  const codegen::CodegenOptions on;
+  codegen::CodegenOptions off;
+  off.kernels.gemm_siblings = false;
+  auto key = [&](const Tensor& t, const codegen::CodegenOptions& o = {}) {
+    return codegen::gemm_sibling_key(g.ir(), g.ir().node(t.id()), big, o);
+  };
+  EXPECT_FALSE(key(q).empty());
+  EXPECT_EQ(key(q), key(k));
+  EXPECT_EQ(key(q), key(gate));
+  EXPECT_NE(key(q), key(other));
+  EXPECT_FALSE(key(other).empty());
+  EXPECT_TRUE(key(odd).empty());
+  EXPECT_TRUE(key(plain_b).empty());
+  EXPECT_TRUE(key(batched_b).empty());
+  EXPECT_TRUE(key(whisper).empty());
+  EXPECT_TRUE(key(q, off).empty());
+  // q, k, v side by side: 128 x 960 x 576 in 32x32 blocks (120), K split 4 ways; the last block of each tile to
+  // arrive sums the splits and stores its product's part (one counter per tile); or a sum kernel stores all three.
+  const int v = lin(h, 192, "v").id();
+  const codegen::Lowering l = codegen::lower_gemm_siblings(g.ir(), {q.id(), k.id(), v}, big, on);
+  ASSERT_EQ(l.kernels.size(), 1u);
+  EXPECT_NE(l.kernels[0].glsl.find("BM = 32u, BN = 32u"), std::string::npos);
+  EXPECT_NE(l.kernels[0].name.find("_s4"), std::string::npos) << l.kernels[0].name;
+  EXPECT_EQ(l.kernels[0].bindings.size(), 1u + 3u + 1u + 1u + 3u);  // A, 3 weights, partials, counters, 3 outputs
+  EXPECT_EQ(l.counter_words, 120u);
+  ASSERT_EQ(l.scratch_words.size(), 1u);
+  EXPECT_EQ(l.scratch_words[0], 4u * 128u * 960u);
+  codegen::CodegenOptions summed = on;
+  summed.kernels.gemm_splitk_fixup = false;
+  const codegen::Lowering two = codegen::lower_gemm_siblings(g.ir(), {q.id(), k.id(), v}, big, summed);
+  ASSERT_EQ(two.kernels.size(), 2u);
+  EXPECT_EQ(two.kernels[1].bindings.size(), 4u);
+  EXPECT_EQ(two.counter_words, 0u);
+  // gate and up: 128 x 3072 x 576, 384 blocks: no split, one kernel storing both.
+  const codegen::Lowering mlp = codegen::lower_gemm_siblings(g.ir(), {gate.id(), lin(h, 1536, "up").id()}, big, on);
+  ASSERT_EQ(mlp.kernels.size(), 1u);
+  EXPECT_EQ(mlp.kernels[0].bindings.size(), 5u);
+  EXPECT_TRUE(mlp.scratch_words.empty());
+}
+
 // A store epilogue only behind GEMMs whose threads hold at most kStoreEpilogueAccumulators (4x4) results: on a
 // big GPU's caps (the defaults), Whisper's batch-8 linears (12,000 rows) take the 128x128 block with 8x8 per
 // thread and store C themselves; the same layer at batch 1 (1,500 rows: 64x64 blocks, 4x4) takes its bias and

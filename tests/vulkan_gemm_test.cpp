@@ -293,20 +293,71 @@ TEST_F(VulkanGemm, VecAlongKLoadsAreBitwiseTheScalarOnes) {
 }
 
 TEST_F(VulkanGemm, SplitK) {
-  // The SmolLM2 lm-head gradient pattern (small M x N, long K), scaled down: auto splits K and sums
-  // in a second kernel; explicit splits that do not divide K evenly leave a short last split.
+  // The SmolLM2 lm-head gradient pattern (small M x N, long K), scaled down: auto splits K and the GEMM's last
+  // block per tile sums the splits (the fixup: one kernel); explicit splits that do not divide K evenly leave a
+  // short last split.
   std::string names;
   double err = check(
       {{2048, 24}, {2048, 40}, true, false},
       [](const GemmShape& s) { return codegen::lower_gemm(s, caps_, GemmVariant::Tiled); }, &names);
   EXPECT_LE(err, 1e-5) << names;
-  EXPECT_NE(names.find("matmul_splitk_sum"), std::string::npos) << names;
+  EXPECT_NE(names.find("_fx"), std::string::npos) << names;
+  EXPECT_EQ(names.find("matmul_splitk_sum"), std::string::npos) << names;
   for (const char* spec : {"64x64x16,s5", "32x32x16,s7", "64x64x8,s2"}) {
     names.clear();
     err = check(
         {{2, 30, 1000}, {1000, 50}},
         [&](const GemmShape& s) { return simt(s, parse_gemm_tile(spec, false)); }, &names);
     EXPECT_LE(err, 1e-5) << spec << " via " << names;
+  }
+}
+
+// The split-K fixup (GemmOptions::splitk_fixup: the last block of each tile to arrive sums the splits' partial
+// products in split order) against the second kernel that sums them: bitwise the same values, one kernel instead of
+// two, counters on; both the product (the CPU reference in double). Cases: vec4 stores with a row edge and a
+// column edge (N = 40, BN = 32), scalar stores (N = 30), batched with a broadcast A, and 7 splits of a K that leaves
+// a short last one.
+TEST_F(VulkanGemm, SplitKFixupIsTheSecondKernelsSum) {
+  struct Case {
+    Problem p;
+    const char* tile;
+  };
+  const std::vector<Case> cases = {{{{70, 1100}, {1100, 40}}, "32x32x16,s4"},
+                                   {{{33, 900}, {30, 900}, false, true}, "32x32x16,s3"},
+                                   {{{2, 1, 20, 600}, {3, 600, 36}, false, false}, "64x64x16,s2"},
+                                   {{{40, 1000}, {1000, 64}}, "32x32x16,s7"}};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const Case& c : cases) {
+    mgn::Graph g;
+    Tensor a = g.input("a", c.p.a), b = g.input("b", c.p.b);
+    Tensor y = matmul(a, b, c.p.ta, c.p.tb);
+    const GemmShape s = codegen::matmul_shape(g.ir(), g.ir().node(y.id()));
+    GemmOptions o;
+    o.variant = GemmVariant::Tiled;
+    o.tile = parse_gemm_tile(c.tile, false);
+    const Lowering fixed = codegen::lower_gemm(s, caps_, o);
+    o.splitk_fixup = false;
+    const Lowering apart = codegen::lower_gemm(s, caps_, o);
+    ASSERT_EQ(fixed.kernels.size(), 1u) << c.tile;
+    EXPECT_NE(fixed.kernels[0].name.find("_fx"), std::string::npos) << fixed.kernels[0].name;
+    EXPECT_GT(fixed.counter_words, 0u);
+    ASSERT_EQ(apart.kernels.size(), 2u) << c.tile;
+    EXPECT_EQ(apart.counter_words, 0u);
+    std::vector<float> av(size_t(numel(a.shape()))), bv(size_t(numel(b.shape())));
+    for (float& x : av) x = dist(rng);
+    for (float& x : bv) x = dist(rng);
+    const size_t n_out = size_t(numel(y.shape()));
+    const std::vector<float> got = run_gpu(fixed, av, bv, n_out), want = run_gpu(apart, av, bv, n_out);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << c.tile;
+    EXPECT_LE(check(c.p, [&](const GemmShape& s2) {
+                GemmOptions f = o;
+                f.splitk_fixup = true;
+                return codegen::lower_gemm(s2, caps_, f);
+              }),
+              1e-5)
+        << c.tile;
   }
 }
 

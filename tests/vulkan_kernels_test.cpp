@@ -90,6 +90,10 @@ class VulkanKernels : public ::testing::Test {
     if (low.output_zero_filled) transfer_->fill_zero(out);
     for (uint64_t w : low.scratch_words)
       scratch.push_back(alloc_->allocate(std::max<uint64_t>(w, 1) * 4, vk::MemoryKind::Device, "scratch"));
+    if (low.counter_words > 0) {  // zero before the first run (the kernels leave them zero)
+      scratch.push_back(alloc_->allocate(low.counter_words * 4, vk::MemoryKind::Device, "counters"));
+      transfer_->fill_zero(scratch.back());
+    }
     {
       vk::CommandStream stream(*ctx_);
       for (size_t i = 0; i < low.kernels.size(); ++i) {
@@ -104,9 +108,10 @@ class VulkanKernels : public ::testing::Test {
         d.required_subgroup_size = k.required_subgroup_size;
         std::vector<vk::Buffer> bind;
         for (const codegen::Binding& b : k.bindings)
-          bind.push_back(b.kind == BindingKind::Input    ? ins.at(size_t(b.index))
-                         : b.kind == BindingKind::Output ? out
-                                                         : scratch.at(size_t(b.index)));
+          bind.push_back(b.kind == BindingKind::Input      ? ins.at(size_t(b.index))
+                         : b.kind == BindingKind::Output   ? out
+                         : b.kind == BindingKind::Counters ? scratch.back()
+                                                           : scratch.at(size_t(b.index)));
         if (i > 0) stream.barrier();
         stream.dispatch(pipelines_->get(d), bind, k.groups, nullptr, 0, k.name);
       }

@@ -10,7 +10,7 @@
 // are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the same-shape
 // pointwise groups one group reads from outside into one (the per-tensor scalars of an optimizer), (3) attention_grad_v
 // with the attention_grad_k of the same inputs (and attention with attention_lse), (4) GEMV siblings, GEMV and
-// tiled-GEMM epilogues and norm prologues (kernel.h), and (5) a rope with the head-split permute it reads through,
+// tiled-GEMM epilogues and norm prologues, grouped GEMMs (kernel.h), and (5) a rope with the head-split permute it reads through,
 // and two ropes of the same tables.
 #include <algorithm>
 #include <map>
@@ -72,6 +72,7 @@ class Grouper {
     // (inputs, attrs) -> the first node of a pair still waiting for its partner: dK / dV, and o / lse.
     std::map<std::pair<std::vector<int>, std::string>, int> attention_open, forward_open;
     std::map<std::string, int> gemv_open;  // GEMV sibling key -> a node of the group still open to siblings
+    std::map<std::string, int> gemm_open;  // grouped-GEMM key -> likewise
     std::map<std::pair<int, int>, int> rope_open;  // (cos, sin) -> a rope still waiting for its partner
     for (int i = 0; i < n_; ++i) {
       if (!needed_[size_t(i)]) continue;
@@ -96,6 +97,7 @@ class Grouper {
         gi = join_pointwise_prologue(i, gi, gemv_open);
         gi = join_gemv(i, gi, gemv_open);
       }
+      if (opt_.gemm_siblings && node.op == ir::Op::MatMul) gi = join_gemm(i, gi, gemm_open);
       if (opt_.pointwise) merge_siblings(gi);
     }
     split_unfinished_prologues();
@@ -261,6 +263,29 @@ class Grouper {
       if (matmuls_only && groups_[size_t(other)].alive &&
           groups_[size_t(other)].members.size() < kMaxGemvSiblings) {
         std::set<int> set = {other, gi};
+        const int lv = merged_level(set);
+        if (lv >= 0) return merge(set, lv);
+      }
+    }
+    open[key] = i;
+    return gi;
+  }
+
+  // A tiled matmul joins the open grouped-GEMM group of its key (kernel.h, gemm_sibling_key): matmuls only, no
+  // epilogue taken yet, room for one more, levels kept valid; otherwise it opens a group of its own.
+  int join_gemm(int i, int gi, std::map<std::string, int>& open) {
+    const std::string key = gemm_sibling_key(g_, g_.node(i), caps_, *opt_.gemm_siblings);
+    if (key.empty()) return gi;
+    auto it = open.find(key);
+    if (it != open.end()) {
+      const int other = gid_[size_t(it->second)];
+      bool matmuls_only = other >= 0 && other != gi && groups_[size_t(other)].alive &&
+                          !groups_[size_t(other)].has_epilogue &&
+                          groups_[size_t(other)].members.size() < kMaxGemmSiblings;
+      if (matmuls_only)
+        for (int m : groups_[size_t(other)].members) matmuls_only = matmuls_only && g_.node(m).op == ir::Op::MatMul;
+      if (matmuls_only) {
+        const std::set<int> set = {other, gi};
         const int lv = merged_level(set);
         if (lv >= 0) return merge(set, lv);
       }
@@ -518,7 +543,10 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
     return lower_rope_group(g, nodes, caps);
   if (gemv_pointwise_prologue(g, nodes)) return lower_gemv_pointwise_prologue(g, nodes, stored, caps);
   if (gemv_epilogue(g, nodes)) return lower_tiled_gemm_epilogue(g, nodes, stored, caps, options);
-  if (g.node(nodes[0]).op == ir::Op::MatMul) return lower_gemv_siblings(g, nodes, caps);
+  if (g.node(nodes[0]).op == ir::Op::MatMul) {
+    if (!gemm_sibling_key(g, g.node(nodes[0]), caps, options).empty()) return lower_gemm_siblings(g, nodes, caps, options);
+    return lower_gemv_siblings(g, nodes, caps);
+  }
   if (g.node(nodes[0]).op == ir::Op::RmsNorm) return lower_gemv_norm_siblings(g, nodes, caps);
   return lower_pointwise_fusion(g, nodes, stored, caps);
 }

@@ -81,19 +81,34 @@ uint tid, tx, ty, m0, n0;
   }
 )";
   // Thread (tx, ty) owns rows i*4*TY + 4*ty + r and columns j*4*TX + 4*tx + 0..3.
-  s.epilogue = gl::render(R"(  [[unroll]] for (uint i = 0u; i < ${SM}; ++i)
+  auto each_accumulator = [&](const std::string& body) {
+    return gl::render(R"(  [[unroll]] for (uint i = 0u; i < ${SM}; ++i)
     [[unroll]] for (uint r = 0u; r < 4u; ++r) {
       uint m = m0 + i * 4u * TY + 4u * ty + r;
 ${ROW_EDGE}      [[unroll]] for (uint j = 0u; j < ${SN}; ++j) {
         uint n = n0 + j * 4u * TX + 4u * tx;
-        vec4 v = acc[(i * 4u + r) * ${SN} + j];
-${STORE}      }
+${BODY}      }
     }
 )",
-                          {{"SM", u(sm)},
-                           {"SN", u(sn)},
-                           {"ROW_EDGE", g.m % g.bm != 0 ? "      if (m >= M) continue;\n" : ""},
-                           {"STORE", g.store}});
+                      {{"SM", u(sm)},
+                       {"SN", u(sn)},
+                       {"ROW_EDGE", g.m % g.bm != 0 ? "      if (m >= M) continue;\n" : ""},
+                       {"BODY", body}});
+  };
+  s.epilogue = each_accumulator("        vec4 v = acc[(i * 4u + r) * " + u(sn) + " + j];\n" + g.store);
+  if (!g.fixup.empty()) {
+    // This block's partial products are stored; the last of the splits of its tile to arrive sums them all.
+    s.shared += "shared uint last_split;\n";
+    s.epilogue += gl::render(R"(  memoryBarrierBuffer();
+  barrier();
+  if (tid == 0u) last_split = atomicAdd(${COUNTER}, 1u) == ${LAST} ? 1u : 0u;
+  barrier();
+  if (last_split == 0u) return;
+  memoryBarrierBuffer();
+)",
+                             {{"COUNTER", g.counter}, {"LAST", u(g.splits - 1)}}) +
+                  each_accumulator(g.fixup) + "  if (tid == 0u) " + g.counter + " = 0u;  // zero for the next run\n";
+  }
   return s;
 }
 

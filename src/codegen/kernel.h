@@ -58,6 +58,9 @@ enum class BindingKind : uint8_t {
   Input,    // index: which input of the node
   Output,   // the node's result
   Scratch,  // index: into Lowering::scratch_words
+  // The dispatch's counters (Lowering::counter_words): zero before the dispatch's first run, and the kernels leave
+  // them zero again (a split-K GEMM's arrival counts per block), so the backend zeroes them once and keeps them.
+  Counters,
 };
 
 // A kernel of a one-node lowering names its node's inputs and output; a kernel of a fused dispatch (several
@@ -81,6 +84,7 @@ struct Kernel {
 struct Lowering {
   std::vector<Kernel> kernels;              // run in order; barrier between consecutive ones
   std::vector<uint64_t> scratch_words;      // sizes of the node's scratch buffers (32-bit words)
+  uint64_t counter_words = 0;               // > 0: its kernels bind counters (BindingKind::Counters)
   bool output_zero_filled = false;          // the backend must zero the output before kernel 0
 };
 
@@ -130,6 +134,8 @@ struct FusionOptions {
   // Set: pointwise readers of a matmul that lowers to the tiled GEMM under these options (tiled_gemm_epilogue)
   // join it as its epilogue (KernelOptions::gemm_epilogue).
   const CodegenOptions* gemm_epilogues = nullptr;
+  // Set: matmuls with the same gemm_sibling_key under these options join one grouped GEMM.
+  const CodegenOptions* gemm_siblings = nullptr;
   uint32_t max_nodes = 64;  // per pointwise fusion (kernel size, compile time)
 };
 inline constexpr size_t kMaxGemvSiblings = 4;
@@ -185,6 +191,20 @@ Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& n
 // The scratch sizes (words) of an epilogue dispatch's lowering, known before the plan says what it stores.
 std::vector<uint64_t> gemm_epilogue_scratch_words(const ir::Graph& g, const std::vector<int>& nodes,
                                                   const DeviceCaps& caps, const CodegenOptions& options);
+
+// A grouped GEMM (KernelOptions::gemm_siblings): up to kMaxGemmSiblings matmuls that lower to the tiled GEMM, read
+// the same left operand with the same transpose, M, K and batch, and each a transposed 2-D right operand whose N is a
+// multiple of kGemmSiblingAlign (a layer's q, k, v or gate, up projections), each alone a grid below the split-K
+// rule's threshold: one grid over the blocks of all of them (a block lies inside one product) and one split-K sum.
+// The grouped shape chooses the tile and the split, so the values may differ from the separate products' by their
+// rounding (another split of K). No epilogue. gemm_sibling_key: empty when `n` cannot join such a group, else a
+// key two matmuls share exactly when they can.
+inline constexpr size_t kMaxGemmSiblings = 4;
+inline constexpr uint64_t kGemmSiblingAlign = 32;
+std::string gemm_sibling_key(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                             const CodegenOptions& options);
+Lowering lower_gemm_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                             const CodegenOptions& options);
 
 // What a pointwise fusion's kernel computes, for one element `index` (an expression): buffer declarations
 // (bindings numbered after `bindings`), operand loads, the nodes in order, the stores of `stored` nodes. Nodes in

@@ -84,15 +84,24 @@ uint64_t simt_scratch_words(const GemmShape& s, uint64_t splits) {
   return splits > 1 ? splits * batch_count(s) * s.m * s.n : 0;
 }
 
+namespace {
+
+// The sum kernels' first statements: `sum`, item i's partial products (of type T, `count` per split) in split order.
+std::string splitk_sum_head(const std::string& T, uint64_t splits, uint64_t count) {
+  return gl::render(R"(  ${T} sum = P[i];
+  for (uint p = 1u; p < ${SPLITS}; ++p) sum += P[p * ${COUNT} + i];
+)",
+                    {{"T", T}, {"SPLITS", u(splits)}, {"COUNT", u(count)}});
+}
+
+}  // namespace
+
 Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps,
                          const GemmEpilogue* epilogue) {
   const bool v4 = outs % 4 == 0;
   const std::string T = v4 ? "vec4" : "float";
   const uint64_t count = v4 ? outs / 4 : outs;
-  std::string body = gl::render(R"(  ${T} sum = P[i];
-  for (uint p = 1u; p < ${SPLITS}; ++p) sum += P[p * ${COUNT} + i];
-)",
-                                {{"T", T}, {"SPLITS", u(splits)}, {"COUNT", u(count)}});
+  std::string body = splitk_sum_head(T, splits, count);
   std::string decls = gl::buffer_as(0, T, "P", "readonly restrict ");
   std::vector<Binding> bindings = {{BindingKind::Scratch, slot, false}};
   std::string name = "matmul_splitk_sum_" + su(splits), what = "matmul split-K sum of " + su(splits) +
@@ -114,6 +123,30 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
     what += ", then the matmul's epilogue (" + b.ops + ")";
   }
   return gl::elementwise(name, what, decls, body, count, std::move(bindings), caps);
+}
+
+Kernel splitk_sum_grouped_kernel(uint64_t splits, const std::vector<uint64_t>& outs, int slot, const DeviceCaps& caps) {
+  uint64_t total = 0;
+  for (uint64_t o : outs) total += o;
+  const bool v4 = std::all_of(outs.begin(), outs.end(), [](uint64_t o) { return o % 4 == 0; });
+  const std::string T = v4 ? "vec4" : "float";
+  const uint64_t w = v4 ? 4 : 1, count = total / w;
+  std::string body = splitk_sum_head(T, splits, count);
+  std::string decls = gl::buffer_as(0, T, "P", "readonly restrict ");
+  std::vector<Binding> bindings = {{BindingKind::Scratch, slot, false}};
+  uint64_t first = 0;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const std::string J = std::to_string(j), end = u((first + outs[j]) / w);
+    decls += gl::buffer_as(int(1 + j), T, "C" + J, "writeonly restrict ");
+    bindings.push_back(gl::output(int(j)));
+    body += std::string(j ? "  else " : "  ") + (j + 1 < outs.size() ? "if (i < " + end + ") " : "") + "C" + J +
+            "[i - " + u(first / w) + "] = sum;\n";
+    first += outs[j];
+  }
+  return gl::elementwise("matmul_splitk_sum_" + su(splits) + "_x" + su(outs.size()),
+                         "grouped matmul split-K sum of " + su(splits) + " partial products of " + su(outs.size()) +
+                             " products, in split order",
+                         decls, body, count, std::move(bindings), caps);
 }
 
 namespace {
@@ -150,7 +183,7 @@ Lowering lower_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmOption
   switch (variant) {
     case GemmVariant::Auto:
     case GemmVariant::Tiled:
-      return simt_gemm(s, caps, options.tile, nullptr, options.k_vec4);
+      return simt_gemm(s, caps, options.tile, nullptr, options.k_vec4, options.splitk_fixup);
     case GemmVariant::Small:
       return gl::one_kernel(small_gemm_kernel(s, caps));
     case GemmVariant::CoopMatF16:
@@ -267,6 +300,7 @@ GemmOptions gemm_options(const LowerContext& ctx, const GemmShape& s) {
                                              : GemmVariant::Auto;
   o.tile = ko.gemm_tile;
   o.k_vec4 = ko.gemm_k_vec4;
+  o.splitk_fixup = ko.gemm_splitk_fixup;
   if (!ctx.options.gemm_tuned.empty()) {
     auto it = ctx.options.gemm_tuned.find(tunable_gemm_key(ctx));
     if (it != ctx.options.gemm_tuned.end()) o.tile = it->second;
@@ -293,14 +327,21 @@ Lowering lower_matmul(const LowerContext& ctx) {
 
 namespace {
 
-// The options of matmul `n` when it lowers to the tiled GEMM (so it can take an epilogue), else nothing.
-std::optional<GemmOptions> tiled_options(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
-                                         const CodegenOptions& options) {
-  if (n.op != ir::Op::MatMul || numel(n.shape) == 0 || !options.kernels.gemm_epilogue) return std::nullopt;
+// The options of matmul `n` when it lowers to the tiled GEMM, else nothing.
+std::optional<GemmOptions> tiled_gemm_options(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                                              const CodegenOptions& options) {
+  if (n.op != ir::Op::MatMul || numel(n.shape) == 0) return std::nullopt;
   const GemmShape s = matmul_shape(g, n);
   GemmOptions o = gemm_options({g, n, caps, options}, s);
   if (s.k == 0 || resolved_variant(s, o.variant) != GemmVariant::Tiled) return std::nullopt;
   return o;
+}
+
+// ... when it can also take an epilogue.
+std::optional<GemmOptions> tiled_options(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                                         const CodegenOptions& options) {
+  if (!options.kernels.gemm_epilogue) return std::nullopt;
+  return tiled_gemm_options(g, n, caps, options);
 }
 
 }  // namespace
@@ -346,7 +387,42 @@ Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& n
   for (int id : nodes)
     if (g.node(id).shape != mm.shape)
       throw Error("internal: " + g.describe(id) + " has not the shape of " + g.describe(mm.id));
-  return simt_gemm(matmul_shape(g, mm), caps, o->tile, &e, o->k_vec4);
+  return simt_gemm(matmul_shape(g, mm), caps, o->tile, &e, o->k_vec4, o->splitk_fixup);
+}
+
+std::string gemm_sibling_key(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,
+                             const CodegenOptions& options) {
+  if (!options.kernels.gemm_siblings) return {};
+  const std::optional<GemmOptions> o = tiled_gemm_options(g, n, caps, options);
+  if (!o) return {};
+  const GemmShape s = matmul_shape(g, n);
+  if (!s.transpose_b || g.node(n.inputs[1]).shape.size() != 2 || s.n % kGemmSiblingAlign != 0) return {};
+  // Only products that would leave a big GPU partly idle alone (the grid the split-K rule tops up).
+  const GemmTile t = resolve_simt_tile(s, caps, o->tile);
+  if (div_up(s.m, t.bm) * div_up(s.n, t.bn) * batch_count(s) >= kSimtSplits.below_blocks) return {};
+  std::string key = std::to_string(n.inputs[0]) + " " + su(s.transpose_a) + " " + su(s.m) + " " + su(s.k) + " " +
+                    (n.precision.value_or(options.default_precision) == Precision::Accelerated ? "a" : "s") + " " +
+                    std::string(dtype_name(n.dtype));
+  for (size_t d = 0; d < s.batch.size(); ++d) key += " " + su(s.batch[d]) + "." + su(s.a_stride[d]);
+  return key;
+}
+
+Lowering lower_gemm_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                             const CodegenOptions& options) {
+  if (nodes.size() < 2 || nodes.size() > kMaxGemmSiblings) throw Error("internal: a grouped GEMM of " + su(nodes.size()) + " matmuls");
+  const std::string key = gemm_sibling_key(g, g.node(nodes[0]), caps, options);
+  std::vector<uint64_t> seg_n;
+  for (int id : nodes) {
+    if (key.empty() || gemm_sibling_key(g, g.node(id), caps, options) != key)
+      throw Error("internal: " + g.describe(id) + " is no sibling of " + g.describe(nodes[0]));
+    seg_n.push_back(matmul_shape(g, g.node(id)).n);
+  }
+  const ir::Node& first = g.node(nodes[0]);
+  GemmShape s = matmul_shape(g, first);
+  s.n = 0;
+  for (uint64_t n : seg_n) s.n += n;
+  const GemmOptions o = *tiled_gemm_options(g, first, caps, options);
+  return simt_gemm_grouped(s, seg_n, caps, options.kernels.gemm_tile, o.k_vec4, o.splitk_fixup);
 }
 
 }  // namespace mgn::codegen

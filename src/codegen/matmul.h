@@ -40,6 +40,7 @@ struct GemmOptions {
   GemmVariant variant = GemmVariant::Auto;
   GemmTile tile;          // for Tiled
   GemmOperands k_vec4 = GemmOperands::Both;  // for Tiled: KernelOptions::gemm_k_vec4
+  bool splitk_fixup = true;                  // for Tiled: KernelOptions::gemm_splitk_fixup
   GemmTile coopmat_tile;  // for CoopMatF16
   F16Scaling coopmat_scaling;  // for CoopMatF16
   CoopMatShape mma;       // for CoopMatF16

@@ -100,6 +100,12 @@ struct TileLoader {
   bool vec;             // vec4 global loads along `outer`
   bool kvec;            // vec4 global loads along K (!contig_outer)
   std::string index;    // GLSL word index of (o, kr) within one matrix
+  bool grouped = false; // a grouped GEMM's B: read through ld<buf>(i) / ld<buf>4(i), which pick the block's product
+  // The load of word `i` (or of vec4 `i`) of this operand.
+  std::string at(bool vec4, const std::string& i) const {
+    const std::string b = buf + (vec4 ? "4" : "");
+    return grouped ? "ld" + b + "(" + i + ")" : b + "[" + i + "]";
+  }
 };
 
 // Statements locating this thread's item `it` of a K slice: its number e (< items, over nt threads) and, by
@@ -127,7 +133,7 @@ std::string emit_kvec_loader(const TileLoader& L, const GemmShape& s, uint32_t b
 ${ITEM}    uint k = k0 + 4u * kq;
     uint kr = ${KR};
     uint o = ${O0} + ol;
-${O_EDGE}    vec4 v = ${BUF}4[(${OFF} + ${INDEX}) >> 2];
+${O_EDGE}    vec4 v = ${LOAD};
 ${K_EDGE}    r${X}[it] = v;
   }
 }
@@ -143,9 +149,7 @@ ${ITEM}    [[unroll]] for (uint c = 0u; c < 4u; ++c) ${SHARED}[buf][4u * kq + c]
                      {"KR", k_edge ? "min(k, " + u(s.k - 4) + ")" : "k"},
                      {"O0", L.o0},
                      {"O_EDGE", o_edge ? "    o = min(o, " + u(L.outer_dim - 1) + ");\n" : ""},
-                     {"BUF", L.buf},
-                     {"OFF", L.off},
-                     {"INDEX", L.index},
+                     {"LOAD", L.at(true, "(" + L.off + " + " + L.index + ") >> 2")},
                      {"K_EDGE", k_edge ? "    if (k >= " + u(s.k) + ") v = vec4(0.0);\n" : ""},
                      {"SHARED", L.shared}});
 }
@@ -162,25 +166,21 @@ std::string emit_loader(const TileLoader& L, const GemmShape& s, uint32_t bk, ui
   std::string fetch;
   if (L.vec)
     fetch = gl::render(R"(    uint o = ${O0} + 4u * q;
-${O_EDGE}    vec4 v = ${BUF}4[(${OFF} >> 2) + kr * ${ROW4} + (o >> 2)];
+${O_EDGE}    vec4 v = ${LOAD};
 )",
                        {{"O0", L.o0},
                         {"O_EDGE", o_edge ? "    o = min(o, " + u(L.outer_dim - 4) + ");\n" : ""},
-                        {"BUF", L.buf},
-                        {"OFF", L.off},
-                        {"ROW4", u(L.outer_dim / 4)}});
+                        {"LOAD", L.at(true, "(" + L.off + " >> 2) + kr * " + u(L.outer_dim / 4) + " + (o >> 2)")}});
   else
     fetch = gl::render(R"(    vec4 v;
     [[unroll]] for (uint c = 0u; c < 4u; ++c) {
       uint o = ${O0} + 4u * q + c;
-${O_EDGE}      v[c] = ${BUF}[${OFF} + ${INDEX}];
+${O_EDGE}      v[c] = ${LOAD};
     }
 )",
                        {{"O0", L.o0},
                         {"O_EDGE", o_edge ? "      o = min(o, " + u(L.outer_dim - 1) + ");\n" : ""},
-                        {"BUF", L.buf},
-                        {"OFF", L.off},
-                        {"INDEX", L.index}});
+                        {"LOAD", L.at(false, L.off + " + " + L.index)}});
   return gl::render(R"(void load_${X}(uint k0) {
   [[unroll]] for (uint it = 0u; it < ${PER}; ++it) {
 ${ITEM}    uint k = k0 + kk;
@@ -214,9 +214,108 @@ GemmTile resolve_simt_tile(const GemmShape& s, const DeviceCaps& caps, const Gem
   return t;
 }
 
-Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const GemmEpilogue* epilogue,
-                   GemmOperands k_vec4) {
-  const SimtConfig c = pick_simt(s, caps, want);
+namespace {
+
+// The block tile of a grouped GEMM: the heuristics' (or `want`'s) for the whole shape, narrowed until the block
+// width divides every product's N, so that each block lies inside one product.
+SimtConfig pick_grouped(const GemmShape& s, const std::vector<uint64_t>& seg_n, const DeviceCaps& caps,
+                        const GemmTile& want) {
+  SimtConfig c = pick_simt(s, caps, want);
+  auto divides = [&](uint32_t bn) {
+    return std::all_of(seg_n.begin(), seg_n.end(), [&](uint64_t n) { return n % bn == 0; });
+  };
+  for (uint32_t bn = c.bn; !divides(c.bn); bn /= 2) {
+    if (bn < 32) throw Error("internal: no GEMM block width divides the grouped products' N");
+    if (!divides(bn)) continue;
+    GemmTile w = want;
+    w.bm = std::min(c.bm, bn), w.bn = bn, w.tm = w.tn = 0;
+    c = pick_simt(s, caps, w);
+  }
+  return c;
+}
+
+// The grouped GEMM's kernels (simt_gemm_grouped) from the SIMT GEMM `g` of the whole shape: B is product `seg`'s
+// weight (W<seg>, read through ldB / ldB4), C its output (C<seg>) or its part of the split-K scratch, where each
+// split holds the products' [batch][m][n] one after another.
+Lowering grouped_gemm(TiledGemm g, const GemmShape& s, const std::vector<uint64_t>& seg_n, const SimtConfig& c,
+                      const std::string& a_buffer, bool b4, bool fixup, const DeviceCaps& caps) {
+  const size_t count = seg_n.size();
+  const uint64_t nb = batch_count(s);
+  const bool split = c.splits > 1;
+  const std::string T = b4 ? "vec4" : "float", ld = b4 ? "ldB4" : "ldB";
+  std::string n0s, ns, bases, seg_of = "  seg = 0u", loads, stores;
+  std::vector<uint64_t> outs;
+  uint64_t n0 = 0, base = 0;
+  g.buffers = a_buffer;
+  g.bindings = {{BindingKind::Input, 0, false, 0}};
+  for (size_t j = 0; j < count; ++j) {
+    const std::string J = su(j), last = j + 1 == count ? "" : "if (seg == " + u(j) + ") ";
+    g.buffers += gl::buffer_as(int(1 + j), T, "W" + J, "readonly restrict ");
+    g.bindings.push_back({BindingKind::Input, 1, false, int(j)});
+    n0s += (j ? ", " : "") + u(n0);
+    ns += (j ? ", " : "") + u(seg_n[j]);
+    bases += (j ? ", " : "") + u(base);
+    if (j) seg_of += " + uint(n0 >= " + u(n0) + ")";
+    loads += "  " + last + "return W" + J + "[i];\n";
+    stores += "        " + std::string(j ? "else " : "") + last + "C" + J + "[ci >> 2] = v;\n";
+    outs.push_back(nb * s.m * seg_n[j]);
+    n0 += seg_n[j];
+    base += outs.back();
+  }
+  int next = int(1 + count);
+  if (split) {
+    g.buffers += gl::buffer_as(next++, "vec4", "P", fixup ? "coherent restrict " : "writeonly restrict ");
+    g.bindings.push_back({BindingKind::Scratch, 0, true});
+    if (fixup) {
+      g.buffers += gl::buffer_as(next++, "uint", "CNT", "coherent restrict ");
+      g.bindings.push_back({BindingKind::Counters, 0, true});
+    }
+  }
+  if (!split || fixup) {
+    for (size_t j = 0; j < count; ++j) {
+      g.buffers += gl::buffer_as(next++, "vec4", "C" + su(j), "writeonly restrict ");
+      g.bindings.push_back(gl::output(int(j)));
+    }
+  }
+  const std::string C = su(count);
+  g.constants += "// the products side by side: first column, N, first word of a split's partial products\n"
+                 "const uint SEG_N0[" + C + "] = uint[](" + n0s + ");\nconst uint SEG_N[" + C + "] = uint[](" + ns +
+                 ");\nconst uint SEG_BASE[" + C + "] = uint[](" + bases + ");\n";
+  g.state += "uint seg, seg_n0, seg_w;  // the block's product, its first column, its N\n" + T + " " + ld +
+             "(uint i) {\n" + loads + "}\n";
+  g.setup = batch_offsets(s) + "  a_off = aoff;\n  b_off = boff;\n" + seg_of +
+            ";\n  seg_n0 = SEG_N0[seg];\n  seg_w = SEG_N[seg];\n  uint coff = " +
+            (split ? "split * " + u(base) + " + SEG_BASE[seg] + " : std::string()) + "batch * " + u(s.m) +
+            " * seg_w;\n";
+  g.store = "        uint ci = coff + m * seg_w + (n - seg_n0);\n" + (split ? "        P[ci >> 2] = v;\n" : stores);
+  Lowering l;
+  if (split && fixup) {  // the last block of a tile to arrive sums its partials in split order (as the sum kernel)
+    const uint64_t tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
+    g.name += "_fx";
+    g.counter = "CNT[batch * " + u(tiles) + " + tile]";
+    g.splits = c.splits;
+    l.counter_words = nb * tiles;
+    g.fixup = gl::render(R"(        uint i0 = SEG_BASE[seg] + batch * ${M} * seg_w + m * seg_w + (n - seg_n0);
+        vec4 v = P[i0 >> 2];
+        for (uint p = 1u; p < ${SPLITS}; ++p) v += P[(p * ${BASE} + i0) >> 2];
+        uint ci = i0 - SEG_BASE[seg];
+)",
+                         {{"M", u(s.m)}, {"SPLITS", u(c.splits)}, {"BASE", u(base)}}) +
+              stores;
+  }
+  l.kernels.push_back(emit_tiled_gemm(g, caps));
+  if (split) {
+    l.scratch_words.push_back(c.splits * base);
+    if (!fixup) l.kernels.push_back(splitk_sum_grouped_kernel(c.splits, outs, 0, caps));
+  }
+  return l;
+}
+
+// The SIMT GEMM; `seg_n` non-empty: a grouped GEMM (simt_gemm_grouped), s.n their sum.
+Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const DeviceCaps& caps,
+                   const GemmTile& want, const GemmEpilogue* epilogue, GemmOperands k_vec4, bool fixup) {
+  const bool grouped = !seg_n.empty();
+  const SimtConfig c = grouped ? pick_grouped(s, seg_n, caps, want) : pick_simt(s, caps, want);
   const uint32_t tx = c.bn / c.tn, ty = c.bm / c.tm, nt = tx * ty, sm = c.tm / 4, sn = c.tn / 4;
   const uint64_t nb = batch_count(s), tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
   const bool split = c.splits > 1;
@@ -236,18 +335,19 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
   const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
                           "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +
                           (split ? "_s" + su(c.splits) : "") + (a_vec ? "_va" : "") + (b_vec ? "_vb" : "") +
-                          (a_kvec ? "_ka" : "") + (b_kvec ? "_kb" : "") +
+                          (a_kvec ? "_ka" : "") + (b_kvec ? "_kb" : "") + (grouped ? "_x" + su(seg_n.size()) : "") +
                           "_t" + su(s.transpose_a) + su(s.transpose_b);
   auto buffer = [](int binding, bool vec, const std::string& name, bool write) {
     return gl::buffer_as(binding, vec ? "vec4" : "float", vec ? name + "4" : name,
                          write ? "writeonly restrict " : "readonly restrict ");
   };
   const TileLoader la{"a", "A", "As", "m0", "a_off", s.m, c.bm, s.transpose_a, a_vec, a_kvec, a_index(s, "o", "kr")};
-  const TileLoader lb{"b", "B", "Bs", "n0", "b_off", s.n, c.bn, !s.transpose_b, b_vec, b_kvec, b_index(s, "kr", "o")};
+  const TileLoader lb{"b", "B", "Bs", "n0", "b_off", s.n, c.bn, !s.transpose_b, b_vec, b_kvec,
+                      b_index(s, "kr", grouped ? "o - seg_n0" : "o"), grouped};
   const uint64_t items_a = uint64_t(c.bm) * c.bk / 4, items_b = uint64_t(c.bn) * c.bk / 4;
 
   TiledGemm g;
-  g.name = "matmul_tiled_" + key;
+  g.name = (grouped ? "matmul_grouped_" : "matmul_tiled_") + key;
   g.header = gl::render(
       R"(// archetype: matmul tiled (SIMT, double-buffered) ${KEY}: ${BM}x${BN} block, ${BK}-deep K slices, ${TM}x${TN} per thread as ${SM}x${SN} 4x4 sub-tiles
 // ${DIMS}${SPLIT}
@@ -260,7 +360,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
        {"TN", su(c.tn)},
        {"SM", su(sm)},
        {"SN", su(sn)},
-       {"DIMS", gemm_dims(s)},
+       {"DIMS", gemm_dims(s) + (grouped ? " (" + su(seg_n.size()) + " products side by side along N)" : "")},
        {"SPLIT", split ? " K split " + su(c.splits) + " ways of " + su(c.k_chunk) : ""}});
   g.schedule = GemmSchedule::DoubleBufferedVec4;
   g.m = s.m, g.n = s.n, g.k = s.k, g.outer = nb * c.splits;
@@ -289,6 +389,7 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
         "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n"
         "          if (n + q < N) C[coff + m * N + n + q] = v[q];\n";
   Lowering l;
+  if (grouped) return grouped_gemm(g, s, seg_n, c, buffer(0, a_vec || a_kvec, "A", false), b_vec || b_kvec, fixup, caps);
   const std::vector<Binding> operands = epilogue ? std::vector<Binding>{epilogue->operand(0), epilogue->operand(1)}
                                                  : std::vector<Binding>{gl::input(0), gl::input(1)};
   if (!split) {
@@ -307,14 +408,73 @@ Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& w
     l.kernels.push_back(emit_tiled_gemm(g, caps));
     return l;
   }
-  // Split K: partial products to scratch [split][batch][m][n], then one pass sums them in split order
-  // (deterministic, no atomics) and stores C, or evaluates the epilogue.
+  // Split K: partial products to scratch [split][batch][m][n], summed in split order (deterministic) and stored to C,
+  // or evaluated by the epilogue: by the last block of each tile to arrive (fixup), or by a second kernel.
   g.bindings = operands;
   g.bindings.push_back({BindingKind::Scratch, 0, true});
   l.scratch_words.push_back(simt_scratch_words(s, c.splits));
+  const uint64_t outs = nb * s.m * s.n;
+  if (!fixup) {
+    l.kernels.push_back(emit_tiled_gemm(g, caps));
+    l.kernels.push_back(splitk_sum_kernel(c.splits, outs, 0, caps, epilogue));
+    return l;
+  }
+  g.name += "_fx";
+  g.buffers = buffer(0, a_vec || a_kvec, "A", false) + buffer(1, b_vec || b_kvec, "B", false) +
+              gl::buffer_as(2, c_vec ? "vec4" : "float", c_vec ? "C4" : "C", "coherent restrict ") +
+              gl::buffer_as(3, "uint", "CNT", "coherent restrict ");
+  g.bindings.push_back({BindingKind::Counters, 0, true});
+  g.counter = "CNT[batch * " + u(tiles) + " + tile]";
+  g.splits = c.splits;
+  l.counter_words = nb * tiles;
+  // The 4 columns n.. of row m: their partial products' sum in split order (as splitk_sum_kernel adds them).
+  const std::string sum4 = gl::render(R"(        uint i0 = batch * ${MN} + m * N + n;
+        vec4 v = C4[i0 >> 2];
+        for (uint p = 1u; p < ${SPLITS}; ++p) v += C4[p * ${OUTS4} + (i0 >> 2)];
+)",
+                                      {{"MN", u(s.m * s.n)}, {"SPLITS", u(c.splits)}, {"OUTS4", u(outs / 4)}});
+  const std::string sum1 = gl::render(R"(            uint i0 = batch * ${MN} + m * N + n + q;
+            float v = C[i0];
+            for (uint p = 1u; p < ${SPLITS}; ++p) v += C[p * ${OUTS} + i0];
+)",
+                                      {{"MN", u(s.m * s.n)}, {"SPLITS", u(c.splits)}, {"OUTS", u(outs)}});
+  const std::string edge = s.n % c.bn != 0 ? "        if (n >= N) continue;\n" : "";
+  if (!epilogue) {
+    g.buffers += buffer(4, c_vec, "O", true);
+    g.bindings.push_back(gl::output());
+    g.fixup = c_vec ? edge + sum4 + "        O4[i0 >> 2] = v;\n"
+                    : "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n          if (n + q < N) {\n" + sum1 +
+                          "            O[i0] = v;\n          }\n";
+  } else {
+    const PointwiseBody b = epilogue->body(g.bindings, "ei");
+    g.name += "_e" + su(epilogue->nodes.size() - 1);
+    g.header += "// epilogue (in the split-K fixup): " + b.ops + "\n";
+    g.buffers += b.decls + gl::math_lib();
+    g.bindings = b.bindings;
+    g.fixup = c_vec ? edge + sum4 + "        [[unroll]] for (uint q = 0u; q < 4u; ++q) {\n          uint ei = i0 + q;\n" +
+                          epilogue->code(b, "v[q]") + "        }\n"
+                    : "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n          if (n + q < N) {\n" + sum1 +
+                          "            uint ei = i0;\n" + epilogue->code(b, "v") + "          }\n";
+  }
   l.kernels.push_back(emit_tiled_gemm(g, caps));
-  l.kernels.push_back(splitk_sum_kernel(c.splits, nb * s.m * s.n, 0, caps, epilogue));
   return l;
+}
+
+}  // namespace
+
+Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const GemmEpilogue* epilogue,
+                   GemmOperands k_vec4, bool fixup) {
+  return simt_impl(s, {}, caps, want, epilogue, k_vec4, fixup);
+}
+
+Lowering simt_gemm_grouped(const GemmShape& s, const std::vector<uint64_t>& seg_n, const DeviceCaps& caps,
+                           const GemmTile& want, GemmOperands k_vec4, bool fixup) {
+  if (seg_n.size() < 2 || !s.transpose_b || std::any_of(s.b_stride.begin(), s.b_stride.end(), [](uint64_t x) { return x != 0; }))
+    throw Error("internal: a grouped GEMM needs 2+ products with transposed, unbatched right operands");
+  uint64_t n = 0;
+  for (uint64_t x : seg_n) n += x;
+  if (n != s.n) throw Error("internal: the grouped products' N do not add up to the shape's");
+  return simt_impl(s, seg_n, caps, want, nullptr, k_vec4, fixup);
 }
 
 }  // namespace mgn::codegen

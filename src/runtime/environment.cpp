@@ -91,6 +91,15 @@ const std::vector<Row>& rows() {
         "instead of in the GEMM's store or split-K sum. Results are bitwise the same. Option: "
         "`KernelOptions::gemm_epilogue`"},
        [](Environment& e, const std::string& v, const char* n) { e.kernels.gemm_epilogue = parse_flag(v, n); }},
+      {{"MGN_GEMM_SIBLINGS", "compiler", "`1` / `0` (`1`)",
+        "`0`: tiled matmuls of one left operand (a layer's q, k, v or gate, up projections) run as separate "
+        "GEMMs instead of one grouped GEMM. Results agree within the GEMM's rounding. Option: "
+        "`KernelOptions::gemm_siblings`"},
+       [](Environment& e, const std::string& v, const char* n) { e.kernels.gemm_siblings = parse_flag(v, n); }},
+      {{"MGN_GEMM_SPLITK_FIXUP", "compiler", "`1` / `0` (`1`)",
+        "`0`: a tiled matmul whose K is split sums its partial products in a second kernel instead of in the GEMM's "
+        "last-arriving block per tile. Results are bitwise the same. Option: `KernelOptions::gemm_splitk_fixup`"},
+       [](Environment& e, const std::string& v, const char* n) { e.kernels.gemm_splitk_fixup = parse_flag(v, n); }},
       {{"MGN_GEMM_K_VEC4", "compiler", "`1` / `0` / `a` / `b` (`1`)",
         "which operands of the tiled matmul that are stored contiguous along K (A not transposed; B transposed: a "
         "linear layer's weight) are read as one vec4 along K per item (`1`: both) instead of 4 scalar loads. "

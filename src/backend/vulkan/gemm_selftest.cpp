@@ -193,6 +193,10 @@ std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& t
     owned.push_back(alloc.allocate(std::max<size_t>(n_out, 1) * 4, MemoryKind::Device, "gemm out"));
     for (uint64_t w : low.scratch_words)
       owned.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "gemm scratch"));
+    if (low.counter_words > 0) {
+      owned.push_back(alloc.allocate(low.counter_words * 4, MemoryKind::Device, "gemm counters"));
+      transfer.fill_zero(owned.back());
+    }
     if (!a.empty()) transfer.upload(owned[0], a.data(), a.size() * 4);
     if (!b.empty()) transfer.upload(owned[1], b.data(), b.size() * 4);
     if (low.output_zero_filled) transfer.fill_zero(owned[2]);
@@ -210,9 +214,10 @@ std::vector<float> run_gemm_lowering(Context& ctx, Allocator& alloc, Transfer& t
         d.required_subgroup_size = k.required_subgroup_size;
         std::vector<Buffer> bind;
         for (const codegen::Binding& bd : k.bindings)
-          bind.push_back(bd.kind == codegen::BindingKind::Input    ? owned.at(bd.index == 0 ? 0 : 1)
-                         : bd.kind == codegen::BindingKind::Output ? owned[2]
-                                                                   : owned.at(3 + size_t(bd.index)));
+          bind.push_back(bd.kind == codegen::BindingKind::Input      ? owned.at(bd.index == 0 ? 0 : 1)
+                         : bd.kind == codegen::BindingKind::Output   ? owned[2]
+                         : bd.kind == codegen::BindingKind::Counters ? owned.back()
+                                                                     : owned.at(3 + size_t(bd.index)));
         if (i > 0) stream.barrier();
         stream.dispatch(pipelines.get(d), bind, k.groups, nullptr, 0, k.name);
       }

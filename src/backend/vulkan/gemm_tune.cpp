@@ -168,15 +168,20 @@ struct Tuner {
       for (const codegen::Lowering& low : j.lows) {
         for (uint64_t w : low.scratch_words)
           scratch.push_back(alloc.allocate(std::max<uint64_t>(w, 1) * 4, MemoryKind::Device, "tuning scratch"));
+        if (low.counter_words > 0) {  // after the scratch buffers, zero (the kernels leave them zero)
+          scratch.push_back(alloc.allocate(low.counter_words * 4, MemoryKind::Device, "tuning counters"));
+          transfer.fill_zero(scratch.back());
+        }
         CommandStream stream(ctx, /*timestamps=*/true);
         for (int rep = 0; rep < kReps; ++rep)
           for (size_t i = 0; i < low.kernels.size(); ++i) {
             const codegen::Kernel& k = low.kernels[i];
             std::vector<Buffer> bind;
             for (const codegen::Binding& bd : k.bindings)
-              bind.push_back(bd.kind == codegen::BindingKind::Input    ? operands.at(size_t(bd.index))
-                             : bd.kind == codegen::BindingKind::Output ? operands.back()
-                                                                       : scratch.at(size_t(bd.index)));
+              bind.push_back(bd.kind == codegen::BindingKind::Input      ? operands.at(size_t(bd.index))
+                             : bd.kind == codegen::BindingKind::Output   ? operands.back()
+                             : bd.kind == codegen::BindingKind::Counters ? scratch.back()
+                                                                         : scratch.at(size_t(bd.index)));
             if (rep > 0 || i > 0) stream.barrier();
             stream.dispatch(*j.pipes[first + i], bind, k.groups, nullptr, 0, k.name);
           }

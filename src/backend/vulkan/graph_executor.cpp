@@ -292,7 +292,8 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
     fusions = codegen::find_fusions(
         g_, need, opt_.plan.pinned, caps,
         {.gemv = opt_.codegen.kernels.gemm != GemmKernel::Tiled,
-         .gemm_epilogues = opt_.codegen.kernels.gemm_epilogue ? &opt_.codegen : nullptr});
+         .gemm_epilogues = opt_.codegen.kernels.gemm_epilogue ? &opt_.codegen : nullptr,
+         .gemm_siblings = opt_.codegen.kernels.gemm_siblings ? &opt_.codegen : nullptr});
   fusions_ = fusions;
   stats_.fusion_ms = ms_since(tf);
   auto te = std::chrono::steady_clock::now();
@@ -440,6 +441,18 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
 
   upload_sources();
 
+  // One buffer of every dispatch's counters (Lowering::counter_words), zeroed now and left zero by each run.
+  const uint64_t counter_align = std::max<uint64_t>(po.alignment, 4);
+  uint64_t counter_total = 0, counter_at = 0;
+  for (const plan::Dispatch& d : p.dispatches)
+    counter_total += codegen::div_up(lows.at(d.nodes[0]).counter_words * 4, counter_align) * counter_align / 4;
+  int counter_storage = -1;
+  if (counter_total > 0) {
+    auto tz = std::chrono::steady_clock::now();
+    counter_storage = new_storage(counter_total, -1, "split-K counters");
+    transfer_->fill_zero(storages_[size_t(counter_storage)].buffer);
+    stats_.alloc_ms += ms_since(tz);
+  }
   // Steps in plan order: a barrier before every group but the first, between the kernels of one node,
   // and after a zero fill.
   int zero_storage = -1;
@@ -473,6 +486,19 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
         group_start = false;
         steps_.push_back(z);
       }
+      // Counters (a split-K GEMM's arrivals): the dispatch's own part of one buffer zeroed once; its kernels leave
+      // it zero.
+      int counters = -1;
+      if (low.counter_words > 0) {
+        Storage s = storages_[size_t(counter_storage)];
+        s.buffer.offset += counter_at * 4;
+        s.buffer.size = low.counter_words * 4;
+        s.words = low.counter_words;
+        s.view = true;
+        storages_.push_back(s);
+        counters = int(storages_.size()) - 1;
+        counter_at += codegen::div_up(low.counter_words * 4, counter_align) * counter_align / 4;
+      }
       for (size_t k = 0; k < low.kernels.size(); ++k) {
         codegen::Kernel& kern = low.kernels[k];
         check_grid(i, kern);
@@ -487,6 +513,7 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
             case codegen::BindingKind::Input: sid = storage_of_[size_t(g_.node(id).inputs.at(size_t(b.index)))]; break;
             case codegen::BindingKind::Output: sid = storage_of_[size_t(id)]; break;
             case codegen::BindingKind::Scratch: sid = whole(p.scratch_of[size_t(d)].at(size_t(b.index))); break;
+            case codegen::BindingKind::Counters: sid = counters; break;
           }
           if (sid < 0) throw Error("internal: kernel " + kern.name + " binds " + g_.describe(id) + ", which has no memory");
           st.storages.push_back(sid);

@@ -19,7 +19,7 @@ namespace mgn::vk {
 namespace {
 
 // Bump when the entry layout, or what a lowering holds, changes.
-constexpr uint32_t kFormat = 2;  // 2: GLSL stored once per distinct source
+constexpr uint32_t kFormat = 3;  // 2: GLSL stored once per distinct source; 3: counters
 constexpr char kMagic[8] = {'M', 'G', 'N', 'S', 'E', 'S', 'S', '\0'};
 constexpr uint64_t kMaxPayload = 1ull << 32;
 
@@ -186,6 +186,7 @@ std::string payload_of(const CompiledSession& s) {
     w.pod<uint8_t>(l.output_zero_filled);
     w.pod<uint64_t>(l.scratch_words.size());
     for (uint64_t x : l.scratch_words) w.pod(x);
+    w.pod<uint64_t>(l.counter_words);
     w.pod<uint64_t>(l.kernels.size());
     for (size_t k = 0; k < l.kernels.size(); ++k) {
       const codegen::Kernel& kern = l.kernels[k];
@@ -228,6 +229,8 @@ CompiledSession parse_payload(const char* p, size_t n) {
     l.output_zero_filled = r.pod<uint8_t>() != 0;
     l.scratch_words.resize(r.count(8));
     for (uint64_t& x : l.scratch_words) x = r.pod<uint64_t>();
+    l.counter_words = r.pod<uint64_t>();
+    if (l.counter_words > (uint64_t(1) << 32)) throw BadEntry{};
     l.kernels.resize(r.count(16));
     for (codegen::Kernel& kern : l.kernels) {
       kern.name = r.str();
@@ -237,7 +240,7 @@ CompiledSession parse_payload(const char* p, size_t n) {
       kern.bindings.resize(r.count(10));
       for (codegen::Binding& b : kern.bindings) {
         const uint8_t kind = r.pod<uint8_t>();
-        if (kind > uint8_t(codegen::BindingKind::Scratch)) throw BadEntry{};
+        if (kind > uint8_t(codegen::BindingKind::Counters)) throw BadEntry{};
         b.kind = codegen::BindingKind(kind);
         b.index = r.pod<int32_t>();
         b.written = r.pod<uint8_t>() != 0;
@@ -338,6 +341,8 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
   h.pod(codegen.default_precision);
   h.pod(k.fusion);
   h.pod(k.gemm_epilogue);
+  h.pod(k.gemm_siblings);
+  h.pod(k.gemm_splitk_fixup);
   h.pod(k.gemm_k_vec4);
   h.pod(k.attention);
   h.pod(k.gemm);
