@@ -836,7 +836,8 @@ TEST(GemmSiblingRule, SmallGridsOfOneLeftOperandGroup) {
 // A store epilogue only behind GEMMs whose threads hold at most kStoreEpilogueAccumulators (4x4) results: on a
 // big GPU's caps (the defaults), Whisper's batch-8 linears (12,000 rows) take the 128x128 block with 8x8 per
 // thread and store C themselves; the same layer at batch 1 (1,500 rows: 64x64 blocks, 4x4) takes its bias and
-// activation; a weight gradient's product (no Parameter operand) takes none; split K takes any number.
+// activation; a weight gradient's product (no Parameter operand) takes none; split K takes any number (up to
+// kStoreEpilogueNodes in the GEMM's fixup, more in a sum kernel).
 TEST(GemmEpilogueRule, StoreEpilogueOnlyBehindFourByFourThreadTiles) {
   const codegen::DeviceCaps big;
   Graph g;
@@ -860,6 +861,23 @@ TEST(GemmEpilogueRule, StoreEpilogueOnlyBehindFourByFourThreadTiles) {
   EXPECT_EQ(room(dw), 0u);
   EXPECT_GT(tile(split).splits, 1u);
   EXPECT_EQ(room(split), SIZE_MAX);
+  // Split K: the GEMM's last blocks sum the splits and evaluate an epilogue of up to kStoreEpilogueNodes nodes (one
+  // kernel); a longer one (an optimizer's update) runs in the second kernel that sums.
+  std::vector<int> nodes = {split.id()};
+  Tensor t = split;
+  for (int j = 0; j < 5; ++j) {
+    t = t * 0.5 + 1.0;
+    nodes.push_back(g.ir().node(t.id()).inputs[0]);
+    nodes.push_back(t.id());
+  }
+  auto kernels = [&](size_t count) {
+    const std::vector<int> part(nodes.begin(), nodes.begin() + std::ptrdiff_t(count));
+    std::vector<bool> stored(count, false);
+    stored.back() = true;
+    return codegen::lower_tiled_gemm_epilogue(g.ir(), part, stored, big, {}).kernels.size();
+  };
+  EXPECT_EQ(kernels(1 + codegen::kStoreEpilogueNodes), 1u);
+  EXPECT_EQ(kernels(1 + codegen::kStoreEpilogueNodes + 1), 2u);
 }
 
 // An rms_norm whose every reader is a token projection of it (q, k, v behind a Llama layer's input norm) runs

@@ -94,7 +94,8 @@ struct KernelOptions {
   GemmOperands gemm_k_vec4 = GemmOperands::Both;
   // A tiled matmul whose K is split sums its partial products in the same kernel: the last block of each output
   // tile to arrive adds the splits' partials in split order and stores the result (or evaluates the epilogue), with
-  // a per-tile arrival counter the backend zeroes once; off: a second kernel sums them. Bitwise the same either way.
+  // a per-tile arrival counter the backend zeroes once; off, or behind an epilogue of more than 3 nodes (an
+  // optimizer's update), a second kernel sums them. Bitwise the same either way.
   bool gemm_splitk_fixup = true;
   // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
   bool f16_gemm = true;

@@ -414,7 +414,9 @@ Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const
   g.bindings.push_back({BindingKind::Scratch, 0, true});
   l.scratch_words.push_back(simt_scratch_words(s, c.splits));
   const uint64_t outs = nb * s.m * s.n;
-  if (!fixup) {
+  // A long epilogue (an optimizer's update of a weight gradient) stays in the sum kernel: the fixup is unrolled over
+  // a thread's accumulators like the store (kStoreEpilogueNodes, kernel.h).
+  if (!fixup || (epilogue && epilogue->nodes.size() - 1 > kStoreEpilogueNodes)) {
     l.kernels.push_back(emit_tiled_gemm(g, caps));
     l.kernels.push_back(splitk_sum_kernel(c.splits, outs, 0, caps, epilogue));
     return l;
