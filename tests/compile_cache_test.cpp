@@ -110,6 +110,46 @@ TEST(CompileCache, WarmCompileEmitsNoGlslAndRunsNoShaderc) {
   EXPECT_EQ(entries(dir).size(), 3u);
 }
 
+// A split-K GEMM summed in its own kernel (KernelOptions::gemm_splitk_fixup) needs its counters zero before its first
+// run: a session from a cache hit (the lowering, counters included, read back from the entry) computes what the CPU
+// reference executor computes, run after run (each on another input), as the cold one does.
+TEST(CompileCache, SplitKCountersThroughTheCache) {
+  const std::string dir = test::make_temp_dir("compile_cache_splitk");
+  auto build = [] {
+    Graph g;
+    Tensor x = g.input("x", {40, 1024});
+    g.output("y", linear(x, g.parameter("w", {24, 1024}, Init::uniform(-0.1, 0.1, 9))));
+    return g;
+  };
+  Graph gc = build();
+  Session cpu = compile(gc, {.mode = Mode::Infer, .backend = Backend::Cpu});
+  const std::vector<float> x = input(40 * 1024);
+  cpu.set_input("x", x);
+  cpu.run();
+  const std::vector<float> want = cpu.read("y");
+  for (const char* phase : {"miss", "hit"}) {
+    Graph g = build();
+    Session s = compile(g, vk_options(dir));
+    EXPECT_EQ(s.compile_report().session_cache, phase);
+    bool fixup = false;
+    for (const auto& [name, glsl] : s.kernel_sources())
+      fixup = fixup || (name.find("_fx") != std::string::npos && glsl.find("atomicAdd(CNT[") != std::string::npos);
+    EXPECT_TRUE(fixup) << phase;
+    s.write_parameter("w", cpu.read("w"));
+    for (int run = 0; run < 3; ++run) {  // x times 1, 2, 4 (exact): a run that stored nothing would show
+      const double scale = double(1 << run);
+      std::vector<float> xs = x;
+      for (float& v : xs) v *= float(scale);
+      s.set_input("x", xs);
+      s.run();
+      const std::vector<float> got = s.read("y");
+      std::vector<double> ref(want.begin(), want.end());
+      for (double& v : ref) v *= scale;
+      EXPECT_LT(test::rel_l2(std::vector<double>(got.begin(), got.end()), ref), 1e-5) << phase << " run " << run;
+    }
+  }
+}
+
 TEST(CompileCache, CorruptOrTruncatedEntryIsRebuilt) {
   const std::string dir = test::make_temp_dir("compile_cache_corrupt");
   Graph g1 = mlp(20);
