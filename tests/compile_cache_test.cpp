@@ -110,9 +110,10 @@ TEST(CompileCache, WarmCompileEmitsNoGlslAndRunsNoShaderc) {
   EXPECT_EQ(entries(dir).size(), 3u);
 }
 
-// A split-K GEMM summed in its own kernel (KernelOptions::gemm_splitk_fixup) needs its counters zero before its first
-// run: a session from a cache hit (the lowering, counters included, read back from the entry) computes what the CPU
-// reference executor computes, run after run (each on another input), as the cold one does.
+// A split-K GEMM summed in its own kernel (KernelOptions::gemm_splitk_fixup) needs its counters zero before
+// its first run: a session from a cache hit (the lowering, counters included, read back from the entry)
+// computes what the CPU reference executor computes, run after run (each on another input), as the cold one
+// does.
 TEST(CompileCache, SplitKCountersThroughTheCache) {
   const std::string dir = test::make_temp_dir("compile_cache_splitk");
   auto build = [] {
@@ -133,7 +134,8 @@ TEST(CompileCache, SplitKCountersThroughTheCache) {
     EXPECT_EQ(s.compile_report().session_cache, phase);
     bool fixup = false;
     for (const auto& [name, glsl] : s.kernel_sources())
-      fixup = fixup || (name.find("_fx") != std::string::npos && glsl.find("atomicAdd(CNT[") != std::string::npos);
+      fixup = fixup ||
+              (name.find("_fx") != std::string::npos && glsl.find("atomicAdd(CNT[") != std::string::npos);
     EXPECT_TRUE(fixup) << phase;
     s.write_parameter("w", cpu.read("w"));
     for (int run = 0; run < 3; ++run) {  // x times 1, 2, 4 (exact): a run that stored nothing would show
@@ -145,7 +147,8 @@ TEST(CompileCache, SplitKCountersThroughTheCache) {
       const std::vector<float> got = s.read("y");
       std::vector<double> ref(want.begin(), want.end());
       for (double& v : ref) v *= scale;
-      EXPECT_LT(test::rel_l2(std::vector<double>(got.begin(), got.end()), ref), 1e-5) << phase << " run " << run;
+      EXPECT_LT(test::rel_l2(std::vector<double>(got.begin(), got.end()), ref), 1e-5)
+          << phase << " run " << run;
     }
   }
 }

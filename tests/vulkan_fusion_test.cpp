@@ -691,13 +691,13 @@ TEST_F(VulkanFusion, TiledGemmEpilogueRunsInTheStoreOrTheSplitSum) {
 
 // Tiled matmuls of one left operand (a layer's q, k, v; gate, up) run as one grouped GEMM: one grid over the
 // blocks of all of them, each block inside one product, and one split-K sum for all. Cases: four linears of a
-// batched x (2 x 40 rows: a row edge; N = 96, 32, 32, 32; the fourth with a bias, which then runs apart, since a
-// grouped GEMM takes no epilogue), K = 64 (no split); gate and up of a 512-deep x (split K) read by silu(gate)·up,
-// gate also an output; a linear of x with N = 48 (no multiple of 32) and one of another input stay alone. Values
-// within f32 rounding of the CPU reference (double) and of the session without fusion (the grouped shape may
-// split K otherwise) and bitwise the same run to run and with the split summed by a second kernel
-// (KernelOptions::gemm_splitk_fixup off); with KernelOptions::gemm_siblings off, no group (and bitwise the session
-// without fusion).
+// batched x (2 x 40 rows: a row edge; N = 96, 32, 32, 32; the fourth with a bias, which then runs apart,
+// since a grouped GEMM takes no epilogue), K = 64 (no split); gate and up of a 512-deep x (split K) read by
+// silu(gate)·up, gate also an output; a linear of x with N = 48 (no multiple of 32) and one of another input
+// stay alone. Values within f32 rounding of the CPU reference (double) and of the session without fusion (the
+// grouped shape may split K otherwise) and bitwise the same run to run and with the split summed by a second
+// kernel (KernelOptions::gemm_splitk_fixup off); with KernelOptions::gemm_siblings off, no group (and bitwise
+// the session without fusion).
 TEST_F(VulkanFusion, SiblingGemmsRunAsOneGroupedGemm) {
   Graph g;
   auto w = [&](const std::string& name, Shape shape, uint64_t seed) {
@@ -714,7 +714,8 @@ TEST_F(VulkanFusion, SiblingGemmsRunAsOneGroupedGemm) {
   g.output("gate", gate);
   g.output("mlp", silu(gate) * up);
   g.output("other", linear(g.input("y", {2, 40, 64}), w("wy", {32, 64}, 9)));
-  const std::vector<std::string> inputs = {"x", "xl", "y"}, outputs = {"q", "k", "v", "qb", "odd", "gate", "mlp", "other"};
+  const std::vector<std::string> inputs = {"x", "xl", "y"},
+                                 outputs = {"q", "k", "v", "qb", "odd", "gate", "mlp", "other"};
   vk::GraphExecutor fused(g.ir(), *ctx_, poisoned(true)), plain(g.ir(), *ctx_, poisoned(false));
   vk::GraphExecutorOptions apart_options = poisoned(true);
   apart_options.codegen.kernels.gemm_siblings = false;
@@ -740,8 +741,9 @@ TEST_F(VulkanFusion, SiblingGemmsRunAsOneGroupedGemm) {
   bool grouped = false, grouped_split = false, grouped_sum = false;
   for (const auto& [name, glsl] : fused.kernel_sources()) {
     grouped = grouped || name.rfind("matmul_grouped_", 0) == 0;
-    grouped_split = grouped_split || (name.rfind("matmul_grouped_", 0) == 0 && name.find("_s4") != std::string::npos &&
-                                      name.find("_fx") != std::string::npos);
+    grouped_split =
+        grouped_split || (name.rfind("matmul_grouped_", 0) == 0 && name.find("_s4") != std::string::npos &&
+                          name.find("_fx") != std::string::npos);
   }
   for (const auto& [name, glsl] : summed.kernel_sources())
     grouped_sum = grouped_sum || name.rfind("matmul_splitk_sum_4_x2", 0) == 0;
@@ -775,11 +777,11 @@ TEST_F(VulkanFusion, SiblingGemmsRunAsOneGroupedGemm) {
   }
 }
 
-// Which matmuls group (codegen::gemm_sibling_key) on a big GPU's caps (the defaults): SmolLM2-135M's projections at
-// 128 tokens (q 576, k and v 192, gate and up 1536 wide: each alone a grid below 256 blocks) do, and the grouped
-// shape takes a block that divides every product; Whisper's at batch 8 (12,000 rows: 282 blocks alone) do not;
-// neither does a product of another left operand, of another K, a batched right operand, N = 48, or a
-// non-transposed weight; nor anything with the option off.
+// Which matmuls group (codegen::gemm_sibling_key) on a big GPU's caps (the defaults): SmolLM2-135M's
+// projections at 128 tokens (q 576, k and v 192, gate and up 1536 wide: each alone a grid below 256 blocks)
+// do, and the grouped shape takes a block that divides every product; Whisper's at batch 8 (12,000 rows: 282
+// blocks alone) do not; neither does a product of another left operand, of another K, a batched right
+// operand, N = 48, or a non-transposed weight; nor anything with the option off.
 TEST(GemmSiblingRule, SmallGridsOfOneLeftOperandGroup) {
   const codegen::DeviceCaps big;
   Graph g;
@@ -809,14 +811,16 @@ TEST(GemmSiblingRule, SmallGridsOfOneLeftOperandGroup) {
   EXPECT_TRUE(key(batched_b).empty());
   EXPECT_TRUE(key(whisper).empty());
   EXPECT_TRUE(key(q, off).empty());
-  // q, k, v side by side: 128 x 960 x 576 in 32x32 blocks (120), K split 4 ways; the last block of each tile to
-  // arrive sums the splits and stores its product's part (one counter per tile); or a sum kernel stores all three.
+  // q, k, v side by side: 128 x 960 x 576 in 32x32 blocks (120), K split 4 ways; the last block of each tile
+  // to arrive sums the splits and stores its product's part (one counter per tile); or a sum kernel stores
+  // all three.
   const int v = lin(h, 192, "v").id();
   const codegen::Lowering l = codegen::lower_gemm_siblings(g.ir(), {q.id(), k.id(), v}, big, on);
   ASSERT_EQ(l.kernels.size(), 1u);
   EXPECT_NE(l.kernels[0].glsl.find("BM = 32u, BN = 32u"), std::string::npos);
   EXPECT_NE(l.kernels[0].name.find("_s4"), std::string::npos) << l.kernels[0].name;
-  EXPECT_EQ(l.kernels[0].bindings.size(), 1u + 3u + 1u + 1u + 3u);  // A, 3 weights, partials, counters, 3 outputs
+  EXPECT_EQ(l.kernels[0].bindings.size(),
+            1u + 3u + 1u + 1u + 3u);  // A, 3 weights, partials, counters, 3 outputs
   EXPECT_EQ(l.counter_words, 120u);
   ASSERT_EQ(l.scratch_words.size(), 1u);
   EXPECT_EQ(l.scratch_words[0], 4u * 128u * 960u);
@@ -827,17 +831,18 @@ TEST(GemmSiblingRule, SmallGridsOfOneLeftOperandGroup) {
   EXPECT_EQ(two.kernels[1].bindings.size(), 4u);
   EXPECT_EQ(two.counter_words, 0u);
   // gate and up: 128 x 3072 x 576, 384 blocks: no split, one kernel storing both.
-  const codegen::Lowering mlp = codegen::lower_gemm_siblings(g.ir(), {gate.id(), lin(h, 1536, "up").id()}, big, on);
+  const codegen::Lowering mlp =
+      codegen::lower_gemm_siblings(g.ir(), {gate.id(), lin(h, 1536, "up").id()}, big, on);
   ASSERT_EQ(mlp.kernels.size(), 1u);
   EXPECT_EQ(mlp.kernels[0].bindings.size(), 5u);
   EXPECT_TRUE(mlp.scratch_words.empty());
 }
 
-// A store epilogue only behind GEMMs whose threads hold at most kStoreEpilogueAccumulators (4x4) results: on a
-// big GPU's caps (the defaults), Whisper's batch-8 linears (12,000 rows) take the 128x128 block with 8x8 per
-// thread and store C themselves; the same layer at batch 1 (1,500 rows: 64x64 blocks, 4x4) takes its bias and
-// activation; a weight gradient's product (no Parameter operand) takes none; split K takes any number (up to
-// kStoreEpilogueNodes in the GEMM's fixup, more in a sum kernel).
+// A store epilogue only behind GEMMs whose threads hold at most kStoreEpilogueAccumulators (4x4) results: on
+// a big GPU's caps (the defaults), Whisper's batch-8 linears (12,000 rows) take the 128x128 block with 8x8
+// per thread and store C themselves; the same layer at batch 1 (1,500 rows: 64x64 blocks, 4x4) takes its bias
+// and activation; a weight gradient's product (no Parameter operand) takes none; split K takes any number (up
+// to kStoreEpilogueNodes in the GEMM's fixup, more in a sum kernel).
 TEST(GemmEpilogueRule, StoreEpilogueOnlyBehindFourByFourThreadTiles) {
   const codegen::DeviceCaps big;
   Graph g;
@@ -861,8 +866,8 @@ TEST(GemmEpilogueRule, StoreEpilogueOnlyBehindFourByFourThreadTiles) {
   EXPECT_EQ(room(dw), 0u);
   EXPECT_GT(tile(split).splits, 1u);
   EXPECT_EQ(room(split), SIZE_MAX);
-  // Split K: the GEMM's last blocks sum the splits and evaluate an epilogue of up to kStoreEpilogueNodes nodes (one
-  // kernel); a longer one (an optimizer's update) runs in the second kernel that sums.
+  // Split K: the GEMM's last blocks sum the splits and evaluate an epilogue of up to kStoreEpilogueNodes
+  // nodes (one kernel); a longer one (an optimizer's update) runs in the second kernel that sums.
   std::vector<int> nodes = {split.id()};
   Tensor t = split;
   for (int j = 0; j < 5; ++j) {

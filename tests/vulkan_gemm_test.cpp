@@ -293,9 +293,9 @@ TEST_F(VulkanGemm, VecAlongKLoadsAreBitwiseTheScalarOnes) {
 }
 
 TEST_F(VulkanGemm, SplitK) {
-  // The SmolLM2 lm-head gradient pattern (small M x N, long K), scaled down: auto splits K and the GEMM's last
-  // block per tile sums the splits (the fixup: one kernel); explicit splits that do not divide K evenly leave a
-  // short last split.
+  // The SmolLM2 lm-head gradient pattern (small M x N, long K), scaled down: auto splits K and the GEMM's
+  // last block per tile sums the splits (the fixup: one kernel); explicit splits that do not divide K evenly
+  // leave a short last split.
   std::string names;
   double err = check(
       {{2048, 24}, {2048, 40}, true, false},
@@ -312,11 +312,11 @@ TEST_F(VulkanGemm, SplitK) {
   }
 }
 
-// The split-K fixup (GemmOptions::splitk_fixup: the last block of each tile to arrive sums the splits' partial
-// products in split order) against the second kernel that sums them: bitwise the same values, one kernel instead of
-// two, counters on; both the product (the CPU reference in double). Cases: vec4 stores with a row edge and a
-// column edge (N = 40, BN = 32), scalar stores (N = 30), batched with a broadcast A, and 7 splits of a K that leaves
-// a short last one.
+// The split-K fixup (GemmOptions::splitk_fixup: the last block of each tile to arrive sums the splits'
+// partial products in split order) against the second kernel that sums them: bitwise the same values, one
+// kernel instead of two, counters on; both the product (the CPU reference in double). Cases: vec4 stores with
+// a row edge and a column edge (N = 40, BN = 32), scalar stores (N = 30), batched with a broadcast A, and 7
+// splits of a K that leaves a short last one.
 TEST_F(VulkanGemm, SplitKFixupIsTheSecondKernelsSum) {
   struct Case {
     Problem p;
@@ -351,11 +351,12 @@ TEST_F(VulkanGemm, SplitKFixupIsTheSecondKernelsSum) {
     const std::vector<float> got = run_gpu(fixed, av, bv, n_out), want = run_gpu(apart, av, bv, n_out);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << c.tile;
-    EXPECT_LE(check(c.p, [&](const GemmShape& s2) {
-                GemmOptions f = o;
-                f.splitk_fixup = true;
-                return codegen::lower_gemm(s2, caps_, f);
-              }),
+    EXPECT_LE(check(c.p,
+                    [&](const GemmShape& s2) {
+                      GemmOptions f = o;
+                      f.splitk_fixup = true;
+                      return codegen::lower_gemm(s2, caps_, f);
+                    }),
               1e-5)
         << c.tile;
   }

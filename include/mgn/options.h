@@ -81,8 +81,8 @@ struct KernelOptions {
   // ... and up to 4 tiled matmuls that read the same left operand with the same M, K and batch, each with a
   // transposed 2-D right operand (a linear layer's weight: q, k, v or gate, up of one input), as one grouped
   // GEMM: one grid over the blocks of all of them (each block inside one product), one split-K sum for all.
-  // Results stay within the GEMM's rounding of the separate products (the grouped shape may split K otherwise);
-  // needs `fusion`. A product in such a group takes no epilogue.
+  // Results stay within the GEMM's rounding of the separate products (the grouped shape may split K
+  // otherwise); needs `fusion`. A product in such a group takes no epilogue.
   bool gemm_siblings = true;
   AttentionKernel attention = AttentionKernel::Auto;
   GemmKernel gemm = GemmKernel::Auto;
@@ -92,10 +92,10 @@ struct KernelOptions {
   // tile, instead of 4 scalar loads down the tile's rows; it does where that measured faster (matmul_simt.cpp:
   // 8-deep K slices, and the other operand read as vec4s or K <= 128). Results are bitwise the same either way.
   GemmOperands gemm_k_vec4 = GemmOperands::Both;
-  // A tiled matmul whose K is split sums its partial products in the same kernel: the last block of each output
-  // tile to arrive adds the splits' partials in split order and stores the result (or evaluates the epilogue), with
-  // a per-tile arrival counter the backend zeroes once; off, or behind an epilogue of more than 3 nodes (an
-  // optimizer's update), a second kernel sums them. Bitwise the same either way.
+  // A tiled matmul whose K is split sums its partial products in the same kernel: the last block of each
+  // output tile to arrive adds the splits' partials in split order and stores the result (or evaluates the
+  // epilogue), with a per-tile arrival counter the backend zeroes once; off, or behind an epilogue of more
+  // than 3 nodes (an optimizer's update), a second kernel sums them. Bitwise the same either way.
   bool gemm_splitk_fixup = true;
   // Accelerated matmuls may use the f16 cooperative-matrix GEMM on a device whose self-test passed.
   bool f16_gemm = true;

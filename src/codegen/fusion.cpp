@@ -1,17 +1,17 @@
-// Fusion: which nodes of a graph share one dispatch (find_fusions), and which lowering a dispatch of several nodes
-// takes (lower_dispatch: the pointwise fusion kernel is in fusion_pointwise.cpp, the two attention fusions in
-// attention.cpp, the rope group in pointwise.cpp).
+// Fusion: which nodes of a graph share one dispatch (find_fusions), and which lowering a dispatch of several
+// nodes takes (lower_dispatch: the pointwise fusion kernel is in fusion_pointwise.cpp, the two attention
+// fusions in attention.cpp, the rope group in pointwise.cpp).
 //
 // Grouping is one pass in node (topological) order that keeps an ASAP level per group, every source at -1
 // and every group above all groups it reads. A merge gives the merged group the level its outside inputs
 // allow and is refused when that would make a group's value later than one of its outside readers can
 // wait for (a reader whose level is not above the new one). So every dependency between two groups still
 // goes strictly upwards in level: the dispatch graph stays acyclic and no dependency level is added. Merges
-// are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the same-shape
-// pointwise groups one group reads from outside into one (the per-tensor scalars of an optimizer), (3) attention_grad_v
-// with the attention_grad_k of the same inputs (and attention with attention_lse), (4) GEMV siblings, GEMV and
-// tiled-GEMM epilogues and norm prologues, grouped GEMMs (kernel.h), and (5) a rope with the head-split permute it reads through,
-// and two ropes of the same tables.
+// are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the
+// same-shape pointwise groups one group reads from outside into one (the per-tensor scalars of an optimizer),
+// (3) attention_grad_v with the attention_grad_k of the same inputs (and attention with attention_lse), (4)
+// GEMV siblings, GEMV and tiled-GEMM epilogues and norm prologues, grouped GEMMs (kernel.h), and (5) a rope
+// with the head-split permute it reads through, and two ropes of the same tables.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -271,8 +271,8 @@ class Grouper {
     return gi;
   }
 
-  // A tiled matmul joins the open grouped-GEMM group of its key (kernel.h, gemm_sibling_key): matmuls only, no
-  // epilogue taken yet, room for one more, levels kept valid; otherwise it opens a group of its own.
+  // A tiled matmul joins the open grouped-GEMM group of its key (kernel.h, gemm_sibling_key): matmuls only,
+  // no epilogue taken yet, room for one more, levels kept valid; otherwise it opens a group of its own.
   int join_gemm(int i, int gi, std::map<std::string, int>& open) {
     const std::string key = gemm_sibling_key(g_, g_.node(i), caps_, *opt_.gemm_siblings);
     if (key.empty()) return gi;
@@ -283,7 +283,8 @@ class Grouper {
                           !groups_[size_t(other)].has_epilogue &&
                           groups_[size_t(other)].members.size() < kMaxGemmSiblings;
       if (matmuls_only)
-        for (int m : groups_[size_t(other)].members) matmuls_only = matmuls_only && g_.node(m).op == ir::Op::MatMul;
+        for (int m : groups_[size_t(other)].members)
+          matmuls_only = matmuls_only && g_.node(m).op == ir::Op::MatMul;
       if (matmuls_only) {
         const std::set<int> set = {other, gi};
         const int lv = merged_level(set);
@@ -544,7 +545,8 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
   if (gemv_pointwise_prologue(g, nodes)) return lower_gemv_pointwise_prologue(g, nodes, stored, caps);
   if (gemv_epilogue(g, nodes)) return lower_tiled_gemm_epilogue(g, nodes, stored, caps, options);
   if (g.node(nodes[0]).op == ir::Op::MatMul) {
-    if (!gemm_sibling_key(g, g.node(nodes[0]), caps, options).empty()) return lower_gemm_siblings(g, nodes, caps, options);
+    if (!gemm_sibling_key(g, g.node(nodes[0]), caps, options).empty())
+      return lower_gemm_siblings(g, nodes, caps, options);
     return lower_gemv_siblings(g, nodes, caps);
   }
   if (g.node(nodes[0]).op == ir::Op::RmsNorm) return lower_gemv_norm_siblings(g, nodes, caps);

@@ -107,7 +107,8 @@ ${BODY}      }
   memoryBarrierBuffer();
 )",
                              {{"COUNTER", g.counter}, {"LAST", u(g.splits - 1)}}) +
-                  each_accumulator(g.fixup) + "  if (tid == 0u) " + g.counter + " = 0u;  // zero for the next run\n";
+                  each_accumulator(g.fixup) + "  if (tid == 0u) " + g.counter +
+                  " = 0u;  // zero for the next run\n";
   }
   return s;
 }

@@ -73,11 +73,12 @@ struct TiledGemm {
   std::string setup;        // main(): after m0, n0 (the block's first row and column) are set
   // Epilogue: the store of one accumulator (see the schedule).
   std::string store;
-  // DoubleBufferedVec4 with K split: the partial products summed in the kernel. Each block, once its `store`s (of
-  // its partial products, to a coherent buffer) are done, counts its arrival at `counter` (a uint of a coherent
-  // buffer, zero before the dispatch: BindingKind::Counters); the last of the tile's `splits` blocks to arrive runs
-  // `fixup` for each of its accumulator positions (`uint m`, `uint n` as the epilogue's: sum the partials in split
-  // order, store C) and sets the counter back to zero. Empty: no fixup (a second kernel sums).
+  // DoubleBufferedVec4 with K split: the partial products summed in the kernel. Each block, once its `store`s
+  // (of its partial products, to a coherent buffer) are done, counts its arrival at `counter` (a uint of a
+  // coherent buffer, zero before the dispatch: BindingKind::Counters); the last of the tile's `splits` blocks
+  // to arrive runs `fixup` for each of its accumulator positions (`uint m`, `uint n` as the epilogue's: sum
+  // the partials in split order, store C) and sets the counter back to zero. Empty: no fixup (a second kernel
+  // sums).
   std::string counter, fixup;
   uint64_t splits = 1;
   std::vector<Binding> bindings;

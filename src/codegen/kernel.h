@@ -58,8 +58,9 @@ enum class BindingKind : uint8_t {
   Input,    // index: which input of the node
   Output,   // the node's result
   Scratch,  // index: into Lowering::scratch_words
-  // The dispatch's counters (Lowering::counter_words): zero before the dispatch's first run, and the kernels leave
-  // them zero again (a split-K GEMM's arrival counts per block), so the backend zeroes them once and keeps them.
+  // The dispatch's counters (Lowering::counter_words): zero before the dispatch's first run, and the kernels
+  // leave them zero again (a split-K GEMM's arrival counts per block), so the backend zeroes them once and
+  // keeps them.
   Counters,
 };
 
@@ -192,13 +193,13 @@ Lowering lower_tiled_gemm_epilogue(const ir::Graph& g, const std::vector<int>& n
 std::vector<uint64_t> gemm_epilogue_scratch_words(const ir::Graph& g, const std::vector<int>& nodes,
                                                   const DeviceCaps& caps, const CodegenOptions& options);
 
-// A grouped GEMM (KernelOptions::gemm_siblings): up to kMaxGemmSiblings matmuls that lower to the tiled GEMM, read
-// the same left operand with the same transpose, M, K and batch, and each a transposed 2-D right operand whose N is a
-// multiple of kGemmSiblingAlign (a layer's q, k, v or gate, up projections), each alone a grid below the split-K
-// rule's threshold: one grid over the blocks of all of them (a block lies inside one product) and one split-K sum.
-// The grouped shape chooses the tile and the split, so the values may differ from the separate products' by their
-// rounding (another split of K). No epilogue. gemm_sibling_key: empty when `n` cannot join such a group, else a
-// key two matmuls share exactly when they can.
+// A grouped GEMM (KernelOptions::gemm_siblings): up to kMaxGemmSiblings matmuls that lower to the tiled GEMM,
+// read the same left operand with the same transpose, M, K and batch, and each a transposed 2-D right operand
+// whose N is a multiple of kGemmSiblingAlign (a layer's q, k, v or gate, up projections), each alone a grid
+// below the split-K rule's threshold: one grid over the blocks of all of them (a block lies inside one
+// product) and one split-K sum. The grouped shape chooses the tile and the split, so the values may differ
+// from the separate products' by their rounding (another split of K). No epilogue. gemm_sibling_key: empty
+// when `n` cannot join such a group, else a key two matmuls share exactly when they can.
 inline constexpr size_t kMaxGemmSiblings = 4;
 inline constexpr uint64_t kGemmSiblingAlign = 32;
 std::string gemm_sibling_key(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps,

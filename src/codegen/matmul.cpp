@@ -86,7 +86,8 @@ uint64_t simt_scratch_words(const GemmShape& s, uint64_t splits) {
 
 namespace {
 
-// The sum kernels' first statements: `sum`, item i's partial products (of type T, `count` per split) in split order.
+// The sum kernels' first statements: `sum`, item i's partial products (of type T, `count` per split) in split
+// order.
 std::string splitk_sum_head(const std::string& T, uint64_t splits, uint64_t count) {
   return gl::render(R"(  ${T} sum = P[i];
   for (uint p = 1u; p < ${SPLITS}; ++p) sum += P[p * ${COUNT} + i];
@@ -125,7 +126,8 @@ Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceC
   return gl::elementwise(name, what, decls, body, count, std::move(bindings), caps);
 }
 
-Kernel splitk_sum_grouped_kernel(uint64_t splits, const std::vector<uint64_t>& outs, int slot, const DeviceCaps& caps) {
+Kernel splitk_sum_grouped_kernel(uint64_t splits, const std::vector<uint64_t>& outs, int slot,
+                                 const DeviceCaps& caps) {
   uint64_t total = 0;
   for (uint64_t o : outs) total += o;
   const bool v4 = std::all_of(outs.begin(), outs.end(), [](uint64_t o) { return o % 4 == 0; });
@@ -139,13 +141,13 @@ Kernel splitk_sum_grouped_kernel(uint64_t splits, const std::vector<uint64_t>& o
     const std::string J = std::to_string(j), end = u((first + outs[j]) / w);
     decls += gl::buffer_as(int(1 + j), T, "C" + J, "writeonly restrict ");
     bindings.push_back(gl::output(int(j)));
-    body += std::string(j ? "  else " : "  ") + (j + 1 < outs.size() ? "if (i < " + end + ") " : "") + "C" + J +
-            "[i - " + u(first / w) + "] = sum;\n";
+    body += std::string(j ? "  else " : "  ") + (j + 1 < outs.size() ? "if (i < " + end + ") " : "") + "C" +
+            J + "[i - " + u(first / w) + "] = sum;\n";
     first += outs[j];
   }
   return gl::elementwise("matmul_splitk_sum_" + su(splits) + "_x" + su(outs.size()),
-                         "grouped matmul split-K sum of " + su(splits) + " partial products of " + su(outs.size()) +
-                             " products, in split order",
+                         "grouped matmul split-K sum of " + su(splits) + " partial products of " +
+                             su(outs.size()) + " products, in split order",
                          decls, body, count, std::move(bindings), caps);
 }
 
@@ -400,16 +402,18 @@ std::string gemm_sibling_key(const ir::Graph& g, const ir::Node& n, const Device
   // Only products that would leave a big GPU partly idle alone (the grid the split-K rule tops up).
   const GemmTile t = resolve_simt_tile(s, caps, o->tile);
   if (div_up(s.m, t.bm) * div_up(s.n, t.bn) * batch_count(s) >= kSimtSplits.below_blocks) return {};
-  std::string key = std::to_string(n.inputs[0]) + " " + su(s.transpose_a) + " " + su(s.m) + " " + su(s.k) + " " +
-                    (n.precision.value_or(options.default_precision) == Precision::Accelerated ? "a" : "s") + " " +
-                    std::string(dtype_name(n.dtype));
+  std::string key = std::to_string(n.inputs[0]) + " " + su(s.transpose_a) + " " + su(s.m) + " " + su(s.k) +
+                    " " +
+                    (n.precision.value_or(options.default_precision) == Precision::Accelerated ? "a" : "s") +
+                    " " + std::string(dtype_name(n.dtype));
   for (size_t d = 0; d < s.batch.size(); ++d) key += " " + su(s.batch[d]) + "." + su(s.a_stride[d]);
   return key;
 }
 
 Lowering lower_gemm_siblings(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
                              const CodegenOptions& options) {
-  if (nodes.size() < 2 || nodes.size() > kMaxGemmSiblings) throw Error("internal: a grouped GEMM of " + su(nodes.size()) + " matmuls");
+  if (nodes.size() < 2 || nodes.size() > kMaxGemmSiblings)
+    throw Error("internal: a grouped GEMM of " + su(nodes.size()) + " matmuls");
   const std::string key = gemm_sibling_key(g, g.node(nodes[0]), caps, options);
   std::vector<uint64_t> seg_n;
   for (int id : nodes) {

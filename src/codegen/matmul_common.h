@@ -75,18 +75,22 @@ uint64_t simt_scratch_words(const GemmShape& s, uint64_t splits);
 Kernel splitk_sum_kernel(uint64_t splits, uint64_t outs, int slot, const DeviceCaps& caps,
                          const GemmEpilogue* epilogue = nullptr);
 
-// The same for a grouped GEMM (simt_gemm_grouped): `outs[j]` values of product j, each product's sum stored to
-// its output (the dispatch's node j), in one pass.
-Kernel splitk_sum_grouped_kernel(uint64_t splits, const std::vector<uint64_t>& outs, int slot, const DeviceCaps& caps);
+// The same for a grouped GEMM (simt_gemm_grouped): `outs[j]` values of product j, each product's sum stored
+// to its output (the dispatch's node j), in one pass.
+Kernel splitk_sum_grouped_kernel(uint64_t splits, const std::vector<uint64_t>& outs, int slot,
+                                 const DeviceCaps& caps);
 
 // The families.
-// `fixup`: a split K is summed by the GEMM's own blocks (the last of a tile's splits to arrive; TiledGemm::fixup)
-// instead of a second kernel: one kernel, counters (Lowering::counter_words), the same sums bitwise.
+// `fixup`: a split K is summed by the GEMM's own blocks (the last of a tile's splits to arrive;
+// TiledGemm::fixup) instead of a second kernel: one kernel, counters (Lowering::counter_words), the same sums
+// bitwise.
 Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
-                   const GemmEpilogue* epilogue = nullptr, GemmOperands k_vec4 = GemmOperands::Both, bool fixup = true);
-// Products of one left operand side by side along N, one grid over all their blocks (KernelOptions::gemm_siblings):
-// s is the whole shape (N = the sum of seg_n) with B transposed and unbatched; product j reads the dispatch's node j's
-// right operand and writes its output; the block width divides every seg_n.
+                   const GemmEpilogue* epilogue = nullptr, GemmOperands k_vec4 = GemmOperands::Both,
+                   bool fixup = true);
+// Products of one left operand side by side along N, one grid over all their blocks
+// (KernelOptions::gemm_siblings): s is the whole shape (N = the sum of seg_n) with B transposed and
+// unbatched; product j reads the dispatch's node j's right operand and writes its output; the block width
+// divides every seg_n.
 Lowering simt_gemm_grouped(const GemmShape& s, const std::vector<uint64_t>& seg_n, const DeviceCaps& caps,
                            const GemmTile& want, GemmOperands k_vec4, bool fixup);
 Kernel small_gemm_kernel(const GemmShape& s, const DeviceCaps& caps);

@@ -100,7 +100,8 @@ struct TileLoader {
   bool vec;             // vec4 global loads along `outer`
   bool kvec;            // vec4 global loads along K (!contig_outer)
   std::string index;    // GLSL word index of (o, kr) within one matrix
-  bool grouped = false; // a grouped GEMM's B: read through ld<buf>(i) / ld<buf>4(i), which pick the block's product
+  bool grouped =
+      false;  // a grouped GEMM's B: read through ld<buf>(i) / ld<buf>4(i), which pick the block's product
   // The load of word `i` (or of vec4 `i`) of this operand.
   std::string at(bool vec4, const std::string& i) const {
     const std::string b = buf + (vec4 ? "4" : "");
@@ -165,12 +166,13 @@ std::string emit_loader(const TileLoader& L, const GemmShape& s, uint32_t bk, ui
                                      items, nt);
   std::string fetch;
   if (L.vec)
-    fetch = gl::render(R"(    uint o = ${O0} + 4u * q;
+    fetch = gl::render(
+        R"(    uint o = ${O0} + 4u * q;
 ${O_EDGE}    vec4 v = ${LOAD};
 )",
-                       {{"O0", L.o0},
-                        {"O_EDGE", o_edge ? "    o = min(o, " + u(L.outer_dim - 4) + ");\n" : ""},
-                        {"LOAD", L.at(true, "(" + L.off + " >> 2) + kr * " + u(L.outer_dim / 4) + " + (o >> 2)")}});
+        {{"O0", L.o0},
+         {"O_EDGE", o_edge ? "    o = min(o, " + u(L.outer_dim - 4) + ");\n" : ""},
+         {"LOAD", L.at(true, "(" + L.off + " >> 2) + kr * " + u(L.outer_dim / 4) + " + (o >> 2)")}});
   else
     fetch = gl::render(R"(    vec4 v;
     [[unroll]] for (uint c = 0u; c < 4u; ++c) {
@@ -216,8 +218,8 @@ GemmTile resolve_simt_tile(const GemmShape& s, const DeviceCaps& caps, const Gem
 
 namespace {
 
-// The block tile of a grouped GEMM: the heuristics' (or `want`'s) for the whole shape, narrowed until the block
-// width divides every product's N, so that each block lies inside one product.
+// The block tile of a grouped GEMM: the heuristics' (or `want`'s) for the whole shape, narrowed until the
+// block width divides every product's N, so that each block lies inside one product.
 SimtConfig pick_grouped(const GemmShape& s, const std::vector<uint64_t>& seg_n, const DeviceCaps& caps,
                         const GemmTile& want) {
   SimtConfig c = pick_simt(s, caps, want);
@@ -234,11 +236,12 @@ SimtConfig pick_grouped(const GemmShape& s, const std::vector<uint64_t>& seg_n, 
   return c;
 }
 
-// The grouped GEMM's kernels (simt_gemm_grouped) from the SIMT GEMM `g` of the whole shape: B is product `seg`'s
-// weight (W<seg>, read through ldB / ldB4), C its output (C<seg>) or its part of the split-K scratch, where each
-// split holds the products' [batch][m][n] one after another.
-Lowering grouped_gemm(TiledGemm g, const GemmShape& s, const std::vector<uint64_t>& seg_n, const SimtConfig& c,
-                      const std::string& a_buffer, bool b4, bool fixup, const DeviceCaps& caps) {
+// The grouped GEMM's kernels (simt_gemm_grouped) from the SIMT GEMM `g` of the whole shape: B is product
+// `seg`'s weight (W<seg>, read through ldB / ldB4), C its output (C<seg>) or its part of the split-K scratch,
+// where each split holds the products' [batch][m][n] one after another.
+Lowering grouped_gemm(TiledGemm g, const GemmShape& s, const std::vector<uint64_t>& seg_n,
+                      const SimtConfig& c, const std::string& a_buffer, bool b4, bool fixup,
+                      const DeviceCaps& caps) {
   const size_t count = seg_n.size();
   const uint64_t nb = batch_count(s);
   const bool split = c.splits > 1;
@@ -278,18 +281,22 @@ Lowering grouped_gemm(TiledGemm g, const GemmShape& s, const std::vector<uint64_
     }
   }
   const std::string C = su(count);
-  g.constants += "// the products side by side: first column, N, first word of a split's partial products\n"
-                 "const uint SEG_N0[" + C + "] = uint[](" + n0s + ");\nconst uint SEG_N[" + C + "] = uint[](" + ns +
-                 ");\nconst uint SEG_BASE[" + C + "] = uint[](" + bases + ");\n";
+  g.constants +=
+      "// the products side by side: first column, N, first word of a split's partial products\n"
+      "const uint SEG_N0[" +
+      C + "] = uint[](" + n0s + ");\nconst uint SEG_N[" + C + "] = uint[](" + ns +
+      ");\nconst uint SEG_BASE[" + C + "] = uint[](" + bases + ");\n";
   g.state += "uint seg, seg_n0, seg_w;  // the block's product, its first column, its N\n" + T + " " + ld +
              "(uint i) {\n" + loads + "}\n";
   g.setup = batch_offsets(s) + "  a_off = aoff;\n  b_off = boff;\n" + seg_of +
             ";\n  seg_n0 = SEG_N0[seg];\n  seg_w = SEG_N[seg];\n  uint coff = " +
             (split ? "split * " + u(base) + " + SEG_BASE[seg] + " : std::string()) + "batch * " + u(s.m) +
             " * seg_w;\n";
-  g.store = "        uint ci = coff + m * seg_w + (n - seg_n0);\n" + (split ? "        P[ci >> 2] = v;\n" : stores);
+  g.store =
+      "        uint ci = coff + m * seg_w + (n - seg_n0);\n" + (split ? "        P[ci >> 2] = v;\n" : stores);
   Lowering l;
-  if (split && fixup) {  // the last block of a tile to arrive sums its partials in split order (as the sum kernel)
+  if (split &&
+      fixup) {  // the last block of a tile to arrive sums its partials in split order (as the sum kernel)
     const uint64_t tiles = div_up(s.m, c.bm) * div_up(s.n, c.bn);
     g.name += "_fx";
     g.counter = "CNT[batch * " + u(tiles) + " + tile]";
@@ -332,18 +339,28 @@ Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const
   const bool b_kvec = (uint8_t(k_vec4) & uint8_t(GemmOperands::B)) && s.transpose_b && k_slices_fit &&
                       (a_vec || short_k);
   const bool c_vec = s.n % 4 == 0;
-  const std::string key = su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) +
-                          "_l" + su(c.lx) + "x" + su(c.ly) + "_g" + su(c.group_m) +
-                          (split ? "_s" + su(c.splits) : "") + (a_vec ? "_va" : "") + (b_vec ? "_vb" : "") +
-                          (a_kvec ? "_ka" : "") + (b_kvec ? "_kb" : "") + (grouped ? "_x" + su(seg_n.size()) : "") +
-                          "_t" + su(s.transpose_a) + su(s.transpose_b);
+  const std::string key =
+      su(c.bm) + "x" + su(c.bn) + "x" + su(c.bk) + "_" + su(c.tm) + "x" + su(c.tn) + "_l" + su(c.lx) + "x" +
+      su(c.ly) + "_g" + su(c.group_m) + (split ? "_s" + su(c.splits) : "") + (a_vec ? "_va" : "") +
+      (b_vec ? "_vb" : "") + (a_kvec ? "_ka" : "") + (b_kvec ? "_kb" : "") +
+      (grouped ? "_x" + su(seg_n.size()) : "") + "_t" + su(s.transpose_a) + su(s.transpose_b);
   auto buffer = [](int binding, bool vec, const std::string& name, bool write) {
     return gl::buffer_as(binding, vec ? "vec4" : "float", vec ? name + "4" : name,
                          write ? "writeonly restrict " : "readonly restrict ");
   };
   const TileLoader la{"a", "A", "As", "m0", "a_off", s.m, c.bm, s.transpose_a, a_vec, a_kvec, a_index(s, "o", "kr")};
-  const TileLoader lb{"b", "B", "Bs", "n0", "b_off", s.n, c.bn, !s.transpose_b, b_vec, b_kvec,
-                      b_index(s, "kr", grouped ? "o - seg_n0" : "o"), grouped};
+  const TileLoader lb{"b",
+                      "B",
+                      "Bs",
+                      "n0",
+                      "b_off",
+                      s.n,
+                      c.bn,
+                      !s.transpose_b,
+                      b_vec,
+                      b_kvec,
+                      b_index(s, "kr", grouped ? "o - seg_n0" : "o"),
+                      grouped};
   const uint64_t items_a = uint64_t(c.bm) * c.bk / 4, items_b = uint64_t(c.bn) * c.bk / 4;
 
   TiledGemm g;
@@ -389,7 +406,8 @@ Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const
         "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n"
         "          if (n + q < N) C[coff + m * N + n + q] = v[q];\n";
   Lowering l;
-  if (grouped) return grouped_gemm(g, s, seg_n, c, buffer(0, a_vec || a_kvec, "A", false), b_vec || b_kvec, fixup, caps);
+  if (grouped)
+    return grouped_gemm(g, s, seg_n, c, buffer(0, a_vec || a_kvec, "A", false), b_vec || b_kvec, fixup, caps);
   const std::vector<Binding> operands = epilogue ? std::vector<Binding>{epilogue->operand(0), epilogue->operand(1)}
                                                  : std::vector<Binding>{gl::input(0), gl::input(1)};
   if (!split) {
@@ -408,14 +426,15 @@ Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const
     l.kernels.push_back(emit_tiled_gemm(g, caps));
     return l;
   }
-  // Split K: partial products to scratch [split][batch][m][n], summed in split order (deterministic) and stored to C,
-  // or evaluated by the epilogue: by the last block of each tile to arrive (fixup), or by a second kernel.
+  // Split K: partial products to scratch [split][batch][m][n], summed in split order (deterministic) and
+  // stored to C, or evaluated by the epilogue: by the last block of each tile to arrive (fixup), or by a
+  // second kernel.
   g.bindings = operands;
   g.bindings.push_back({BindingKind::Scratch, 0, true});
   l.scratch_words.push_back(simt_scratch_words(s, c.splits));
   const uint64_t outs = nb * s.m * s.n;
-  // A long epilogue (an optimizer's update of a weight gradient) stays in the sum kernel: the fixup is unrolled over
-  // a thread's accumulators like the store (kStoreEpilogueNodes, kernel.h).
+  // A long epilogue (an optimizer's update of a weight gradient) stays in the sum kernel: the fixup is
+  // unrolled over a thread's accumulators like the store (kStoreEpilogueNodes, kernel.h).
   if (!fixup || (epilogue && epilogue->nodes.size() - 1 > kStoreEpilogueNodes)) {
     l.kernels.push_back(emit_tiled_gemm(g, caps));
     l.kernels.push_back(splitk_sum_kernel(c.splits, outs, 0, caps, epilogue));
@@ -430,11 +449,12 @@ Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const
   g.splits = c.splits;
   l.counter_words = nb * tiles;
   // The 4 columns n.. of row m: their partial products' sum in split order (as splitk_sum_kernel adds them).
-  const std::string sum4 = gl::render(R"(        uint i0 = batch * ${MN} + m * N + n;
+  const std::string sum4 =
+      gl::render(R"(        uint i0 = batch * ${MN} + m * N + n;
         vec4 v = C4[i0 >> 2];
         for (uint p = 1u; p < ${SPLITS}; ++p) v += C4[p * ${OUTS4} + (i0 >> 2)];
 )",
-                                      {{"MN", u(s.m * s.n)}, {"SPLITS", u(c.splits)}, {"OUTS4", u(outs / 4)}});
+                 {{"MN", u(s.m * s.n)}, {"SPLITS", u(c.splits)}, {"OUTS4", u(outs / 4)}});
   const std::string sum1 = gl::render(R"(            uint i0 = batch * ${MN} + m * N + n + q;
             float v = C[i0];
             for (uint p = 1u; p < ${SPLITS}; ++p) v += C[p * ${OUTS} + i0];
@@ -445,18 +465,20 @@ Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const
     g.buffers += buffer(4, c_vec, "O", true);
     g.bindings.push_back(gl::output());
     g.fixup = c_vec ? edge + sum4 + "        O4[i0 >> 2] = v;\n"
-                    : "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n          if (n + q < N) {\n" + sum1 +
-                          "            O[i0] = v;\n          }\n";
+                    : "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n          if (n + q < N) {\n" +
+                          sum1 + "            O[i0] = v;\n          }\n";
   } else {
     const PointwiseBody b = epilogue->body(g.bindings, "ei");
     g.name += "_e" + su(epilogue->nodes.size() - 1);
     g.header += "// epilogue (in the split-K fixup): " + b.ops + "\n";
     g.buffers += b.decls + gl::math_lib();
     g.bindings = b.bindings;
-    g.fixup = c_vec ? edge + sum4 + "        [[unroll]] for (uint q = 0u; q < 4u; ++q) {\n          uint ei = i0 + q;\n" +
-                          epilogue->code(b, "v[q]") + "        }\n"
-                    : "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n          if (n + q < N) {\n" + sum1 +
-                          "            uint ei = i0;\n" + epilogue->code(b, "v") + "          }\n";
+    g.fixup = c_vec
+                  ? edge + sum4 +
+                        "        [[unroll]] for (uint q = 0u; q < 4u; ++q) {\n          uint ei = i0 + q;\n" +
+                        epilogue->code(b, "v[q]") + "        }\n"
+                  : "        [[unroll]] for (uint q = 0u; q < 4u; ++q)\n          if (n + q < N) {\n" + sum1 +
+                        "            uint ei = i0;\n" + epilogue->code(b, "v") + "          }\n";
   }
   l.kernels.push_back(emit_tiled_gemm(g, caps));
   return l;
@@ -464,14 +486,15 @@ Lowering simt_impl(const GemmShape& s, const std::vector<uint64_t>& seg_n, const
 
 }  // namespace
 
-Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want, const GemmEpilogue* epilogue,
-                   GemmOperands k_vec4, bool fixup) {
+Lowering simt_gemm(const GemmShape& s, const DeviceCaps& caps, const GemmTile& want,
+                   const GemmEpilogue* epilogue, GemmOperands k_vec4, bool fixup) {
   return simt_impl(s, {}, caps, want, epilogue, k_vec4, fixup);
 }
 
 Lowering simt_gemm_grouped(const GemmShape& s, const std::vector<uint64_t>& seg_n, const DeviceCaps& caps,
                            const GemmTile& want, GemmOperands k_vec4, bool fixup) {
-  if (seg_n.size() < 2 || !s.transpose_b || std::any_of(s.b_stride.begin(), s.b_stride.end(), [](uint64_t x) { return x != 0; }))
+  if (seg_n.size() < 2 || !s.transpose_b ||
+      std::any_of(s.b_stride.begin(), s.b_stride.end(), [](uint64_t x) { return x != 0; }))
     throw Error("internal: a grouped GEMM needs 2+ products with transposed, unbatched right operands");
   uint64_t n = 0;
   for (uint64_t x : seg_n) n += x;

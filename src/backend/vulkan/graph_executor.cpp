@@ -445,7 +445,8 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
   const uint64_t counter_align = std::max<uint64_t>(po.alignment, 4);
   uint64_t counter_total = 0, counter_at = 0;
   for (const plan::Dispatch& d : p.dispatches)
-    counter_total += codegen::div_up(lows.at(d.nodes[0]).counter_words * 4, counter_align) * counter_align / 4;
+    counter_total +=
+        codegen::div_up(lows.at(d.nodes[0]).counter_words * 4, counter_align) * counter_align / 4;
   int counter_storage = -1;
   if (counter_total > 0) {
     auto tz = std::chrono::steady_clock::now();
@@ -486,8 +487,8 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
         group_start = false;
         steps_.push_back(z);
       }
-      // Counters (a split-K GEMM's arrivals): the dispatch's own part of one buffer zeroed once; its kernels leave
-      // it zero.
+      // Counters (a split-K GEMM's arrivals): the dispatch's own part of one buffer zeroed once; its kernels
+      // leave it zero.
       int counters = -1;
       if (low.counter_words > 0) {
         Storage s = storages_[size_t(counter_storage)];
@@ -513,7 +514,9 @@ void GraphExecutor::lower(const codegen::DeviceCaps& caps) {
             case codegen::BindingKind::Input: sid = storage_of_[size_t(g_.node(id).inputs.at(size_t(b.index)))]; break;
             case codegen::BindingKind::Output: sid = storage_of_[size_t(id)]; break;
             case codegen::BindingKind::Scratch: sid = whole(p.scratch_of[size_t(d)].at(size_t(b.index))); break;
-            case codegen::BindingKind::Counters: sid = counters; break;
+            case codegen::BindingKind::Counters:
+              sid = counters;
+              break;
           }
           if (sid < 0) throw Error("internal: kernel " + kern.name + " binds " + g_.describe(id) + ", which has no memory");
           st.storages.push_back(sid);
