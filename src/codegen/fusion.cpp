@@ -95,9 +95,10 @@ class Grouper {
       if (opt_.gemv && node.op == ir::Op::MatMul && numel(node.shape) > 0) {
         gi = join_norm_prologue(i, gi, gemv_open);
         gi = join_pointwise_prologue(i, gi, gemv_open);
-        gi = join_gemv(i, gi, gemv_open);
+        gi = join_siblings(i, gi, gemv_open, gemv_sibling_key(g_, node), kMaxGemvSiblings);
       }
-      if (opt_.gemm_siblings && node.op == ir::Op::MatMul) gi = join_gemm(i, gi, gemm_open);
+      if (opt_.gemm_siblings && node.op == ir::Op::MatMul)
+        gi = join_siblings(i, gi, gemm_open, gemm_sibling_key(g_, node, caps_, *opt_.gemm_siblings), kMaxGemmSiblings);
       if (opt_.pointwise) merge_siblings(gi);
     }
     split_unfinished_prologues();
@@ -246,45 +247,21 @@ class Grouper {
     }
   }
 
-  // A small matmul joins the open GEMV group of its key (same left operand, M, K) when the merge keeps the
-  // levels valid and the group has room; otherwise it opens a group of its own.
-  int join_gemv(int i, int gi, std::map<std::string, int>& open) {
-    const std::string key = gemv_sibling_key(g_, g_.node(i));
-    if (key.empty()) return gi;
-    auto it = open.find(key);
-    if (it != open.end()) {
-      const int other = gid_[size_t(it->second)];
-      // Matmuls only, or after the prologue computing their left operand (join_*_prologue), no epilogue.
-      bool matmuls_only = other >= 0 && !groups_[size_t(other)].has_epilogue;
-      if (matmuls_only)
-        for (int m : groups_[size_t(other)].members)
-          matmuls_only = matmuls_only && (g_.node(m).op == ir::Op::MatMul ||
-                                          groups_[size_t(other)].prologue == g_.node(i).inputs[0]);
-      if (matmuls_only && groups_[size_t(other)].alive &&
-          groups_[size_t(other)].members.size() < kMaxGemvSiblings) {
-        std::set<int> set = {other, gi};
-        const int lv = merged_level(set);
-        if (lv >= 0) return merge(set, lv);
-      }
-    }
-    open[key] = i;
-    return gi;
-  }
-
-  // A tiled matmul joins the open grouped-GEMM group of its key (kernel.h, gemm_sibling_key): matmuls only,
-  // no epilogue taken yet, room for one more, levels kept valid; otherwise it opens a group of its own.
-  int join_gemm(int i, int gi, std::map<std::string, int>& open) {
-    const std::string key = gemm_sibling_key(g_, g_.node(i), caps_, *opt_.gemm_siblings);
+  // A matmul joins the open group of its sibling key (a GEMV fusion's, gemv_sibling_key, or a grouped GEMM's,
+  // gemm_sibling_key) when that group holds matmuls only (a GEMV one may also hold the prologue computing their left
+  // operand, join_*_prologue), has taken no epilogue, has room for one more (`most`) and the merge keeps the levels
+  // valid; otherwise it opens a group of its own.
+  int join_siblings(int i, int gi, std::map<std::string, int>& open, const std::string& key, size_t most) {
     if (key.empty()) return gi;
     auto it = open.find(key);
     if (it != open.end()) {
       const int other = gid_[size_t(it->second)];
       bool matmuls_only = other >= 0 && other != gi && groups_[size_t(other)].alive &&
-                          !groups_[size_t(other)].has_epilogue &&
-                          groups_[size_t(other)].members.size() < kMaxGemmSiblings;
+                          !groups_[size_t(other)].has_epilogue && groups_[size_t(other)].members.size() < most;
       if (matmuls_only)
         for (int m : groups_[size_t(other)].members)
-          matmuls_only = matmuls_only && g_.node(m).op == ir::Op::MatMul;
+          matmuls_only = matmuls_only && (g_.node(m).op == ir::Op::MatMul ||
+                                          groups_[size_t(other)].prologue == g_.node(i).inputs[0]);
       if (matmuls_only) {
         const std::set<int> set = {other, gi};
         const int lv = merged_level(set);
@@ -297,7 +274,7 @@ class Grouper {
 
   // The first GEMV matmul of a left operand that an rms_norm computes joins the norm's (still single) group
   // when every reader of the norm is such a matmul of the same key, few enough for one fusion, and the norm is
-  // not kept; its siblings then join through join_gemv. split_unfinished_prologues undoes it when a sibling
+  // not kept; its siblings then join through join_siblings. split_unfinished_prologues undoes it when a sibling
   // could not join after all.
   int join_norm_prologue(int i, int gi, const std::map<std::string, int>& open) {
     const ir::Node& mm = g_.node(i);
@@ -324,7 +301,7 @@ class Grouper {
   // Likewise the pointwise group that computes the left operand of the first GEMV matmul of its key: every node
   // of it read only inside it, except that operand, read only by GEMV matmuls of this key (as their left
   // operand), nothing kept. Each workgroup then computes A(m, k) in its K loop. The union may still take the
-  // matmul's epilogue (join_epilogue) or its siblings (join_gemv), not both.
+  // matmul's epilogue (join_epilogue) or its siblings (join_siblings), not both.
   int join_pointwise_prologue(int i, int gi, const std::map<std::string, int>& open) {
     const ir::Node& mm = g_.node(i);
     const std::string key = gemv_sibling_key(g_, mm);
