@@ -1169,6 +1169,76 @@ TEST_F(VulkanFusion, RandomTokenProjectionsMatchCpuAndUnfused) {
   EXPECT_GT(ropes, 0);
 }
 
+// The head merge of an attention's o (permute [0, 2, 1, 3] before the output projection) runs in the
+// attention's kernel, which stores o permuted: bitwise the session without fusion (the permute's copy of the
+// same o), within rounding of the CPU reference. Each forward kernel family: the one-pass row kernel (GQA,
+// causal), the scalar row kernel (head dims not whole vec4s), the online vec4 row kernel (many keys), the
+// query-tiled kernel, and the attention + lse pair. An o that is also read elsewhere (an output) keeps its
+// permute.
+TEST_F(VulkanFusion, HeadMergeRunsInTheAttentionsStore) {
+  struct Case {
+    const char* name;
+    int64_t B, Hq, Hkv, Sq, Skv, D, Dv;
+    bool causal, lse, o_out;
+    AttentionKernel kernel;
+    const char* family;  // the attention kernel's name prefix
+  };
+  const Case cases[] = {
+      {"whole_gqa_causal", 2, 4, 2, 5, 7, 8, 8, true, false, false, AttentionKernel::Auto,
+       "attention_whole_"},
+      {"scalar_row", 1, 3, 1, 9, 6, 6, 5, false, false, false, AttentionKernel::Auto, "attention_q"},
+      {"online_vec", 1, 2, 2, 3, 520, 8, 8, false, false, false, AttentionKernel::Auto, "attention_vec_"},
+      {"query_tiled", 1, 2, 1, 40, 33, 8, 8, true, false, false, AttentionKernel::Tiled, "attention_tiled_"},
+      {"with_lse", 2, 2, 1, 6, 6, 8, 4, false, true, false, AttentionKernel::Auto,
+       "attention_with_lse_whole_"},
+      {"o_read_elsewhere", 1, 2, 2, 4, 4, 8, 8, false, false, true, AttentionKernel::Auto,
+       "attention_whole_"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Graph g;
+    Tensor q = g.input("q", {c.B, c.Hq, c.Sq, c.D}), k = g.input("k", {c.B, c.Hkv, c.Skv, c.D}),
+           v = g.input("v", {c.B, c.Hkv, c.Skv, c.Dv});
+    Tensor o = attention(q, k, v, {.causal = c.causal});
+    g.output("merged", reshape(permute(o, {0, 2, 1, 3}), {c.B, c.Sq, c.Hq * c.Dv}) * 1.0);
+    std::vector<std::string> outs = {"merged"};
+    if (c.o_out) {
+      g.output("o", o);
+      outs.push_back("o");
+    }
+    if (c.lse) {
+      ir::Graph& ir = g.ir();
+      const ir::Node& on = ir.node(o.id());
+      const int ln = ir.add(ir::Op::AttentionLse, on.inputs, on.attrs);
+      ir.add_output("lse", ln);
+      outs.push_back("lse");
+    }
+    vk::GraphExecutorOptions fo = poisoned(true), po = poisoned(false);
+    fo.codegen.kernels.attention = po.codegen.kernels.attention = c.kernel;
+    vk::GraphExecutor fused(g.ir(), *ctx_, fo), plain(g.ir(), *ctx_, po);
+    std::string attention_ops;  // the ops of the dispatch holding the attention
+    for (const plan::Dispatch& d : fused.plan().dispatches) {
+      std::string ops;
+      for (int id : d.nodes) ops += std::string(ops.empty() ? "" : " ") + ir::op_name(g.ir().node(id).op);
+      if (ops.rfind("attention", 0) == 0) attention_ops = ops;
+    }
+    const std::string want = c.o_out ? "attention"
+                             : c.lse ? "attention permute attention_lse"
+                                     : "attention permute";
+    EXPECT_EQ(attention_ops, want);
+    int permutes = 0, family = 0, bshd = 0;
+    for (const auto& [name, glsl] : fused.kernel_sources()) {
+      permutes += name.rfind("permute", 0) == 0;
+      family += name.rfind(c.family, 0) == 0;
+      bshd += name.find("_obshd") != std::string::npos;
+    }
+    EXPECT_EQ(permutes, c.o_out ? 1 : 0);
+    EXPECT_EQ(family, 1);
+    EXPECT_EQ(bshd, c.o_out ? 0 : 1);
+    check_fused_outputs(g.ir(), fused, plain, {"q", "k", "v"}, outs, 21, 2);
+  }
+}
+
 }  // namespace
 
 #endif  // MGN_HAVE_VULKAN

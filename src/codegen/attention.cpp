@@ -122,6 +122,15 @@ std::string prelude(const Dims& d, uint32_t wg, double scale, bool causal, const
   return s;
 }
 
+// `uint o_row(uint r)`: where query row r = (b * HQ + h) * SQ + i of o is stored: row r itself, or, with the
+// head merge fused into the store, row (b * SQ + i) * HQ + h of [B, Sq, Hq, Dv].
+std::string o_row_fn(bool bshd) {
+  if (!bshd) return "uint o_row(uint r) { return r; }\n";
+  return "uint o_row(uint r) {  // o stored as [B, SQ, HQ, DV]: the head merge\n"
+         "  uint i = r % SQ, h = (r / SQ) % HQ, b = r / (SQ * HQ);\n"
+         "  return (b * SQ + i) * HQ + h;\n}\n";
+}
+
 std::string attention_kernel_glsl(const Problem& p, bool unroll, const std::string& op,
                                   const std::string& design, uint32_t wg, const gl::Buffers& bufs,
                                   const std::string& decls, const std::string& main) {
@@ -136,7 +145,7 @@ ${BUFFERS}${PRELUDE}${DECLS}${MAIN})",
                      {"DESIGN", design},
                      {"WG", std::to_string(wg)},
                      {"BUFFERS", bufs.decls},
-                     {"PRELUDE", prelude(p.d, wg, p.scale, p.causal, p.mask)},
+                     {"PRELUDE", prelude(p.d, wg, p.scale, p.causal, p.mask) + o_row_fn(p.o_bshd)},
                      {"DECLS", decls},
                      {"MAIN", main}});
 }
@@ -205,7 +214,11 @@ Lowering lower_one(const ir::Graph& g, const ir::Node& n, const DeviceCaps& caps
                    const CodegenOptions& options, Kind kind, FwdOuts outs, const std::string& who,
                    const std::string& op) {
   if (gl::numel_u(n.shape) == 0) return {};
-  const Problem p = problem_of(g, n, is_forward(kind) ? 3 : 6, op, who, caps);
+  Problem p = problem_of(g, n, is_forward(kind) ? 3 : 6, op, who, caps);
+  if (outs.o_bshd) {
+    p.o_bshd = true;
+    p.key += "_obshd";  // another kernel: its name (and so its cache entries) must say so
+  }
   if (use_query_tiled(p.d, kind, caps, options.kernels.attention))
     return gl::one_kernel(query_tiled(p, kind, outs));
   return row_lowering(p, kind, outs);
@@ -259,18 +272,46 @@ Lowering lower_attention(const LowerContext& ctx) {
                          ctx.graph.describe(ctx.node.id), ir::op_name(ctx.node.op));
 }
 
-// attention and attention_lse of the same inputs (nodes: both, ascending): one forward pass writes o and lse.
-// Every output element is the one the separate kernels write (lse never depended on whether o is formed).
-Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
-                                  const CodegenOptions& options) {
-  const int po = attn::attention_pair(g, nodes, ir::Op::Attention, ir::Op::AttentionLse, "attention + lse"),
-            pl = 1 - po;
-  const ir::Node &no = g.node(nodes[size_t(po)]), &nl = g.node(nodes[size_t(pl)]);
-  if (gl::numel_u(no.shape) == 0 || gl::numel_u(nl.shape) == 0)
-    throw Error("internal: " + g.describe(no.id) +
-                ": the attention + lse kernel needs both outputs non-empty");
-  return attn::lower_one(g, no, caps, options, attn::Kind::ForwardLse, {po, pl},
-                         g.describe(no.id) + " + " + g.describe(nl.id), "attention_with_lse");
+bool attention_head_merge(const ir::Graph& g, const ir::Node& permute) {
+  if (permute.op != ir::Op::Permute || permute.dtype != DType::F32 || permute.inputs.size() != 1)
+    return false;
+  const ir::Node& a = g.node(permute.inputs[0]);
+  return a.op == ir::Op::Attention && a.dtype == DType::F32 && a.shape.size() == 4 &&
+         gl::numel_u(a.shape) > 0 && permute.attrs.ints("perm") == std::vector<int64_t>{0, 2, 1, 3};
+}
+
+// The forward fusions (nodes ascending): attention and attention_lse of the same inputs, one forward pass
+// writing o and lse (every element the one the separate kernels write: lse never depended on whether o is
+// formed); and either of attention or that pair with the head merge of o (attention_head_merge), which then
+// stores o permuted in place of the permute's copy (o itself is not stored).
+Lowering lower_attention_fused(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                               const CodegenOptions& options) {
+  int po = -1, pl = -1, pp = -1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const ir::Node& n = g.node(nodes[i]);
+    int& slot = n.op == ir::Op::Attention ? po : n.op == ir::Op::AttentionLse ? pl : pp;
+    if (slot >= 0 || (n.op == ir::Op::Permute && !attention_head_merge(g, n)))
+      throw Error("internal: " + g.describe(n.id) + " in an attention forward fusion");
+    slot = int(i);
+  }
+  if (po < 0 || (pl < 0 && pp < 0) || (pp >= 0 && g.node(nodes[size_t(pp)]).inputs[0] != nodes[size_t(po)]))
+    throw Error("internal: " + g.describe(nodes.at(0)) + "... is no attention forward fusion");
+  const ir::Node& no = g.node(nodes[size_t(po)]);
+  std::string who = g.describe(no.id);
+  if (pl >= 0) {
+    const ir::Node& nl = g.node(nodes[size_t(pl)]);
+    if (no.inputs != nl.inputs || !(no.attrs == nl.attrs))
+      throw Error("internal: " + g.describe(no.id) + " and " + g.describe(nl.id) +
+                  " are not the attention + lse pair of one attention");
+    if (gl::numel_u(nl.shape) == 0)
+      throw Error("internal: " + g.describe(no.id) +
+                  ": the attention + lse kernel needs both outputs non-empty");
+    who += " + " + g.describe(nl.id);
+  }
+  if (pp >= 0) who += " + " + g.describe(nodes[size_t(pp)]);
+  attn::FwdOuts outs{pp >= 0 ? pp : po, pl, pp >= 0};
+  return attn::lower_one(g, no, caps, options, pl >= 0 ? attn::Kind::ForwardLse : attn::Kind::Forward, outs,
+                         who, pl >= 0 ? "attention_with_lse" : "attention");
 }
 
 }  // namespace mgn::codegen

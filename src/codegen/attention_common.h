@@ -22,9 +22,12 @@ Dims dims_of(const ir::Graph& g, const ir::Node& n);
 enum class Kind { Forward, Lse, ForwardLse, GradQ, GradK, GradV };
 bool is_forward(Kind k);
 
-// Which node of the dispatch takes each forward output (-1: not written).
+// Which node of the dispatch takes each forward output (-1: not written). `o_bshd`: o is stored with its head
+// and query axes swapped, [B, Sq, Hq, Dv] (the head merge of a transformer block, a permute [0, 2, 1, 3]
+// fused into the store; lower_attention_fused).
 struct FwdOuts {
   int o = -1, lse = -1;
+  bool o_bshd = false;
 };
 
 // One attention problem: its dims and attributes, the names it goes by, the device.
@@ -37,6 +40,7 @@ struct Problem {
   std::string op;   // kernel name prefix
   std::string who;  // the node(s), for errors
   const DeviceCaps* caps = nullptr;
+  bool o_bshd = false;  // the forward kinds store o as [B, Sq, Hq, Dv] (FwdOuts::o_bshd)
 };
 std::string dims_key(const Dims& d, bool causal, const Shape* mask);
 

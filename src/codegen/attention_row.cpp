@@ -37,7 +37,7 @@ constexpr const char* kSumGroupsStoreO = R"(  barrier();
     vec4 o = vec4(0.0);
     for (uint r = 0u; r < G; ++r) o += s_o[r * DV4 + t];
     float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0
-    O4[gid * DV4 + t] = o * inv;
+    O4[o_row(gid) * DV4 + t] = o * inv;
   }
 )";
 
@@ -92,14 +92,16 @@ ${I}}
                      {"X", x},
                      {"ROW0", row0}});
 }
+// `row`: the output row this workgroup writes (its query row gid, or o_row(gid) for o).
 std::string acc_store(uint64_t n, const std::string& out, const std::string& dims, const std::string& factor,
-                      const std::string& acc = "acc") {
-  return gl::render(R"(  for (uint c = 0u; c < ${N}; ++c) {
+                      const std::string& acc = "acc", const std::string& row = "gid") {
+  return gl::render(
+      R"(  for (uint c = 0u; c < ${N}; ++c) {
     uint e = t + c * WG;
-    if (e < ${DIMS}) ${OUT}[gid * ${DIMS} + e] = ${ACC}[c]${FACTOR};
+    if (e < ${DIMS}) ${OUT}[${ROW} * ${DIMS} + e] = ${ACC}[c]${FACTOR};
   }
 )",
-                    {{"N", u(n)}, {"DIMS", dims}, {"OUT", out}, {"ACC", acc}, {"FACTOR", factor}});
+      {{"N", u(n)}, {"DIMS", dims}, {"OUT", out}, {"ACC", acc}, {"FACTOR", factor}, {"ROW", row}});
 }
 
 // attention / attention_lse. The maximum is reduced across the workgroup per tile (so every thread
@@ -128,7 +130,7 @@ ${STORE_O}${STORE_LSE}}
                                   "    barrier();\n"
                             : ""},
        {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n" +
-                               acc_store(acc_n, "O", "DV", " * inv")
+                               acc_store(acc_n, "O", "DV", " * inv", "acc", "o_row(gid)")
                          : ""},
        {"STORE_LSE", out_lse ? kStoreLse : ""}});
 }

@@ -119,9 +119,10 @@ ${STORE_O}${STORE_LSE}}
                      ? "        [[unroll]] for (uint c = 0u; c < DV4; ++c) o[c] = fma(vec4(p), s_v[r * DV4 + "
                        "c], o[c]);\n"
                      : ""},
-       {"STORE_O", out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n"
-                           "  [[unroll]] for (uint c = 0u; c < DV4; ++c) O4[row * DV4 + c] = o[c] * inv;\n"
-                         : ""},
+       {"STORE_O",
+        out_o ? "  float inv = m == NEG_INF ? 0.0 : 1.0 / l;  // no visible key: o = 0\n"
+                "  [[unroll]] for (uint c = 0u; c < DV4; ++c) O4[o_row(row) * DV4 + c] = o[c] * inv;\n"
+              : ""},
        {"STORE_LSE", out_lse ? "  LSE[row] = m == NEG_INF ? NEG_INF : m + log(l);\n" : ""}});
 }
 

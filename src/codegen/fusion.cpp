@@ -10,8 +10,9 @@
 // are (1) a pointwise node into the groups of its same-shape pointwise producers, (2) after that, the
 // same-shape pointwise groups one group reads from outside into one (the per-tensor scalars of an optimizer),
 // (3) attention_grad_v with the attention_grad_k of the same inputs (and attention with attention_lse), (4)
-// GEMV siblings, GEMV and tiled-GEMM epilogues and norm prologues, grouped GEMMs (kernel.h), and (5) a rope
-// with the head-split permute it reads through, and two ropes of the same tables.
+// GEMV siblings, GEMV and tiled-GEMM epilogues and norm prologues, grouped GEMMs (kernel.h), (5) a rope
+// with the head-split permute it reads through, and two ropes of the same tables, and (6) the head merge of
+// an attention's o into the attention's kernel.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -88,6 +89,7 @@ class Grouper {
         gi = pair_attention(i, gi, attention_open);
       if (opt_.attention && is_attention_forward(node) && numel(node.shape) > 0)
         gi = pair_attention(i, gi, forward_open);
+      if (opt_.attention && node.op == ir::Op::Permute) gi = join_head_merge(i, gi);
       if (opt_.pointwise && node.op == ir::Op::Rope && numel(node.shape) > 0) {
         gi = join_rope_permute(i, gi);
         gi = pair_rope(i, gi, rope_open);
@@ -370,6 +372,21 @@ class Grouper {
     return lv < 0 ? gi : merge(set, lv);
   }
 
+  // The head merge of an attention's o ([B, Hq, Sq, Dv] -> [B, Sq, Hq, Dv]) joins the attention (alone or
+  // with its lse) when o has no other reader: the attention kernel stores o permuted and the copy is not
+  // made.
+  int join_head_merge(int i, int gi) {
+    if (!attention_head_merge(g_, g_.node(i))) return gi;
+    const int a = g_.node(i).inputs[0];
+    const int ga = gid_[size_t(a)];
+    if (kept_[size_t(a)] || users_[size_t(a)].size() != 1 || ga < 0 || ga == gi) return gi;
+    for (int m : groups_[size_t(ga)].members)
+      if (!is_attention_forward(g_.node(m))) return gi;
+    const std::set<int> set = {gi, ga};
+    const int lv = merged_level(set);
+    return lv < 0 ? gi : merge(set, lv);
+  }
+
   // Whether group `gi` reads node x (directly or through a view).
   bool group_reads(int gi, int x) const {
     for (int m : groups_[size_t(gi)].members)
@@ -513,8 +530,8 @@ Lowering lower_dispatch(const ir::Graph& g, const std::vector<int>& nodes, const
   if (nodes.size() == 1) return lower_node({g, g.node(nodes[0]), caps, options});
   if (nodes.size() == 2 && is_attention_grad_kv(g.node(nodes[0])) && is_attention_grad_kv(g.node(nodes[1])))
     return lower_attention_grad_kv(g, nodes, caps, options);
-  if (nodes.size() == 2 && is_attention_forward(g.node(nodes[0])) && is_attention_forward(g.node(nodes[1])))
-    return lower_attention_with_lse(g, nodes, caps, options);
+  if (std::any_of(nodes.begin(), nodes.end(), [&](int id) { return g.node(id).op == ir::Op::Attention; }))
+    return lower_attention_fused(g, nodes, caps, options);
   if (std::all_of(nodes.begin(), nodes.end(), [&](int id) {
         return g.node(id).op == ir::Op::Rope || g.node(id).op == ir::Op::Permute;
       }))

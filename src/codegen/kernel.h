@@ -251,10 +251,15 @@ Lowering lower_attention_grad_kv(const ir::Graph& g, const std::vector<int>& nod
                                  const CodegenOptions& options);
 // Whether the dK+dV kernel of grad_k / grad_v (same inputs) fits the device (shared memory).
 bool attention_grad_kv_fits(const ir::Graph& g, int grad_k, int grad_v, const DeviceCaps& caps);
-// attention and attention_lse of the same inputs and attributes (the forward and the lse autodiff recomputes
-// for the backward): one forward pass writing both (attention.cpp).
-Lowering lower_attention_with_lse(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
-                                  const CodegenOptions& options);
+// The attention forward fusions (attention.cpp): attention and attention_lse of the same inputs and
+// attributes (the forward and the lse autodiff recomputes for the backward), one forward pass writing both;
+// and attention (alone or in that pair) with the head merge of its o (attention_head_merge), o then stored
+// permuted by the attention kernel instead of copied by the permute.
+Lowering lower_attention_fused(const ir::Graph& g, const std::vector<int>& nodes, const DeviceCaps& caps,
+                               const CodegenOptions& options);
+// Whether `permute` is the head merge of an attention's o: perm [0, 2, 1, 3] of an f32 attention output
+// ([B, Hq, Sq, Dv] -> [B, Sq, Hq, Dv], before the output projection of a transformer block).
+bool attention_head_merge(const ir::Graph& g, const ir::Node& permute);
 
 // The GLSL expression of pointwise node `n` for one element in terms of its operands `a`, `b`, `c`
 // (pointwise.cpp; `in0` is the dtype of its first input). Throws for rope and non-pointwise ops.
