@@ -87,7 +87,7 @@ class Hasher {
   size_t fill_ = 0;
 };
 
-SessionKey checksum(const std::string& s) {
+SessionKey checksum(std::string_view s) {
   Hasher h;
   h.bytes(s.data(), s.size());
   return h.finish();
@@ -415,9 +415,13 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
 CacheResult load_session(const std::string& cache_dir, const SessionKey& key, CompiledSession* out) {
   if (cache_dir.empty()) return CacheResult::Off;
   const std::string path = entry_path(cache_dir, key);
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return CacheResult::Miss;
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // One read of the whole file (an istreambuf_iterator loop ran at ~150 MB/s: 40 ms of a 5.5 MB entry).
+  const std::streamoff size = in.tellg();
+  std::string data(size > 0 ? size_t(size) : 0, '\0');
+  in.seekg(0);
+  if (size > 0 && !in.read(data.data(), size)) data.clear();  // unreadable: treated as corrupt below
   in.close();
   constexpr size_t kHeader = 8 + 4 + 4 + 16 + 8 + 16;
   bool ok = data.size() >= kHeader && std::memcmp(data.data(), kMagic, 8) == 0;
@@ -430,7 +434,7 @@ CacheResult load_session(const std::string& cache_dir, const SessionKey& key, Co
     const uint64_t ca = h.pod<uint64_t>(), cb = h.pod<uint64_t>();
     ok = format == kFormat && ka == key.a && kb == key.b && bytes <= kMaxPayload && bytes == data.size() - kHeader;
     if (ok) {
-      const SessionKey sum = checksum(data.substr(kHeader));
+      const SessionKey sum = checksum(std::string_view(data).substr(kHeader));
       ok = sum.a == ca && sum.b == cb;
     }
     if (ok) {
