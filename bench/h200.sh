@@ -25,7 +25,7 @@
 #                mode; COMPILED_IMPLS=compiled-graph keeps one)
 #   bench-resnet the same harness for ResNet-50 (batch 4, 3x224x224, 1000 classes, real BatchNorm; phases compile,
 #                inference, flb, step): mgn bench resnet50 (strict and accelerated) next to resnet_bench.py (eager
-#                strict and accelerated;
+#                and eager + CUDA-graph replay, strict and accelerated;
 #                torch.compile strict only, capped at $BENCH_RESNET_COMPILE_TIMEOUT s, default 150) -> bench_resnet_table.md
 #                (about 2-4 minutes)
 #                Every model job (bench, bench-llama, bench-resnet, bench-whisper, bench-dinov3, bench-dinovision,
@@ -339,7 +339,7 @@ PY
       # Back: bench_resnet_{mgn,torch}.jsonl, bench_resnet_table.md, bench_resnet_log.txt (the gate tensors, with
       # PyTorch's float64 and TF32 references ($GATE_REFS), and the weights stay in /tmp). The PyTorch side reads our
       # inputs.
-      model_bench resnet resnet50 4 "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" "resnet_bench.py" "" \
+      model_bench resnet resnet50 4 "${BENCH_RESNET_COMPILE_TIMEOUT:-150}" "resnet_bench.py" "--impls eager,cudagraph" \
         bench/pytorch/resnet_bench.py --inputs /tmp/bench_resnet/resnet50_b4.mgn_out.safetensors
       ;;
     bench-whisper)

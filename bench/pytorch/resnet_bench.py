@@ -1,8 +1,8 @@
 """PyTorch side of `mgn bench resnet50` / `resnet-tiny`: torchvision's ResNet in plain torch (same module and
 state_dict names, so torchvision is not needed), the config from the weights file's metadata, our weights,
 the inputs from our gate file (input.x, input.labels), AdamW as mgn::AdamW. Phases inference (eval, running
-statistics), flb (train: batch statistics, forward + loss + backward) and step; eager and torch.compile,
-strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors (logits, loss, every
+statistics), flb (train: batch statistics, forward + loss + backward) and step; eager, eager + CUDA-graph
+replay and torch.compile, strict and accelerated; peak memory on CUDA. --outputs: the strict eager gate tensors (logits, loss, every
 gradient, every parameter and running statistic after one step); with --f64-reference also the same tensors of
 the same model, weights and inputs computed in float64 (names prefixed `f64.`, untimed): the exact reference
 against which compare.py measures both sides' f32 error; with --accelerated-reference the same once more with
@@ -107,7 +107,7 @@ def build_model(cfg, weights):
 
 class Phases(fashion_cnn.Phases):
     """fashion_cnn's phases; inference in eval mode (running statistics), flb and step in train mode (batch
-    statistics)."""
+    statistics). The gate tensors' (eager) phases."""
 
     def inference(self):
         self.model.eval()
@@ -116,6 +116,24 @@ class Phases(fashion_cnn.Phases):
     def flb(self):
         self.model.train()
         super().flb()
+
+
+class TimedPhases(timing.Phases):
+    """The timed phases of one implementation (eager, eager + CUDA-graph replay, compiled): timing.Phases with
+    cross-entropy on the labels, inference in eval mode and flb / step in train mode, as Phases. The mode is set
+    inside the function a CUDA graph captures, so each phase's graph holds its mode's kernels (BatchNorm's batch
+    statistics and running-statistic updates in flb and step)."""
+
+    def __init__(self, model, lr, x, y, impl):
+        super().__init__(model, lr, x, impl, lambda out: F.cross_entropy(out, y))
+
+    def _inference(self):
+        self.model.eval()
+        super()._inference()
+
+    def _flb(self):
+        self.model.train()
+        super()._flb()
 
 
 def gate_outputs(args, cfg, weights, x, y, device, meta):
@@ -166,7 +184,7 @@ def main():
 
     phases, modes, impls = timing.run_lists(args, device, "resnet_bench.py")
     for mode, impl, compiled in timing.configurations(modes, impls):
-        ph = Phases(build_model(cfg, weights).to(device), args.lr, x, y, timing.compile_mode(impl))
+        ph = TimedPhases(build_model(cfg, weights).to(device), args.lr, x, y, impl)
         common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
                       device=dev_name, batch=batch, image=cfg["image_size"], params=params,
                       torch=torch.__version__)
