@@ -13,7 +13,7 @@
 #   llama        SmolLM2-135M, random weights: transformers as the reference, then mgn llama-check
 #                (gates of issue 6 and timings next to PyTorch eager)
 #   bench        the harness of docs/benchmarks.md: mgn bench fashion-cnn (strict and accelerated) and
-#                bench/pytorch/fashion_cnn.py (eager and torch.compile, strict and accelerated) at batch
+#                bench/pytorch/fashion_cnn.py (eager, eager + CUDA graph, torch.compile; strict and accelerated) at batch
 #                $BENCH_BATCHES (default "64 256"),
 #                same weights and inputs, then bench/compare.py (gates + table) -> bench_table.md
 #   bench-llama  the same harness for SmolLM2-135M (batch 1, 128 tokens; phases compile, inference, minimal,
@@ -309,7 +309,8 @@ PY
         echo "mgn bench b$BATCH rc=$?" >> "$L"
         ours_accelerated fashion-cnn "$P" "$L" --batch "$BATCH"
         # shellcheck disable=SC2086 # GATE_REFS: words
-        python3 bench/pytorch/fashion_cnn.py --batch "$BATCH" --weights "$P.weights.safetensors" $GATE_REFS \
+        python3 bench/pytorch/fashion_cnn.py --batch "$BATCH" --impls eager,cudagraph,compiled \
+          --weights "$P.weights.safetensors" $GATE_REFS \
           --outputs "$P.torch_out.safetensors" --json "$P.torch.jsonl" > /dev/null 2>> "$L"
         echo "fashion_cnn.py b$BATCH rc=$?" >> "$L"
         FILES="$FILES $P.mgn.jsonl $P.acc.mgn.jsonl $P.torch.jsonl $P.mgn_out.safetensors $P.acc.mgn_out.safetensors"

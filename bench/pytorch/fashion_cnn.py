@@ -168,7 +168,9 @@ def main():
 
     phases, modes, impls = timing.run_lists(args, device, "fashion_cnn.py")
     for mode, impl, compiled in timing.configurations(modes, impls):
-        ph = Phases(build_model(args.workload, weights).to(device), args.lr, x, y, timing.compile_mode(impl))
+        # timing.Phases for every implementation (CUDA-graph replay included); Phases above is the gates' eager form.
+        ph = timing.Phases(build_model(args.workload, weights).to(device), args.lr, x, impl,
+                           lambda out, y=y: F.cross_entropy(out, y))
         common = dict(side="torch", impl=impl, workload=args.workload, mode=mode, backend=device.type,
                       device=dev_name, batch=args.batch, params=params, torch=torch.__version__)
         timing.time_phases(ph, common, phases, ("inference", "flb", "step"), args.warmup, args.samples, device,
