@@ -214,6 +214,49 @@ TEST_P(VulkanAttention, AsMatmulMatchesCpuReference) {
   ctx_->clear_validation_messages();
 }
 
+// The causal mask of the rewrite is one constant per shape, shared by every attention of that shape (a
+// model's layers), and each attention still matches the CPU reference running the attention nodes.
+TEST_F(VulkanAttention, AsMatmulSharesOneCausalMaskPerShape) {
+  mgn::Graph g;
+  ir::Graph& ir = g.ir();
+  ir::Attrs at = ir::Attrs().set("scale", 0.35).set("causal", int64_t(1));
+  const int64_t shapes[3][2] = {{6, 6}, {6, 6}, {5, 9}};  // Sq, Skv
+  for (int a = 0; a < 3; ++a) {
+    const std::string s = std::to_string(a);
+    const int64_t sq = shapes[a][0], skv = shapes[a][1];
+    Tensor q = g.input("q" + s, {1, 2, sq, 8}), k = g.input("k" + s, {1, 2, skv, 8}),
+           v = g.input("v" + s, {1, 2, skv, 8});
+    ir.add_output("o" + s, ir.add(ir::Op::Attention, {q.id(), k.id(), v.id()}, at));
+  }
+  int rewritten = -1;
+  std::optional<ir::Graph> mm = passes::attention_as_matmul(
+      ir, [](const passes::AttentionDims&, bool) { return true; }, &rewritten);
+  ASSERT_TRUE(mm.has_value());
+  EXPECT_EQ(rewritten, 3);
+  std::map<Shape, int> masks;  // constants of the rewrite, by shape
+  for (const ir::Node& n : mm->nodes())
+    if (n.op == ir::Op::Constant) ++masks[n.shape];
+  EXPECT_EQ(masks, (std::map<Shape, int>{{{6, 6}, 1}, {{5, 9}, 1}}));
+  cpu::Executor cpu(ir);
+  vk::GraphExecutor gpu(*mm, *ctx_, {.cache_dir = "", .poison = true});
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int id : ir.inputs()) {
+    std::vector<float> x(size_t(numel(ir.node(id).shape)));
+    for (float& e : x) e = dist(rng);
+    cpu.set_input(ir.node(id).name, x);
+    gpu.set_input(ir.node(id).name, x);
+  }
+  cpu.run();
+  gpu.run();
+  for (const char* name : {"o0", "o1", "o2"}) {
+    const std::vector<float> got = gpu.read_output(name);
+    EXPECT_LE(test::rel_l2(std::vector<double>(got.begin(), got.end()), cpu.output(name).v), 5e-6) << name;
+  }
+  EXPECT_EQ(ctx_->validation_message_count(), 0u);
+  ctx_->clear_validation_messages();
+}
+
 // AttentionKernel::Auto (the default) takes the query-tiled forward and grad_q kernels when the query blocks
 // are many (at least 128 of 32 rows here) and the row kernels otherwise; dK+dV stays on the row form (the
 // key-tiled one was slower at seq 1024 on an H100, run 9). (A bad MGN_ATTENTION value: environment_test.)

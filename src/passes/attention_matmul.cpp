@@ -25,6 +25,10 @@ bool is_grad(Op op) { return op == Op::AttentionGradQ || op == Op::AttentionGrad
 struct Emit {
   ir::Graph& g;
   std::optional<Precision> precision;
+  // The causal masks made so far, by (rows, Skv, Sq): one constant serves every attention of that shape (a
+  // model's layers), not one each (SmolLM2's training graph had 120 copies of its 384 x 128 mask: 24 MB to
+  // hash and upload).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int>* masks = nullptr;
 
   int mark(int id) {
     g.node_mut(id).precision = precision;
@@ -55,12 +59,20 @@ Scores scores(Emit& e, const AttentionDims& d, int q, int k, double scale, bool 
   r.qs = e.reshape(e.op(Op::Mul, {q, e.scalar(scale)}), {d.B, d.Hkv, R, d.D});
   r.s = e.matmul(r.qs, k, false, true);
   if (causal) {
-    // Key j visible to query i iff j <= i + (Skv - Sq); row r of a kv head is query r % Sq.
-    std::vector<double> mask(size_t(R * d.Skv), 0.0);
-    const double inf = std::numeric_limits<double>::infinity();
-    for (int64_t row = 0; row < R; ++row)
-      for (int64_t j = (row % d.Sq) + (d.Skv - d.Sq) + 1; j < d.Skv; ++j) mask[size_t(row * d.Skv + j)] = -inf;
-    const int m = e.mark(e.g.add_constant({R, d.Skv}, DType::F32, std::move(mask)));
+    const std::tuple<int64_t, int64_t, int64_t> key{R, d.Skv, d.Sq};
+    int m = -1;
+    if (e.masks)
+      if (auto it = e.masks->find(key); it != e.masks->end()) m = it->second;
+    if (m < 0) {
+      // Key j visible to query i iff j <= i + (Skv - Sq); row r of a kv head is query r % Sq.
+      std::vector<double> mask(size_t(R * d.Skv), 0.0);
+      const double inf = std::numeric_limits<double>::infinity();
+      for (int64_t row = 0; row < R; ++row)
+        for (int64_t j = (row % d.Sq) + (d.Skv - d.Sq) + 1; j < d.Skv; ++j)
+          mask[size_t(row * d.Skv + j)] = -inf;
+      m = e.mark(e.g.add_constant({R, d.Skv}, DType::F32, std::move(mask)));
+      if (e.masks) e.masks->emplace(key, m);
+    }
     r.s = e.op(Op::Add, {r.s, m});
   }
   return r;
@@ -144,6 +156,7 @@ std::optional<ir::Graph> attention_as_matmul(const ir::Graph& g, const Attention
   std::map<FwdKey, int> fwd_probs;
   std::map<BwdKey, Backward> bwd;
   std::set<std::tuple<int, int, int, double, bool>> attentions;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int> masks;
   for (const Node& n : g.nodes()) {
     std::vector<int> in;
     in.reserve(n.inputs.size());
@@ -155,7 +168,7 @@ std::optional<ir::Graph> attention_as_matmul(const ir::Graph& g, const Attention
     const AttentionDims d = attention_dims(g, n);
     const double scale = n.attrs.f("scale");
     const bool causal = n.attrs.i("causal") != 0;
-    Emit e{out, n.precision};
+    Emit e{out, n.precision, &masks};
     const FwdKey key{in[0], in[1], in[2], scale, causal};
     attentions.insert(key);
     int result = -1;
