@@ -290,7 +290,8 @@ Lowering lower_attention_fused(const ir::Graph& g, const std::vector<int>& nodes
   for (size_t i = 0; i < nodes.size(); ++i) {
     const ir::Node& n = g.node(nodes[i]);
     int& slot = n.op == ir::Op::Attention ? po : n.op == ir::Op::AttentionLse ? pl : pp;
-    if (slot >= 0 || (n.op != ir::Op::Attention && n.op != ir::Op::AttentionLse && !attention_head_merge(g, n)))
+    if (slot >= 0 ||
+        (n.op != ir::Op::Attention && n.op != ir::Op::AttentionLse && !attention_head_merge(g, n)))
       throw Error("internal: " + g.describe(n.id) + " in an attention forward fusion");
     slot = int(i);
   }

@@ -116,7 +116,8 @@ Lowering lower_gather_elements(const LowerContext& ctx);
 Lowering lower_scatter_elements(const LowerContext& ctx);
 Lowering lower_loss(const LowerContext& ctx);       // cross_entropy, cross_entropy_grad
 
-// ---- Fusion (fusion.cpp): several nodes in one dispatch, one kernel ----------------------------------------
+// ---- Fusion (fusion.cpp): several nodes in one dispatch, one kernel
+// ----------------------------------------
 //
 // Two kinds. A pointwise fusion is a connected set of pointwise nodes (not rope) of one output shape: one
 // invocation per element loads every outside operand once (broadcast as usual), keeps each node's value in
@@ -124,11 +125,11 @@ Lowering lower_loss(const LowerContext& ctx);       // cross_entropy, cross_entr
 // nodes memory; the others are internal). An attention fusion is attention_grad_k + attention_grad_v of one
 // attention (the same inputs): one kernel writes dK and dV from one recomputation of P and dP; or attention +
 // attention_lse of the same inputs (training: the forward and the lse autodiff adds for the backward): one
-// forward pass writes o and lse; an attention (or that pair) and the head merge of its o (attention_head_merge), o stored
-// merged. A GEMV fusion is up to kMaxGemvSiblings small matmuls (M <= 8: one token's
-// projections, e.g. q, k, v or gate, up) that read the same left operand with the same M and K, each of which
-// would lower to the workgroup-per-output kernel on its own: one dispatch computes every output of all of
-// them, each output exactly as the single kernel computes it (matmul_small.cpp).
+// forward pass writes o and lse; an attention (or that pair) and the head merge of its o
+// (attention_head_merge), o stored merged. A GEMV fusion is up to kMaxGemvSiblings small matmuls (M <= 8: one
+// token's projections, e.g. q, k, v or gate, up) that read the same left operand with the same M and K, each
+// of which would lower to the workgroup-per-output kernel on its own: one dispatch computes every output of
+// all of them, each output exactly as the single kernel computes it (matmul_small.cpp).
 struct FusionOptions {
   bool pointwise = true;
   bool attention = true;
