@@ -83,6 +83,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
       {"MGN_GEMM_F16_TILE", "128x128x32,w64x32"},
       {"MGN_GEMM_F16_ABLATE", "mmaonly"},
       {"MGN_CONV_TILE", "64x32x16"},
+      {"MGN_CONV_SPLITS", "3"},
   };
   // The test covers every variable the library maps (the tests-only ones have no option).
   std::set<std::string> mapped, covered;
@@ -120,6 +121,7 @@ TEST(Environment, EveryVariableReachesItsOption) {
   EXPECT_EQ(e.kernels.f16_tile.wm, 64u);
   EXPECT_EQ(e.kernels.f16_ablation, GemmAblation::MmaOnly);
   EXPECT_EQ(e.kernels.conv_tile, (ConvTile{64, 32, 16}));
+  EXPECT_EQ(e.kernels.conv_splits, 3u);
   EXPECT_TRUE(e.unknown.empty());
 
   CompileOptions o;
@@ -134,14 +136,23 @@ TEST(Environment, EveryVariableReachesItsOption) {
 
 TEST(Environment, MalformedValuesNameTheVariable) {
   const Vars bad = {
-      {"MGN_VALIDATION", "maybe"},        {"MGN_PROFILE", "2"},
-      {"MGN_FUSION", "no thanks"},        {"MGN_PRECISION", "fast"},
-      {"MGN_ATTENTION", "fast"},          {"MGN_GEMM_VARIANT", "classic"},
-      {"MGN_GEMM_TILE", "12x"},           {"MGN_GEMM_TILE", "128x128x8,w8x4"},
-      {"MGN_GEMM_F16_TILE", "64x64x32,q1"}, {"MGN_GEMM_F16_ABLATE", "all"},
-      {"MGN_CONV_TILE", "48x32x16"},      {"MGN_PLAN_REUSE", "sometimes"},
-      {"MGN_GEMM_F16_MIN_WORK", "-1"},    {"MGN_GEMM_F16_MIN_WORK", "1e6"},
+      {"MGN_VALIDATION", "maybe"},
+      {"MGN_PROFILE", "2"},
+      {"MGN_FUSION", "no thanks"},
+      {"MGN_PRECISION", "fast"},
+      {"MGN_ATTENTION", "fast"},
+      {"MGN_GEMM_VARIANT", "classic"},
+      {"MGN_GEMM_TILE", "12x"},
+      {"MGN_GEMM_TILE", "128x128x8,w8x4"},
+      {"MGN_GEMM_F16_TILE", "64x64x32,q1"},
+      {"MGN_GEMM_F16_ABLATE", "all"},
+      {"MGN_CONV_TILE", "48x32x16"},
+      {"MGN_PLAN_REUSE", "sometimes"},
+      {"MGN_GEMM_F16_MIN_WORK", "-1"},
+      {"MGN_GEMM_F16_MIN_WORK", "1e6"},
       {"MGN_GEMM_F16_MIN_WORK", "99999999999999999999"},
+      {"MGN_CONV_SPLITS", "65"},
+      {"MGN_CONV_SPLITS", "two"},
   };
   for (const auto& [name, value] : bad) {
     SCOPED_TRACE(name + "=" + value);

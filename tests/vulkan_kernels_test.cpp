@@ -276,6 +276,64 @@ TEST_F(VulkanKernels, GemmEntryForBenchmarks) {
   (void)y;
 }
 
+// Deep, narrow implicit-GEMM convolutions split K over several workgroups of 64x64-fitted tiles (instead of
+// 32x32 tiles of 64 threads) and sum the splits in a second kernel; results against the CPU reference. Shapes
+// small enough for lavapipe whose 64x64 grid is still under the count: conv2d (1 tile, K 576: 2 splits of at
+// least 8 slices) and the input gradient of a 1x1 stride-2 projection (4 stride phases, 3 of them reached by
+// no tap, K 1024: 4 splits).
+TEST_F(VulkanKernels, DeepNarrowConvolutionsSplitK) {
+  auto names = [](const Lowering& l) {
+    std::string s;
+    for (const auto& k : l.kernels) s += k.name + " ";
+    return s;
+  };
+  {
+    mgn::Graph g;
+    Tensor y = conv2d(g.input("x", {1, 64, 6, 6}), g.input("w", {32, 64, 3, 3}), {.padding = {1, 1}});
+    Lowering l = check(g, y.id(), codegen::lower_node);
+    EXPECT_EQ(names(l), "conv2d_igemm_split2_64x32x32 conv2d_split_sum_s2 ");
+    EXPECT_EQ(l.scratch_words, std::vector<uint64_t>{2 * 32 * 36});
+  }
+  {
+    mgn::Graph g;
+    Tensor dx = conv2d_grad_input(g.input("dy", {1, 1024, 4, 4}), g.input("w", {1024, 32, 1, 1}),
+                                  {1, 32, 8, 8}, {.stride = {2, 2}});
+    Lowering l = check(g, dx.id(), codegen::lower_node);
+    EXPECT_EQ(names(l), "conv2d_grad_input_igemm_split4_32x32x32 conv2d_grad_input_split_sum_s4 ");
+  }
+  {  // conv_splits = 1: never split (the 32x32 tile of the ladder)
+    mgn::Graph g;
+    Tensor y = conv2d(g.input("x", {1, 64, 6, 6}), g.input("w", {32, 64, 3, 3}), {.padding = {1, 1}});
+    codegen::CodegenOptions o;
+    o.kernels.conv_splits = 1;
+    Lowering l = check(g, y.id(), [&](const codegen::LowerContext& c) {
+      return codegen::lower_node({c.graph, c.node, c.caps, o});
+    });
+    EXPECT_EQ(names(l), "conv2d_igemm_32x32x32 ");
+  }
+}
+
+// The split rule at ResNet-50's batch-4 shapes on a large GPU's limits (lowering only, nothing runs): the 3x3
+// convs of the 7x7 and 14x14 stages split, the stem and the 56x56 stage (enough tiles) do not.
+TEST_F(VulkanKernels, ConvSplitRuleAtResNetShapes) {
+  codegen::DeviceCaps big;
+  big.max_shared_bytes = 48 * 1024;
+  big.max_workgroup_invocations = 1024;
+  const codegen::CodegenOptions options;
+  auto first_kernel = [&](std::vector<int64_t> x, std::vector<int64_t> w, int64_t stride, int64_t pad) {
+    mgn::Graph g;
+    Tensor y = conv2d(g.input("x", Shape(x)), g.input("w", Shape(w)),
+                      {.stride = {stride, stride}, .padding = {pad, pad}});
+    const ir::Graph& ir = g.ir();
+    return codegen::lower_node({ir, ir.node(y.id()), big, options}).kernels.at(0).name;
+  };
+  EXPECT_EQ(first_kernel({4, 512, 7, 7}, {512, 512, 3, 3}, 1, 1), "conv2d_igemm_split8_64x64x32");
+  EXPECT_EQ(first_kernel({4, 256, 14, 14}, {256, 256, 3, 3}, 1, 1), "conv2d_igemm_split5_64x64x32");
+  EXPECT_EQ(first_kernel({4, 2048, 7, 7}, {512, 2048, 1, 1}, 1, 0), "conv2d_igemm_split8_64x64x32");
+  EXPECT_EQ(first_kernel({4, 3, 224, 224}, {64, 3, 7, 7}, 2, 3).find("split"), std::string::npos);
+  EXPECT_EQ(first_kernel({4, 64, 56, 56}, {64, 64, 3, 3}, 1, 1).find("split"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mgn
 #endif  // MGN_HAVE_VULKAN

@@ -53,7 +53,9 @@ std::string kernel_names(const vk::GraphExecutor& ex) {
 }
 
 // Builds the case on the device, runs it twice and compares the output with PyTorch's.
-void check_case(const std::string& path, vk::Context& ctx, const KernelOptions& kernels = {}) {
+// `kernels_out`: the names of the kernels that ran, for the caller's own checks.
+void check_case(const std::string& path, vk::Context& ctx, const KernelOptions& kernels = {},
+                std::string* kernels_out = nullptr) {
   oracle::Case c = oracle::load_case(path);
   const ir::Graph& ir = c.graph->ir();
   vk::GraphExecutorOptions opt;
@@ -77,6 +79,7 @@ void check_case(const std::string& path, vk::Context& ctx, const KernelOptions& 
   ex->run();
   // Twice: the recorded stream is resubmitted, and poisoning must not leak stale values between runs.
   ex->run();
+  if (kernels_out) *kernels_out = kernel_names(*ex);
   std::vector<float> got = ex->read_output("out");
   std::vector<double> want = c.expected.to_f64();
   ASSERT_EQ(got.size(), want.size()) << c.name;
@@ -158,6 +161,56 @@ TEST_P(VulkanConvTiles, VulkanMatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Pinned, VulkanConvTiles, testing::ValuesIn(tile_cases()),
                          [](const testing::TestParamInfo<TileCase>& info) {
                            return info.param.name + "_" + info.param.tile;
+                         });
+
+// K split over several workgroups (KernelOptions::conv_splits; auto splits only shapes too large for
+// lavapipe): conv2d and conv2d_grad_input with their partial outputs summed by a second kernel, under the
+// automatic tile and a pinned one, including stride phases no tap reaches (the 1x1 stride-2 projection, the
+// dilated case).
+struct SplitCase {
+  std::string name, tile;
+  uint32_t splits;
+};
+void PrintTo(const SplitCase& c, std::ostream* os) {
+  *os << c.name << " split " << c.splits << " ways, tile " << c.tile;
+}
+
+std::vector<SplitCase> split_cases() {
+  std::vector<SplitCase> v;
+  for (const char* op : {"conv2d", "conv2d_grad_input"})
+    for (const char* shape : {"wide_3x3", "bottleneck_proj_s2", "wide_dilated_s2", "grouped_wide"})
+      v.push_back({std::string(op) + "_" + shape, "auto", 3});
+  v.push_back({"conv2d_wide_3x3_s2", "64x64x32", 2});
+  v.push_back({"conv2d_grad_input_wide_3x3_s2", "32x128x8", 5});
+  v.push_back({"conv2d_grad_weight_wide_3x3", "auto", 3});  // its own split rule: conv_splits leaves it alone
+  return v;
+}
+
+class VulkanConvSplits : public VulkanDevice, public testing::WithParamInterface<SplitCase> {};
+
+TEST_P(VulkanConvSplits, VulkanMatchesPyTorch) {
+  const char* dir = std::getenv("MGN_ORACLE_DIR");
+  const std::string path =
+      std::string(dir && *dir ? dir : MGN_ORACLE_DIR) + "/" + GetParam().name + ".safetensors";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  KernelOptions k;
+  if (GetParam().tile != "auto") k.conv_tile = parse_conv_tile(GetParam().tile);
+  k.conv_splits = GetParam().splits;
+  std::string kernels;
+  check_case(path, *ctx_, k, &kernels);
+  // The GEMM that ran is split (and summed) exactly when asked; conv_splits leaves grad_weight alone.
+  const std::string& name = GetParam().name;
+  const bool want_split = GetParam().splits > 1 && name.find("grad_weight") == std::string::npos;
+  EXPECT_EQ(kernels.find("igemm_split") != std::string::npos, want_split) << kernels;
+  EXPECT_EQ(kernels.find("_split_sum_s") != std::string::npos, want_split) << kernels;
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, VulkanConvSplits, testing::ValuesIn(split_cases()),
+                         [](const testing::TestParamInfo<SplitCase>& info) {
+                           std::string t = info.param.tile;
+                           for (char& ch : t)
+                             if (ch == 'x') ch = '_';
+                           return info.param.name + "_s" + std::to_string(info.param.splits) + "_" + t;
                          });
 
 #endif  // MGN_HAVE_VULKAN

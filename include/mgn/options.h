@@ -117,6 +117,13 @@ struct KernelOptions {
   bool f16_operand_scaling = true;
   GemmAblation f16_ablation = GemmAblation::None;
   ConvTile conv_tile;
+  // K splits of the implicit-GEMM conv2d and conv2d_grad_input kernels (conv2d_grad_weight has its own rule):
+  // 0 (auto) splits K over up to 256 / tiles workgroups per tile where 64x64 tiles alone would leave the
+  // device under-filled (a deep, narrow layer: ResNet-50's 7x7 and 14x14 stages at batch 4 gave 32-52 tiles)
+  // and each split keeps at least 8 K slices; 1 never splits; n >= 2 splits every such kernel n ways (fewer
+  // where K has fewer slices: tests). Each split stores its partial output to scratch and a second kernel
+  // sums the splits in split order, so results are deterministic.
+  uint32_t conv_splits = 0;
   // spirv-opt's performance passes over every kernel's SPIR-V (shaderc's -O) before the driver compiles it.
   // They are most of a cold compile: a tiled GEMM kernel takes 68 ms with them and 7 ms without (glslang alone;
   // lavapipe's host, docs/perf-notes.md 2026-12-07), and every driver optimizes the SPIR-V it gets again. Off

@@ -12,7 +12,10 @@
 //                       stride and dilation included), one GEMM per group in the grid
 //   conv2d_grad_input   implicit GEMM per (stride phase, group): P = the input pixels of one phase
 //                       (h % SH, w % SW), Q = C/groups, K = (O/groups) x the taps that can reach that
-//                       phase, dy gathered; every other tap is never visited (stride 1: one phase)
+//                       phase, dy gathered; every other tap is never visited (stride 1: one phase), and a
+//                       phase no tap reaches skips its K loop (stores zeros)
+//   (both)              where 64x64 tiles leave the device under-filled (deep, narrow layers), K split over
+//                       several workgroups per tile like grad_weight's (KernelOptions::conv_splits)
 //   conv2d_grad_weight  implicit GEMM: P = (C/groups)*KH*KW filter taps x Q = O/groups, K = N*OH*OW;
 //                       split-K over S workgroups when the filter alone does not fill the device, partial
 //                       tiles in a scratch buffer summed by a second kernel in split order (deterministic)

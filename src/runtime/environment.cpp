@@ -206,6 +206,14 @@ const std::vector<Row>& rows() {
        [](Environment& e, const std::string& v, const char* n) {
          e.kernels.conv_tile = parse_conv_tile(v, n);
        }},
+      {{"MGN_CONV_SPLITS", "compiler", "`0` (auto), `1` (never) or the number of K splits (`0`)",
+        "K splits of the implicit-GEMM conv2d and conv2d_grad_input kernels. Option: "
+        "`KernelOptions::conv_splits`"},
+       [](Environment& e, const std::string& v, const char* n) {
+         const uint64_t splits = parse_count(v, n);
+         if (splits > 64) throw Error(std::string(n) + "='" + v + "': at most 64 splits");
+         e.kernels.conv_splits = uint32_t(splits);
+       }},
       {{"MGN_REQUIRE_REFERENCES", "tests", "`1` (unset)",
         "a missing reference file (SmolLM2's tokenizer, from the Debian package the set-up script installs) "
         "fails `tokenizer_test` instead of skipping it; CI sets it"},

@@ -356,6 +356,7 @@ SessionKey session_key(const ir::Graph& g, const codegen::DeviceCaps& caps, cons
   h.pod(k.conv_tile.bp);
   h.pod(k.conv_tile.bq);
   h.pod(k.conv_tile.bk);
+  h.pod(k.conv_splits);
   h.pod(k.spirv_optimize);
   // Measured kernel choices (docs/tuning.md).
   h.pod<uint64_t>(codegen.gemm_tuned.size());
