@@ -214,6 +214,18 @@ ShaderCompiler::ShaderCompiler(std::string cache_dir) : cache_dir_(std::move(cac
   keep_glslang_initialized();
 }
 
+void ShaderCompiler::warm_up() {
+  keep_glslang_initialized();
+  shaderc::Compiler compiler;
+  shaderc::CompileOptions co;
+  co.SetSourceLanguage(shaderc_source_language_glsl);
+  co.SetTargetEnvironment(shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
+  co.SetTargetSpirv(shaderc_spirv_version_1_5);
+  co.SetOptimizationLevel(shaderc_optimization_level_zero);
+  const char* glsl = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {}\n";
+  (void)compiler.CompileGlslToSpv(glsl, shaderc_compute_shader, "warm_up", "main", co);
+}
+
 ShaderCompiler::Stats ShaderCompiler::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;

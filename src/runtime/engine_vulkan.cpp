@@ -6,7 +6,9 @@
 // stderr, the GPU time of every kernel summed over all runs (heaviest first) and the compile time per phase.
 #ifdef MGN_HAVE_VULKAN
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -321,9 +323,16 @@ std::unique_ptr<Engine> make_vulkan_engine(std::shared_ptr<const ir::Graph> grap
     if (std::optional<ir::Graph> g = passes::attention_as_matmul(*graph, accept))
       graph = std::make_shared<const ir::Graph>(std::move(*g));
   }
+  // The process's first engine: glslang's built-in tables, which its first kernel compile would build, are built on
+  // another thread while the device opens (a cold compile's first shaderc wave waited ~100 ms for them; a device
+  // opens in 130-500 ms).
+  static std::atomic<bool> warmed{false};
+  std::future<void> glslang_ready;
+  if (!warmed.exchange(true)) glslang_ready = std::async(std::launch::async, codegen::ShaderCompiler::warm_up);
   const auto t0 = std::chrono::steady_clock::now();
   shared_context(options.device);  // opened here the first time, so that its cost is reported apart
   const double device_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (glslang_ready.valid()) glslang_ready.wait();
   return std::make_unique<VulkanEngine>(std::move(graph), options, device_ms);
 }
 

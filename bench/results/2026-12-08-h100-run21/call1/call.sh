@@ -1,9 +1,9 @@
-# Run 21 call 1. .h200/bin.tar.xz: mgn of 3b96743; .h200/new.tar.xz: mgn with the conv K splits and the empty
-# stride phases skipped (this commit's tree). Same call, same card:
+# Run 21 call 1. .h200/bin.tar.xz: mgn of 3b96743; .h200/new.tar.xz: mgn with the conv K splits, the empty
+# stride phases skipped and the glslang warm-up (this commit's tree). Same call, same card:
 # 1. ResNet-50 b4 old / new interleaved twice, DinoVision's decoder b8 and the U-Net old / new, and ResNet-50 new
 #    with MGN_CONV_SPLITS=1 (splits off, phase skip on);
 # 2. the per-kernel profile of ResNet-50 inference and F+L+B, old and new;
-# 3. SmolLM2's compile cold / warm / warm (new);
+# 3. SmolLM2's compile cold / warm / warm, old and new (own cache folders);
 # 4. bench-resnet (ours: new) against eager, eager + CUDA graph and torch.compile + CUDA graph.
 tar -xJf .h200/bin.tar.xz -C .h200 && tar -xJf .h200/new.tar.xz -C .h200
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
@@ -31,8 +31,11 @@ for v in old new; do
   MGN_PROFILE=1 timeout 90 $M bench resnet50 --phases inference,flb --samples 10 --json $OUT/rn_prof_$v.jsonl > $OUT/rn_prof_$v.txt 2>&1
 done
 date >> $OUT/call_log.txt
-for i in cold warm warm2; do
-  MGN_CACHE_DIR=/tmp/cc-sm timeout 60 $NEW bench smollm2-135m --phases compile --verbose --json $OUT/sm_compile_$i.jsonl > /dev/null 2> $OUT/sm_compile_$i.err
+for v in old new; do
+  M=$OLD; [ $v = new ] && M=$NEW
+  for i in cold warm warm2; do
+    MGN_CACHE_DIR=/tmp/cc-sm-$v timeout 60 $M bench smollm2-135m --phases compile --verbose --json $OUT/sm_compile_${v}_$i.jsonl > /dev/null 2> $OUT/sm_compile_${v}_$i.err
+  done
 done
 date >> $OUT/call_log.txt
 cp $NEW .h200/bin/mgn
