@@ -334,6 +334,23 @@ TEST_F(VulkanKernels, ConvSplitRuleAtResNetShapes) {
   EXPECT_EQ(first_kernel({4, 64, 56, 56}, {64, 64, 3, 3}, 1, 1).find("split"), std::string::npos);
 }
 
+// The input gradient of a 3x3 stride-2 conv: its four stride phases are reached by 2x2, 2x1, 1x2 and 1x1
+// taps, and each phase's GEMM runs its own K (k decomposed by the phase's counts); a stride-1 conv keeps the
+// constant one. Results of both: the oracle cases conv2d_grad_input_wide_3x3_s2 and _wide_3x3
+// (vulkan_ops_test).
+TEST_F(VulkanKernels, ConvGradInputRunsEachStridePhasesOwnTaps) {
+  const codegen::CodegenOptions options;
+  auto glsl = [&](int64_t stride, int64_t hw) {
+    mgn::Graph g;
+    Tensor dx = conv2d_grad_input(g.input("dy", {2, 16, hw, hw}), g.input("w", {16, 8, 3, 3}), {2, 8, 9, 9},
+                                  {.stride = {stride, stride}, .padding = {1, 1}});
+    const ir::Graph& ir = g.ir();
+    return codegen::lower_node({ir, ir.node(dx.id()), caps_, options}).kernels.at(0).glsl;
+  };
+  EXPECT_NE(glsl(2, 5).find("uint og = k / taps_n"), std::string::npos);
+  EXPECT_EQ(glsl(1, 9).find("uint og = k / taps_n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mgn
 #endif  // MGN_HAVE_VULKAN

@@ -104,7 +104,13 @@ Lowering conv_grad_input(const LowerContext& ctx) {
   s.consts = conv_constants(d, w) + "// stride phases: pixel (ph + SH*hh, pw + SW*ww)\n" +
              gl::const_uint("HH", HH) + gl::const_uint("WW", WW) + phase_constants("H", ph) +
              phase_constants("W", pw) + gl::const_uint("JHW", ph.jmax * pw.jmax);
-  s.state = R"(uint g, ph, pw, jh_n, jw_n, split;
+  // Phases reached by different numbers of taps (a 3x3 stride-2 conv: 2 x 2, 2 x 1, 1 x 2 and 1 x 1): each
+  // phase's GEMM runs K = OG x its own taps, decomposing k by its counts, instead of visiting JHM x JWM taps
+  // and loading zeros for those past its count (7 of the 16 tap slots of such a conv's K).
+  bool uneven = false;
+  for (uint64_t a : ph.count)
+    for (uint64_t b : pw.count) uneven |= a * b != 0 && a * b != ph.jmax * pw.jmax;
+  s.state = R"(uint g, ph, pw, jh_n, jw_n, taps_n, split;
 uint d_base[P_RA];
 int d_oh[P_RA], d_ow[P_RA];
 bool d_ok[P_RA];
@@ -117,7 +123,8 @@ bool d_ok[P_RA];
   pw = (z / GROUPS) % SW;
   jh_n = JH[ph];
   jw_n = JW[pw];
-  if (jh_n == 0u || jw_n == 0u) k_end = k_begin;
+  taps_n = jh_n * jw_n;
+  k_end = min(k_end, OG * taps_n);  // below k_begin: no K loop (a phase no tap reaches, or this split past its K)
   for (uint a = 0u; a < P_RA; ++a) {
     uint m = m0 + p_row(a);
     uint b = m / (HH * WW), r = m % (HH * WW);
@@ -129,7 +136,8 @@ bool d_ok[P_RA];
   }
 )";
   // Both loads decompose k into (og, jh, jw) and skip the taps past this phase's count.
-  s.load = gl::render(R"(  for (uint c = 0u; c < P_RC; ++c) {
+  s.load = gl::render(
+      R"(  for (uint c = 0u; c < P_RC; ++c) {
     uint k = k0 + p_kk(c);
 ${TAP}    int dh = int(jh * STEP_H), dw = int(jw * STEP_W);
     for (uint a = 0u; a < P_RA; ++a) {
@@ -147,8 +155,9 @@ ${TAP}    uint wb = (g * OG + og) * CG * KHW + (KH0[ph] + jh * QH) * KW + KW0[pw
     }
   }
 )",
-                      {{"TAP",
-                        "    uint og = k / JHW, r = k % JHW;\n    uint jh = r / JWM, jw = r % JWM;\n"
+      {{"TAP", uneven ? "    uint og = k / taps_n, r = k % taps_n;\n    uint jh = r / jw_n, jw = r % jw_n;\n"
+                        "    bool k_ok = k < k_end;\n"
+                      : "    uint og = k / JHW, r = k % JHW;\n    uint jh = r / JWM, jw = r % JWM;\n"
                         "    bool k_ok = k < k_end && jh < jh_n && jw < jw_n;\n"}});
   s.store = R"(      uint r = m % (HH * WW);
       uint h = ph + (r / WW) * SH, w = pw + (r % WW) * SW;
