@@ -1,5 +1,5 @@
 # Run 21 call 1. .h200/bin.tar.xz: mgn of 3b96743; .h200/new.tar.xz: mgn with the conv K splits, the empty
-# stride phases skipped and the glslang warm-up (this commit's tree). Same call, same card:
+# stride phases skipped, each stride phase on its own taps and the glslang warm-up (ec24040). Same call, same card:
 # 1. ResNet-50 b4 old / new interleaved twice, DinoVision's decoder b8 and the U-Net old / new, and ResNet-50 new
 #    with MGN_CONV_SPLITS=1 (splits off, phase skip on);
 # 2. the per-kernel profile of ResNet-50 inference and F+L+B, old and new;
