@@ -1,4 +1,8 @@
-# Run 21 call 1. .h200/bin.tar.xz: mgn of 3b96743; .h200/new.tar.xz: mgn with the conv K splits, the empty
+# Pending (written 2026-12-08, not run: no GPU machine was lent that session). Run from the repository root on the
+# GPU machine with carry [".gl", ".h200/bin.tar.xz", ".h200/new.tar.xz"]; results under $OUT/all.tar.xz. Staging:
+# a build of 3b96743 through `STAGE_TESTS=none bash bench/stage-h200.sh build` (.h200/bin.tar.xz), then this tree's
+# stripped mgn as newbin/mgn in .h200/new.tar.xz, and ../shared/tools/vulkan-loader-bundle.sh (.gl/).
+# .h200/bin.tar.xz: mgn of 3b96743; .h200/new.tar.xz: mgn with the conv K splits, the empty
 # stride phases skipped, each stride phase on its own taps and the glslang warm-up (ec24040). Same call, same card:
 # 1. ResNet-50 b4 old / new interleaved twice, DinoVision's decoder b8 and the U-Net old / new, and ResNet-50 new
 #    with MGN_CONV_SPLITS=1 (splits off, phase skip on);
