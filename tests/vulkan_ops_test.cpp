@@ -28,11 +28,16 @@ using namespace mgn;
 
 namespace {
 
+// The oracle files' folder: the build's, or MGN_ORACLE_DIR (the files copied to another machine).
+std::string oracle_dir() {
+  const char* dir = std::getenv("MGN_ORACLE_DIR");
+  return dir && *dir ? dir : MGN_ORACLE_DIR;
+}
+
 // Every oracle case; the suite fails (CasesExist) if the generated data is missing.
 std::vector<std::string> all_cases() {
   try {
-    const char* dir = std::getenv("MGN_ORACLE_DIR");  // override: the files copied to another machine
-    return oracle::case_files(dir && *dir ? dir : MGN_ORACLE_DIR);
+    return oracle::case_files(oracle_dir());
   } catch (const Error&) {
     return {};
   }
@@ -150,10 +155,12 @@ std::vector<TileCase> tile_cases() {
 
 class VulkanConvTiles : public VulkanDevice, public testing::WithParamInterface<TileCase> {};
 
+std::string oracle_file(const std::string& name) {
+  return oracle_dir() + "/" + name + ".safetensors";
+}
+
 TEST_P(VulkanConvTiles, VulkanMatchesPyTorch) {
-  const char* dir = std::getenv("MGN_ORACLE_DIR");
-  const std::string path =
-      std::string(dir && *dir ? dir : MGN_ORACLE_DIR) + "/" + GetParam().name + ".safetensors";
+  const std::string path = oracle_file(GetParam().name);
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   check_case(path, *ctx_, {.conv_tile = parse_conv_tile(GetParam().tile)});
 }
@@ -189,9 +196,7 @@ std::vector<SplitCase> split_cases() {
 class VulkanConvSplits : public VulkanDevice, public testing::WithParamInterface<SplitCase> {};
 
 TEST_P(VulkanConvSplits, VulkanMatchesPyTorch) {
-  const char* dir = std::getenv("MGN_ORACLE_DIR");
-  const std::string path =
-      std::string(dir && *dir ? dir : MGN_ORACLE_DIR) + "/" + GetParam().name + ".safetensors";
+  const std::string path = oracle_file(GetParam().name);
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   KernelOptions k;
   if (GetParam().tile != "auto") k.conv_tile = parse_conv_tile(GetParam().tile);

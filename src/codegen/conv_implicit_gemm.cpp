@@ -172,15 +172,19 @@ Kernel split_sum(const std::string& op, const std::string& what, uint64_t splits
 
 }  // namespace
 
-// The output buffer of a conv GEMM (binding 2): Y, or PART (scratch: splits x the output) when K is split.
-std::string out_buffer(const Split& sp) {
-  return gl::buffer(2, sp.splits > 1 ? "PART" : "Y", DType::F32, false, true);
+void set_split(ConvGemm& s, const Split& sp, uint64_t outer, const std::string& in0, const std::string& in1) {
+  s.outer = outer * sp.splits;
+  s.k_chunk = sp.chunk;
+  const bool split = sp.splits > 1;
+  if (split) {
+    s.name += "_split" + std::to_string(sp.splits);
+    s.comment += ", split " + std::to_string(sp.splits) + " ways";
+  }
+  s.buffers = gl::buffer(0, in0, DType::F32, true) + gl::buffer(1, in1, DType::F32, true) +
+              gl::buffer(2, split ? "PART" : "Y", DType::F32, false, true);
+  s.bindings = {gl::input(0), gl::input(1), {split ? BindingKind::Scratch : BindingKind::Output, 0, true}};
 }
-std::vector<Binding> out_bindings(const Split& sp) {
-  return {{BindingKind::Input, 0, false},
-          {BindingKind::Input, 1, false},
-          {sp.splits > 1 ? BindingKind::Scratch : BindingKind::Output, 0, true}};
-}
+
 // `index`: the output element's flat index; the store into Y, or into this split's part of PART.
 std::string out_store(const Split& sp, const std::string& index, uint64_t numel) {
   return sp.splits > 1 ? "PART[split * " + u(numel) + " + " + index + "] = v;" : "Y[" + index + "] = v;";
@@ -383,14 +387,8 @@ Lowering conv_forward(const LowerContext& ctx) {
   const uint64_t numel_y = d.N * d.O * d.OH * d.OW;
   const auto [tile, sp] = pick_tile_split(s.P, s.Q, s.K, d.groups, numel_y, ctx);
   s.t = tile;
-  s.outer = d.groups * sp.splits, s.k_chunk = sp.chunk;
-  if (sp.splits > 1) {
-    s.name += "_split" + std::to_string(sp.splits);
-    s.comment += ", split " + std::to_string(sp.splits) + " ways";
-  }
+  set_split(s, sp, d.groups, "X", "Wt");
   s.p_k_wise = false, s.q_k_wise = true;
-  s.buffers = gl::buffer(0, "X", DType::F32, true) + gl::buffer(1, "Wt", DType::F32, true) + out_buffer(sp);
-  s.bindings = out_bindings(sp);
   s.consts = conv_constants(d, w);
   const Im2colGather x = im2col_gather(n, /*pixel_rows=*/true, "");
   s.state = "uint g, split;\n" + x.state;

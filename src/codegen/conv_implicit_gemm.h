@@ -70,10 +70,12 @@ struct ConvGemm {
 // The tiled GEMM emitter's single-buffered scalar schedule with the convolution's operand registers.
 Kernel implicit_gemm(const ConvGemm& s, const DeviceCaps& caps);
 
-// The output buffer of a conv GEMM (binding 2): Y, or PART (scratch: splits x the output) when K is split;
-// its bindings; the store of element `index` (a GLSL expression) into Y, or into this split's part of PART.
-std::string out_buffer(const Split& sp);
-std::vector<Binding> out_bindings(const Split& sp);
+// The GEMM's K split and its buffers: `outer` GEMMs (groups, stride phases) times the splits in the grid, the
+// K chunk, the kernel's name and comment marked with the split, inputs `in0`, `in1` at bindings 0 and 1 and
+// the output at 2 (Y, or PART: scratch of splits x the output, when K is split); the instantiation's
+// `outer_index` declares `split` (z / outer).
+void set_split(ConvGemm& s, const Split& sp, uint64_t outer, const std::string& in0, const std::string& in1);
+// The store of output element `index` (a GLSL expression) into Y, or into this split's part of PART.
 std::string out_store(const Split& sp, const std::string& index, uint64_t numel);
 // A GEMM's lowering: the GEMM, then (K split) the sum of its partial outputs in split order.
 Lowering with_split_sum(Kernel gemm, const Split& sp, const std::string& op, const std::string& what,

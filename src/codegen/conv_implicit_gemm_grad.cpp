@@ -74,8 +74,9 @@ std::string phase_constants(const std::string& axis, const Phases& p) {
 
 // conv2d_grad_input (gather form, no atomics): dx[b, g*CG + q, h, w] = sum_k dy-gather[m, k] * w[., q, tap].
 // One GEMM per (stride phase, group): P = the N*ceil(H/SH)*ceil(W/SW) pixels of one phase, Q = CG,
-// K = OG * JHM * JWM over (og, jh, jw), the taps that can reach a pixel of the phase. Phases with fewer
-// taps than JHM/JWM load zeros for the rest; no pixel visits a tap that is not divisible by the stride.
+// K = OG * JHM * JWM over (og, jh, jw), the taps that can reach a pixel of the phase (where phases differ in
+// their taps, each phase's own count; a phase no tap reaches runs no K loop); no pixel visits a tap that is
+// not divisible by the stride.
 Lowering conv_grad_input(const LowerContext& ctx) {
   const ir::Node& n = ctx.node;
   // Inputs: dy [N, O, OH, OW], w; output dx [N, C, H, W].
@@ -93,14 +94,8 @@ Lowering conv_grad_input(const LowerContext& ctx) {
   const uint64_t numel_dx = d.N * d.C * d.H * d.W;
   const auto [tile, sp] = pick_tile_split(s.P, s.Q, s.K, w.sh * w.sw * d.groups, numel_dx, ctx);
   s.t = tile;
-  s.outer = w.sh * w.sw * d.groups * sp.splits, s.k_chunk = sp.chunk;
-  if (sp.splits > 1) {
-    s.name += "_split" + std::to_string(sp.splits);
-    s.comment += ", split " + std::to_string(sp.splits) + " ways";
-  }
+  set_split(s, sp, w.sh * w.sw * d.groups, "DY", "Wt");
   s.p_k_wise = false, s.q_k_wise = true;
-  s.buffers = gl::buffer(0, "DY", DType::F32, true) + gl::buffer(1, "Wt", DType::F32, true) + out_buffer(sp);
-  s.bindings = out_bindings(sp);
   s.consts = conv_constants(d, w) + "// stride phases: pixel (ph + SH*hh, pw + SW*ww)\n" +
              gl::const_uint("HH", HH) + gl::const_uint("WW", WW) + phase_constants("H", ph) +
              phase_constants("W", pw) + gl::const_uint("JHW", ph.jmax * pw.jmax);
@@ -190,16 +185,11 @@ Lowering conv_grad_weight(const LowerContext& ctx) {
   const uint64_t numel_dw = d.O * s.P;
   const uint64_t tiles = d.groups * div_up(s.P, s.t.bp) * div_up(s.Q, s.t.bq);
   const Split sp = make_split(div_up(kWantGroups, tiles), s.K, s.t.bk, 4, numel_dw, ctx.caps);
-  const uint64_t splits = sp.splits;
-  s.name =
-      splits > 1 ? "conv2d_grad_weight_igemm_split" + std::to_string(splits) : "conv2d_grad_weight_igemm";
+  s.name = "conv2d_grad_weight_igemm";
   s.comment = "conv2d_grad_weight " + conv_key(d, w) +
-              ": P = CG*KH*KW filter taps, Q = output channels per group, K = N*OH*OW, split " +
-              std::to_string(splits) + " ways";
-  s.outer = d.groups * splits;
+              ": P = CG*KH*KW filter taps, Q = output channels per group, K = N*OH*OW";
+  set_split(s, sp, d.groups, "X", "DY");
   s.p_k_wise = true, s.q_k_wise = true;
-  s.buffers = gl::buffer(0, "X", DType::F32, true) + gl::buffer(1, "DY", DType::F32, true) + out_buffer(sp);
-  s.bindings = out_bindings(sp);
   s.consts = conv_constants(d, w);
   // Both operands are k-wise with the same BK and thread count, so p_kk(c) == q_kk(c) and one pixel
   // decomposition (b, pix of the gather's k loop) serves both: the dy load goes in that loop.
@@ -212,7 +202,6 @@ Lowering conv_grad_weight(const LowerContext& ctx) {
   const Im2colGather x = im2col_gather(n, /*pixel_rows=*/false, dy);
   s.state = "uint g, split;\n" + x.state;
   s.outer_index = "  g = z % GROUPS;\n  split = z / GROUPS;\n";
-  s.k_chunk = sp.chunk;
   s.setup = x.setup;
   s.load = x.load;
   s.store = "      " + out_store(sp, "(g * OG + n) * M + m", numel_dw) + "\n";
